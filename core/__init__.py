@@ -1,0 +1,34 @@
+"""batchtui's engine: batched-vs-single logit comparison, free of any UI.
+
+`from core import compare, Settings` is the public entry. Submodules import torch lazily where
+they can, so that the CLI's argument errors and the TUI's first frame come before torch loads.
+"""
+
+from core.comparison import Comparison, LayerMetrics, PositionMetrics, Summary, TextResult, TopToken
+from core.errors import BatchtuiError, Cancelled, InputError, ModelLoadError
+from core.settings import Settings
+from core.texts import DEFAULT_TEXTS
+
+
+def compare(*args, **kwargs):
+    """See `core.engine.compare`."""
+    from core.engine import compare as _compare
+
+    return _compare(*args, **kwargs)
+
+
+__all__ = [
+    "DEFAULT_TEXTS",
+    "BatchtuiError",
+    "Cancelled",
+    "Comparison",
+    "InputError",
+    "LayerMetrics",
+    "ModelLoadError",
+    "PositionMetrics",
+    "Settings",
+    "Summary",
+    "TextResult",
+    "TopToken",
+    "compare",
+]

@@ -1,0 +1,58 @@
+"""The options every batchtui command shares (DESIGN.md's CLI contract), and what they build."""
+
+from __future__ import annotations
+
+import argparse
+
+from core.errors import InputError
+from core.settings import DEFAULT_ATOL, DEFAULT_MODEL, DEFAULT_RTOL, DTYPES, PADDING_SIDES, POSITION_MODES, Settings
+from core.texts import DEFAULT_TEXTS, read_texts_file
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Usage errors as one line and exit code 2, never a traceback or a usage dump."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def add_common_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("texts", nargs="*", metavar="TEXT", help="texts to compare (default: a built-in set)")
+    parser.add_argument("--texts-file", metavar="FILE", help="read texts from FILE, one per line")
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="built-in name, local path or Hub id (default: tiny)")
+    parser.add_argument("--dtype", default="auto", choices=DTYPES, help="default: the checkpoint's dtype")
+    parser.add_argument("--device", default="auto", help="cuda, cuda:1, mps, cpu... (default: auto)")
+    parser.add_argument("--batch-size", type=int, default=8, metavar="N", help="texts per batched pass (default: 8)")
+    parser.add_argument("--padding-side", default="left", choices=PADDING_SIDES)
+    parser.add_argument("--positions", default="mask", choices=POSITION_MODES, help="position ids (default: mask)")
+    parser.add_argument("--attn", metavar="IMPL", help="attn_implementation: sdpa, eager, flash_attention_2...")
+    parser.add_argument("--top-k", type=int, default=5, metavar="K", help="top tokens kept per position")
+    parser.add_argument("--atol", type=float, default=DEFAULT_ATOL, help=f"default: {DEFAULT_ATOL:g}")
+    parser.add_argument("--rtol", type=float, default=DEFAULT_RTOL, help=f"default: {DEFAULT_RTOL:g}")
+    parser.add_argument("--trust-remote-code", action="store_true", help="run the checkpoint's own Python code")
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    return Settings(
+        model=args.model,
+        dtype=args.dtype,
+        device=args.device,
+        batch_size=args.batch_size,
+        padding_side=args.padding_side,
+        positions=args.positions,
+        attn=args.attn,
+        top_k=args.top_k,
+        atol=args.atol,
+        rtol=args.rtol,
+        trust_remote_code=args.trust_remote_code,
+    ).validated()
+
+
+def texts_from_args(args: argparse.Namespace) -> list[str]:
+    """Texts from the command line, then --texts-file; the default set when neither gives any."""
+    texts = list(args.texts)
+    if args.texts_file:
+        texts += read_texts_file(args.texts_file)
+        if not texts:
+            raise InputError(f"texts file {args.texts_file!r} has no texts")
+    return texts or list(DEFAULT_TEXTS)

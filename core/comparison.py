@@ -1,0 +1,99 @@
+"""The result of a comparison: plain dataclasses, the one thing the CLI, the TUI and JSON render."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class TopToken:
+    """One of a run's top-k tokens at a position."""
+
+    id: int
+    token: str
+    logit: float
+    prob: float
+    # This token's 0-based rank among the other run's top-k at the same position, None if absent.
+    rank_in_other: int | None
+
+
+@dataclass(frozen=True)
+class PositionMetrics:
+    """Batched vs single logits of one text at one token position (all in float32)."""
+
+    index: int
+    token_id: int
+    token: str
+    max_abs_diff: float
+    mean_abs_diff: float
+    kl: float  # KL(softmax single || softmax batched)
+    top1_flip: bool
+    margin: float  # top-1 minus top-2 logit of the single run
+    allclose: bool  # torch.isclose(batched, single, atol, rtol) at every vocabulary entry
+    topk_batch: tuple[TopToken, ...]
+    topk_single: tuple[TopToken, ...]
+
+    @property
+    def divergent(self) -> bool:
+        return not self.allclose or self.top1_flip
+
+
+@dataclass(frozen=True)
+class LayerMetrics:
+    """Hidden-state divergence after one module (embeddings, a decoder layer, the final norm)."""
+
+    index: int
+    layer: str
+    max_abs_diff: float
+    rel_l2: float  # ||hB - hS|| / ||hS|| over the text's real positions
+    bitwise_equal: bool
+
+
+@dataclass(frozen=True)
+class TextResult:
+    index: int
+    text: str
+    token_ids: tuple[int, ...]
+    tokens: tuple[str, ...]
+    allclose: bool  # exactly torch.allclose(B_i, S_i, atol, rtol) on the model's logits
+    max_abs_diff: float
+    kl_max: float
+    top1_flips: int
+    worst_position: int
+    positions: tuple[PositionMetrics, ...]
+    layers: tuple[LayerMetrics, ...]
+
+    @property
+    def first_divergent_layer(self) -> LayerMetrics | None:
+        return next((layer for layer in self.layers if not layer.bitwise_equal), None)
+
+
+@dataclass(frozen=True)
+class Summary:
+    texts: int
+    diverged: int
+    max_abs_diff: float
+    top1_flips: int
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Everything one `compare()` call measured, with the settings it resolved to."""
+
+    config: dict
+    texts: tuple[TextResult, ...]
+    notes: tuple[str, ...] = field(default=())
+    elapsed_s: float = 0.0
+
+    @property
+    def summary(self) -> Summary:
+        return Summary(
+            texts=len(self.texts),
+            diverged=sum(not t.allclose for t in self.texts),
+            max_abs_diff=max((t.max_abs_diff for t in self.texts), default=0.0),
+            top1_flips=sum(t.top1_flips for t in self.texts),
+        )
+
+    @property
+    def all_close(self) -> bool:
+        return all(t.allclose for t in self.texts)

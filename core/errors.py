@@ -1,0 +1,17 @@
+"""Errors the engine raises on purpose; each carries a one-line message meant for the user."""
+
+
+class BatchtuiError(Exception):
+    """Base of every error batchtui reports to a user instead of a traceback."""
+
+
+class InputError(BatchtuiError):
+    """A text or a setting the user gave cannot be used (CLI exit code 2)."""
+
+
+class ModelLoadError(BatchtuiError):
+    """The model or its tokenizer could not be loaded or used (CLI exit code 2)."""
+
+
+class Cancelled(BatchtuiError):
+    """The caller abandoned a comparison through its `cancelled` hook."""

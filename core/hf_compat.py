@@ -1,0 +1,16 @@
+"""Differences between the transformers 4.4x and 5.x lines that the engine must bridge."""
+
+from __future__ import annotations
+
+
+def dtype_kwarg() -> str:
+    """The `from_pretrained` keyword for the weights' dtype (`torch_dtype` before 4.56)."""
+    import transformers
+    from packaging.version import Version
+
+    return "dtype" if Version(transformers.__version__) >= Version("4.56") else "torch_dtype"
+
+
+def module_output(output):
+    """A decoder layer returns a tensor in 5.x and a tuple whose first item is it in 4.4x."""
+    return output[0] if isinstance(output, tuple) else output

@@ -1,0 +1,103 @@
+"""Batched-vs-single metrics, computed on the model's device in float32, moved to the host small.
+
+(float64 runs stay in float64: rounding them to float32 would hide the differences they show.)
+
+Inputs are one text's logits at its real positions: `batched` = B_i and `single` = S_i, both
+[n, V] in the model's dtype. Only per-position numbers and top-k leave the device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+# Rows of [n, V] float32 work processed at once: bounds the metrics' temporary memory
+# (about 6 float32 copies of a block) independently of text length.
+_BLOCK_ELEMENTS = 1 << 24
+
+
+def _widened(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor if tensor.dtype == torch.float64 else tensor.float()
+
+
+@dataclass
+class PositionStats:
+    """Per-position results on the host; each tensor has n rows."""
+
+    max_abs_diff: torch.Tensor  # [n] float32
+    mean_abs_diff: torch.Tensor
+    kl: torch.Tensor
+    margin: torch.Tensor
+    top1_flip: torch.Tensor  # [n] bool
+    allclose: torch.Tensor  # [n] bool
+    topk_batch_ids: torch.Tensor  # [n, k]
+    topk_batch_logits: torch.Tensor
+    topk_batch_probs: torch.Tensor
+    topk_single_ids: torch.Tensor
+    topk_single_logits: torch.Tensor
+    topk_single_probs: torch.Tensor
+
+
+def position_stats(batched: torch.Tensor, single: torch.Tensor, top_k: int, atol: float, rtol: float) -> PositionStats:
+    n, vocab = single.shape
+    rows = max(1, _BLOCK_ELEMENTS // vocab)
+    blocks = [
+        _block_stats(batched[start : start + rows], single[start : start + rows], top_k, atol, rtol)
+        for start in range(0, n, rows)
+    ]
+    merged = [torch.cat(parts) for parts in zip(*blocks)]
+    return PositionStats(*(t.cpu() for t in merged))
+
+
+def _block_stats(batched, single, top_k, atol, rtol) -> tuple[torch.Tensor, ...]:
+    # torch.isclose on the model's own dtype, so that all() of it is exactly torch.allclose.
+    allclose = torch.isclose(batched, single, rtol=rtol, atol=atol).all(dim=-1)
+    b = _widened(batched)
+    s = _widened(single)
+    diff = (b - s).abs_()
+    max_abs = diff.amax(dim=-1)
+    mean_abs = diff.mean(dim=-1)
+    del diff
+    log_pb = b.log_softmax(dim=-1)
+    log_ps = s.log_softmax(dim=-1)
+    ps = log_ps.exp()
+    # KL(S || B); terms with p_S == 0 contribute 0 (and must not turn into 0 * inf = nan).
+    kl = torch.where(ps > 0, ps * (log_ps - log_pb), 0.0).sum(dim=-1).clamp_min_(0.0)
+    del ps
+    top2 = s.topk(min(2, s.shape[-1]), dim=-1).values
+    margin = top2[:, 0] - top2[:, -1]
+    flip = b.argmax(dim=-1) != s.argmax(dim=-1)
+    k = min(top_k, s.shape[-1])
+    b_logits, b_ids = b.topk(k, dim=-1)
+    s_logits, s_ids = s.topk(k, dim=-1)
+    b_probs = log_pb.gather(-1, b_ids).exp()
+    s_probs = log_ps.gather(-1, s_ids).exp()
+    return (max_abs, mean_abs, kl, margin, flip, allclose, b_ids, b_logits, b_probs, s_ids, s_logits, s_probs)
+
+
+@dataclass
+class LayerStats:
+    """Per-module results on the host; each tensor has one entry per recorded module."""
+
+    max_abs_diff: torch.Tensor
+    rel_l2: torch.Tensor
+    bitwise_equal: torch.Tensor
+
+
+def layer_stats(batched: list[torch.Tensor], single: list[torch.Tensor]) -> LayerStats:
+    """Hidden states [n, H] of one text per module, batched vs single, over its real positions."""
+    max_abs, rel_l2, equal = [], [], []
+    # Kept as device tensors and moved once: a host sync per module would stall the device.
+    for hb, hs in zip(batched, single, strict=True):
+        equal.append((hb == hs).all())
+        hb, hs = _widened(hb), _widened(hs)
+        delta = hb - hs
+        max_abs.append(delta.abs().amax() if delta.numel() else delta.new_zeros(()))
+        norm_s = torch.linalg.vector_norm(hs)
+        rel_l2.append(torch.where(norm_s > 0, torch.linalg.vector_norm(delta) / norm_s, 0.0))
+    return LayerStats(
+        max_abs_diff=torch.stack(max_abs).cpu(),
+        rel_l2=torch.stack(rel_l2).cpu(),
+        bitwise_equal=torch.stack(equal).cpu(),
+    )

@@ -1,0 +1,129 @@
+"""Loading a causal LM and its tokenizer: built-in names, local folders and Hub ids."""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from core.builtin_models import BUILTIN_MODELS, builtin_path
+from core.errors import InputError, ModelLoadError
+from core.hf_compat import dtype_kwarg
+from core.settings import Settings
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for forward passes, with what the report says about how it was loaded."""
+
+    name: str
+    model: object
+    tokenizer: object
+    device: str
+    dtype: str  # resolved, never "auto"
+    attn: str
+    pad_token_id: int
+    vocab_size: int
+    notes: tuple[str, ...] = ()
+    _token_text: dict[int, str] = field(default_factory=dict, repr=False)
+
+    def token_text(self, token_id: int) -> str:
+        """The decoded string of one token id (cached: top-k asks for the same ids often)."""
+        text = self._token_text.get(token_id)
+        if text is None:
+            text = self.tokenizer.decode([token_id])
+            self._token_text[token_id] = text
+        return text
+
+
+_lock = threading.Lock()
+_cached: tuple[tuple, LoadedModel] | None = None
+
+
+def resolve_device(device: str) -> str:
+    import torch
+
+    if device != "auto":
+        return device
+    if torch.cuda.is_available():
+        return "cuda"
+    if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+        return "mps"
+    return "cpu"
+
+
+def load_model(settings: Settings) -> LoadedModel:
+    """Load (or reuse) the model the settings name; the last one loaded is kept for reuse."""
+    global _cached
+    device = resolve_device(settings.device)
+    key = (settings.model, device, settings.attn, settings.dtype, settings.trust_remote_code)
+    with _lock:
+        if _cached is not None and _cached[0] == key:
+            return _cached[1]
+        _cached = None  # free the previous model before loading the next one
+        loaded = _load(settings, device)
+        _cached = (key, loaded)
+        return loaded
+
+
+def _source(name: str) -> str:
+    if name in BUILTIN_MODELS:
+        return str(builtin_path(name))
+    return name
+
+
+def _load(settings: Settings, device: str) -> LoadedModel:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    source = _source(settings.model)
+    trust = settings.trust_remote_code
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust)
+        kwargs = {dtype_kwarg(): "auto" if settings.dtype == "auto" else getattr(torch, settings.dtype)}
+        if settings.attn:
+            kwargs["attn_implementation"] = settings.attn
+        model = AutoModelForCausalLM.from_pretrained(source, trust_remote_code=trust, **kwargs)
+    except Exception as exc:  # transformers raises OSError, ValueError, KeyError... for a bad source
+        raise ModelLoadError(_load_failure_message(settings.model, exc)) from exc
+    try:
+        model = model.to(device).eval()
+    except (RuntimeError, AssertionError) as exc:
+        raise InputError(f"cannot use device {device!r}: {_first_line(exc)}") from exc
+    notes = []
+    pad_id = tokenizer.pad_token_id
+    if pad_id is None:
+        if tokenizer.eos_token_id is None:
+            raise ModelLoadError(f"tokenizer of {settings.model!r} has neither a pad nor an eos token")
+        tokenizer.pad_token = tokenizer.eos_token
+        pad_id = tokenizer.eos_token_id
+        notes.append(f"tokenizer has no pad token: padding with its eos token {tokenizer.eos_token!r}")
+    return LoadedModel(
+        name=settings.model,
+        model=model,
+        tokenizer=tokenizer,
+        device=device,
+        dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
+        attn=str(getattr(model.config, "_attn_implementation", None) or "default"),
+        pad_token_id=int(pad_id),
+        vocab_size=int(model.get_output_embeddings().weight.shape[0]),
+        notes=tuple(notes),
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
+
+
+def _load_failure_message(name: str, exc: BaseException) -> str:
+    message = f"cannot load model {name!r}: {_first_line(exc)}"
+    if not Path(name).exists():
+        if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false", "False"):
+            message += " (HF_HUB_OFFLINE is set: only local folders and cached Hub models load)"
+        else:
+            message += " (not a local folder; if the Hub is unreachable, pass a local path or set HF_HUB_OFFLINE=1)"
+    return message

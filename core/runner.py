@@ -1,0 +1,122 @@
+"""Forward passes exactly as DESIGN.md defines them: padded batches and unpadded singles.
+
+Every pass goes through `inputs_embeds = model.get_input_embeddings()(input_ids)`, like the
+user's own code, and records the hidden state after the embeddings, each decoder layer and
+the final norm with forward hooks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from core.hf_compat import module_output
+from core.models import LoadedModel
+
+EMBEDDINGS = "embed"
+
+
+@dataclass
+class PassOutput:
+    """One forward pass: logits [b, T, V] and one hidden state [b, T, H] per recorded module."""
+
+    logits: torch.Tensor
+    hidden: list[torch.Tensor]
+
+
+@dataclass
+class BatchedChunk:
+    """A padded chunk of texts, run as one batch."""
+
+    input_ids: torch.Tensor  # [b, T]
+    attention_mask: torch.Tensor  # [b, T]
+    output: PassOutput
+
+    def real_positions(self, row: int) -> torch.Tensor:
+        """A boolean mask over T selecting row `row`'s real (unpadded) tokens, either padding side."""
+        return self.attention_mask[row].bool()
+
+
+def position_ids(attention_mask: torch.Tensor, mode: str) -> torch.Tensor:
+    """`mask`: cumsum(mask) - 1 with padded slots set to 1, as generate does; `arange`: the seed's."""
+    if mode == "arange":
+        length = attention_mask.shape[1]
+        return torch.arange(length, device=attention_mask.device).expand(attention_mask.shape[0], -1)
+    ids = attention_mask.long().cumsum(-1) - 1
+    return ids.masked_fill(attention_mask == 0, 1)
+
+
+def recorded_modules(model) -> list[tuple[str, torch.nn.Module]]:
+    """The decoder layers and the final norm of a Llama/Qwen-style model, in forward order."""
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else getattr(model, "model", None)
+    layers = getattr(decoder, "layers", None)
+    if layers is None:
+        return []
+    modules = [(f"layers.{i}", layer) for i, layer in enumerate(layers)]
+    norm = getattr(decoder, "norm", None)
+    if isinstance(norm, torch.nn.Module):
+        modules.append(("norm", norm))
+    return modules
+
+
+class Runner:
+    """Runs passes on one loaded model with one set of settings, hooks attached while in use."""
+
+    def __init__(self, loaded: LoadedModel, padding_side: str, positions: str):
+        self.loaded = loaded
+        self.padding_side = padding_side
+        self.positions = positions
+        self._modules = recorded_modules(loaded.model)
+        self.layer_names = [EMBEDDINGS] + [name for name, _ in self._modules]
+        self._captured: list[torch.Tensor] = []
+        self._handles = []
+
+    def __enter__(self) -> Runner:
+        for _, module in self._modules:
+            self._handles.append(module.register_forward_hook(self._capture))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+    def _capture(self, module, args, output) -> None:
+        self._captured.append(module_output(output))
+
+    def tokenize(self, text: str) -> list[int]:
+        return self.loaded.tokenizer(text)["input_ids"]
+
+    def batched(self, texts: list[str]) -> BatchedChunk:
+        """Tokenize `texts` padded to their longest on the chosen side, then run them as one batch."""
+        tokenizer = self.loaded.tokenizer
+        saved_side = tokenizer.padding_side
+        tokenizer.padding_side = self.padding_side
+        try:
+            encoded = tokenizer(texts, padding=True, return_tensors="pt")
+        finally:
+            tokenizer.padding_side = saved_side
+        device = self.loaded.device
+        input_ids = encoded["input_ids"].to(device)
+        mask = encoded["attention_mask"].to(device)
+        return BatchedChunk(input_ids, mask, self._forward(input_ids, mask))
+
+    def single(self, token_ids: list[int]) -> PassOutput:
+        """One text alone: batch of one, no padding, positions 0..n-1."""
+        input_ids = torch.tensor([token_ids], device=self.loaded.device)
+        return self._forward(input_ids, torch.ones_like(input_ids))
+
+    def _forward(self, input_ids: torch.Tensor, mask: torch.Tensor) -> PassOutput:
+        model = self.loaded.model
+        embeds = model.get_input_embeddings()(input_ids)
+        self._captured = []
+        logits = model(
+            inputs_embeds=embeds,
+            attention_mask=mask,
+            position_ids=position_ids(mask, self.positions),
+            use_cache=False,
+        ).logits
+        hidden = [embeds, *self._captured]
+        self._captured = []
+        return PassOutput(logits, hidden)

@@ -1,0 +1,56 @@
+"""What a comparison runs with: plain, torch-free settings and their validation."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+
+from core.errors import InputError
+
+DTYPES = ("auto", "float32", "bfloat16", "float16", "float64")
+PADDING_SIDES = ("left", "right")
+POSITION_MODES = ("mask", "arange")
+DEFAULT_MODEL = "tiny"
+# The seed's torch.allclose tolerances.
+DEFAULT_ATOL = 1e-5
+DEFAULT_RTOL = 1e-3
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything that decides the numbers of one comparison."""
+
+    model: str = DEFAULT_MODEL
+    dtype: str = "auto"
+    device: str = "auto"
+    batch_size: int = 8
+    padding_side: str = "left"
+    positions: str = "mask"
+    attn: str | None = None
+    top_k: int = 5
+    atol: float = DEFAULT_ATOL
+    rtol: float = DEFAULT_RTOL
+    trust_remote_code: bool = False
+
+    def validated(self) -> Settings:
+        """Return self, or raise InputError naming the first unusable setting."""
+        if not self.model.strip():
+            raise InputError("model must not be empty")
+        if self.dtype not in DTYPES:
+            raise InputError(f"dtype must be one of {', '.join(DTYPES)}, not {self.dtype!r}")
+        if self.padding_side not in PADDING_SIDES:
+            raise InputError(f"padding side must be left or right, not {self.padding_side!r}")
+        if self.positions not in POSITION_MODES:
+            raise InputError(f"positions must be mask or arange, not {self.positions!r}")
+        if self.batch_size < 1:
+            raise InputError(f"batch size must be at least 1, not {self.batch_size}")
+        if self.top_k < 1:
+            raise InputError(f"top-k must be at least 1, not {self.top_k}")
+        if self.atol < 0 or self.rtol < 0:
+            raise InputError(f"atol and rtol must not be negative (atol={self.atol}, rtol={self.rtol})")
+        return self
+
+    def with_changes(self, **changes) -> Settings:
+        return replace(self, **changes)
+
+    def as_dict(self) -> dict:
+        return asdict(self)

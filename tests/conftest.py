@@ -1,0 +1,27 @@
+import os
+import tempfile
+
+import pytest
+
+# Mixed lengths (1 to 69 tokens) so that padding shows; on CPU in bf16 some of them diverge.
+MIXED_TEXTS = [
+    "a",
+    "Hello, world!",
+    "The quick brown fox jumps over the lazy dog.",
+    "日本語のテキスト",
+    "xxxxxxx",
+    "Batched and single runs of the same text should give the same logits.",
+]
+
+
+def pytest_configure(config):
+    # One fresh model cache per test session (subprocesses inherit it); never the network.
+    os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="batchtui-test-cache-")
+    os.environ["HF_HUB_OFFLINE"] = "1"
+
+
+@pytest.fixture(scope="session")
+def tiny_path():
+    from core.builtin_models import builtin_path
+
+    return builtin_path("tiny")

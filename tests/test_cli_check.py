@@ -1,0 +1,125 @@
+"""`batchtui check`: the table, the JSON contract and the exit codes."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import MIXED_TEXTS
+
+from core.cli import main as core_main
+from core.cli import run_check
+from tui.launcher import main as batchtui_main
+
+POSITION_FIELDS = {
+    "index",
+    "token",
+    "max_abs_diff",
+    "mean_abs_diff",
+    "kl",
+    "top1_flip",
+    "margin",
+    "topk_batch",
+    "topk_single",
+}
+
+
+def test_all_allclose_exits_0_with_table_and_verdict(capsys):
+    assert run_check(["--batch-size", "1", *MIXED_TEXTS]) == 0
+    out = capsys.readouterr().out
+    header = out.splitlines()[0]
+    for column in ("tokens", "max|Δ|", "KL max", "flips", "worst pos", "allclose"):
+        assert column in header
+    assert len([line for line in out.splitlines() if line.rstrip().endswith("yes")]) == len(MIXED_TEXTS)
+    assert out.splitlines()[-1].startswith("OK: all 6 texts allclose")
+
+
+def test_divergence_exits_1_and_json_has_the_contract(tmp_path, capsys):
+    report = tmp_path / "report.json"
+    code = batchtui_main(
+        ["check", "--dtype", "bfloat16", "--positions", "arange", "--top-k", "3", "--json", str(report), *MIXED_TEXTS]
+    )
+    assert code == 1
+    assert "DIVERGED" in capsys.readouterr().out
+    data = json.loads(report.read_text())
+    assert {"config", "summary", "texts"} <= data.keys()
+    assert set(data["summary"]) >= {"texts", "diverged", "max_abs_diff", "top1_flips"}
+    assert data["summary"]["texts"] == 6 and data["summary"]["diverged"] >= 1
+    assert data["config"]["dtype"] == "bfloat16" and data["config"]["positions"] == "arange"
+    for text, source in zip(data["texts"], MIXED_TEXTS):
+        assert text["text"] == source
+        assert {"text", "tokens", "allclose", "max_abs_diff", "top1_flips", "positions", "layers"} <= text.keys()
+        assert len(text["positions"]) == len(text["tokens"])
+        for position in text["positions"]:
+            assert POSITION_FIELDS <= position.keys()
+            assert len(position["topk_batch"]) == 3
+            token_id, token, logit = position["topk_single"][0]
+            assert isinstance(token_id, int) and isinstance(token, str) and isinstance(logit, float)
+        for layer in text["layers"]:
+            assert {"layer", "max_abs_diff", "rel_l2"} <= layer.keys()
+    worst = max(data["texts"], key=lambda t: t["max_abs_diff"])
+    assert worst["max_abs_diff"] == data["summary"]["max_abs_diff"]
+    assert worst["max_abs_diff"] == max(p["max_abs_diff"] for p in worst["positions"])
+
+
+def test_json_to_stdout_stays_parseable(capsys):
+    assert run_check(["--json", "-", "--batch-size", "1", "hello"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["summary"]["diverged"] == 0
+    assert "OK: all 1 texts" in captured.err
+
+
+def test_texts_file_and_default_set(tmp_path, capsys):
+    texts_file = tmp_path / "texts.txt"
+    texts_file.write_text("first line\n\nsecond line\n", encoding="utf-8")
+    assert run_check(["--texts-file", str(texts_file), "--json", "-"]) == 0
+    assert [t["text"] for t in json.loads(capsys.readouterr().out)["texts"]] == ["first line", "second line"]
+    run_check(["--json", "-"])
+    assert [t["text"] for t in json.loads(capsys.readouterr().out)["texts"]][:3] == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["", "ok"], "text 1 is empty or whitespace only"),
+        (["ok", " \t "], "text 2 is empty or whitespace only"),
+        (["--texts-file", "/no/such/file.txt"], "cannot read texts file '/no/such/file.txt'"),
+        (["--model", "no-such-org/no-such-model", "ok"], "cannot load model 'no-such-org/no-such-model'"),
+        (["--batch-size", "0", "ok"], "batch size must be at least 1"),
+        (["--top-k", "0", "ok"], "top-k must be at least 1"),
+        (["--dtype", "int8", "ok"], "argument --dtype: invalid choice"),
+        (["--batch-size", "many", "ok"], "argument --batch-size: invalid int value"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(args, message, capsys):
+    assert run_check(args) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0]
+    assert "Traceback" not in captured.err + captured.out
+
+
+def test_unreadable_utf8_texts_file(tmp_path, capsys):
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"fine\n\xff\xfe broken\n")
+    assert run_check(["--texts-file", str(bad)]) == 2
+    assert "not valid UTF-8" in capsys.readouterr().err
+
+
+def test_python_dash_m_core_runs_check_without_the_tui():
+    # A bare GPU box has torch + transformers only; block textual to prove core never needs it.
+    blocker = (
+        "import sys, runpy; sys.modules['textual'] = None; "
+        "sys.argv = ['core', 'check', '--batch-size', '1', 'hi']; runpy.run_module('core', run_name='__main__')"
+    )
+    done = subprocess.run([sys.executable, "-c", blocker], capture_output=True, text=True, env=os.environ, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "OK: all 1 texts allclose" in done.stdout
+    assert core_main(["nonsense"]) == 2
+
+
+def test_console_script_exit_code():
+    done = subprocess.run(["batchtui", "check", "--top-k", "-1", "x"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2
+    assert done.stderr.strip() == "batchtui: error: top-k must be at least 1, not -1"

@@ -1,0 +1,99 @@
+"""Properties any correct batched-vs-single comparison must have."""
+
+import pytest
+from conftest import MIXED_TEXTS
+from transformers import AutoTokenizer
+
+from core import Cancelled, InputError, Settings, compare
+from core.engine import describe_progress, total_passes
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_batch_size_one_is_bitwise_equal(dtype):
+    result = compare(MIXED_TEXTS, Settings(dtype=dtype, batch_size=1))
+    for text in result.texts:
+        assert text.max_abs_diff == 0.0
+        assert text.allclose and text.top1_flips == 0
+        assert all(layer.bitwise_equal for layer in text.layers)
+        assert text.first_divergent_layer is None
+
+
+@pytest.mark.parametrize("padding_side", ["left", "right"])
+def test_identical_texts_in_one_batch_give_identical_rows(padding_side):
+    texts = ["same words here", "a much longer text that forces padding onto the others", "same words here"]
+    result = compare(texts, Settings(dtype="bfloat16", padding_side=padding_side))
+    first, _, again = result.texts
+    assert first.positions == again.positions
+    assert first.layers == again.layers
+
+
+@pytest.mark.parametrize("padding_side", ["left", "right"])
+def test_reported_tokens_are_each_texts_own_tokenization(tiny_path, padding_side):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_path)
+    result = compare(MIXED_TEXTS, Settings(padding_side=padding_side, batch_size=4))
+    for text, source in zip(result.texts, MIXED_TEXTS):
+        assert list(text.token_ids) == tokenizer(source)["input_ids"]
+        assert [p.token_id for p in text.positions] == list(text.token_ids)
+        assert list(text.tokens) == [tokenizer.decode([i]) for i in text.token_ids]
+
+
+def test_float64_agrees_far_closer_than_bfloat16():
+    settings = Settings(padding_side="left", batch_size=len(MIXED_TEXTS))
+    f64 = compare(MIXED_TEXTS, settings.with_changes(dtype="float64"))
+    bf16 = compare(MIXED_TEXTS, settings.with_changes(dtype="bfloat16"))
+    assert max(t.max_abs_diff for t in f64.texts) < 1e-9
+    assert f64.all_close
+    assert bf16.summary.diverged > 0
+    assert bf16.summary.max_abs_diff > 1e-3
+
+
+def test_chunks_pad_only_to_their_own_longest_text():
+    # Short texts in a chunk of their own see no padding, so they match their singles exactly.
+    texts = ["ab", "cd", "a long text that would pad every other text in its chunk"]
+    result = compare(texts, Settings(dtype="bfloat16", batch_size=2))
+    assert [t.max_abs_diff for t in result.texts[:2]] == [0.0, 0.0]
+
+
+def test_progress_reports_each_pass_and_cancel_stops():
+    calls = []
+    compare(MIXED_TEXTS, Settings(batch_size=4), progress=lambda done, total: calls.append((done, total)))
+    assert calls == [(i, 8) for i in range(1, 9)] and total_passes(6, 4) == 8
+    assert describe_progress(0, 6, 4) == "batched 0/2 · singles 0/6"
+    assert describe_progress(3, 6, 4) == "batched 1/2 · singles 2/6"
+    assert describe_progress(6, 6, 4) == "batched 2/2 · singles 4/6"
+    assert describe_progress(8, 6, 4) == "batched 2/2 · singles 6/6"
+    seen = []
+    with pytest.raises(Cancelled):
+        compare(MIXED_TEXTS, Settings(), progress=lambda d, t: seen.append(d), cancelled=lambda: len(seen) >= 2)
+    assert seen == [1, 2]
+
+
+def test_summary_and_config():
+    result = compare(MIXED_TEXTS, Settings(dtype="bfloat16", positions="arange"))
+    summary = result.summary
+    assert summary.texts == len(MIXED_TEXTS)
+    assert summary.diverged == sum(not t.allclose for t in result.texts)
+    assert summary.max_abs_diff == max(t.max_abs_diff for t in result.texts)
+    assert summary.top1_flips == sum(sum(p.top1_flip for p in t.positions) for t in result.texts)
+    assert result.config["dtype"] == "bfloat16" and result.config["device"] == "cpu"
+    assert [layer.layer for layer in result.texts[0].layers] == ["embed", *[f"layers.{i}" for i in range(4)], "norm"]
+
+
+def test_dtype_auto_is_the_checkpoints():
+    assert compare(["hi"], Settings(dtype="auto")).config["dtype"] == "bfloat16"
+
+
+@pytest.mark.parametrize(
+    ("texts", "settings", "message"),
+    [
+        (["ok", "  "], Settings(), "text 2 is empty"),
+        ([], Settings(), "no texts"),
+        (["ok"], Settings(batch_size=0), "batch size must be at least 1"),
+        (["ok"], Settings(top_k=0), "top-k must be at least 1"),
+        (["ok"], Settings(top_k=10_000), "at most the vocabulary size 512"),
+        (["ok"], Settings(atol=-1.0), "must not be negative"),
+    ],
+)
+def test_bad_input_raises_a_clear_error(texts, settings, message):
+    with pytest.raises(InputError, match=message):
+        compare(texts, settings)

@@ -1,0 +1,66 @@
+"""The engine's numbers against the seed's method computed independently in the test."""
+
+import math
+
+import pytest
+import torch
+from conftest import MIXED_TEXTS
+from oracle import seed_compare
+
+from core import Settings, compare
+
+
+@pytest.mark.parametrize("positions", ["mask", "arange"])
+@pytest.mark.parametrize("padding_side", ["left", "right"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_per_text_max_abs_diff_and_allclose_equal_the_oracle(tiny_path, dtype, padding_side, positions):
+    settings = Settings(dtype=dtype, padding_side=padding_side, positions=positions, batch_size=len(MIXED_TEXTS))
+    result = compare(MIXED_TEXTS, settings)
+    oracle = seed_compare(tiny_path, MIXED_TEXTS, getattr(torch, dtype), padding_side, positions)
+    assert [t.max_abs_diff for t in result.texts] == [o.max_abs_diff for o in oracle]
+    assert [t.allclose for t in result.texts] == [o.allclose for o in oracle]
+    assert [list(t.token_ids) for t in result.texts] == [o.token_ids for o in oracle]
+
+
+def test_oracle_cases_include_real_divergence(tiny_path):
+    # Guards the test above against passing on all-zero diffs: bf16 padded batches diverge on CPU.
+    oracle = seed_compare(tiny_path, MIXED_TEXTS, torch.bfloat16, "left")
+    assert any(not o.allclose for o in oracle)
+    assert max(o.max_abs_diff for o in oracle) > 0.01
+
+
+def test_position_metrics_match_direct_computation(tiny_path):
+    settings = Settings(dtype="bfloat16", padding_side="right", batch_size=len(MIXED_TEXTS), top_k=3)
+    result = compare(MIXED_TEXTS, settings)
+    oracle = seed_compare(tiny_path, MIXED_TEXTS, torch.bfloat16, "right")
+    text, ref = max(zip(result.texts, oracle), key=lambda pair: pair[1].max_abs_diff)
+    b, s = ref.batched.float(), ref.single.float()
+    p_s, p_b = torch.softmax(s, -1), torch.softmax(b, -1)
+    kl = (p_s * (p_s.log() - p_b.log())).sum(-1)
+    top2 = s.topk(2, -1).values
+    for t, pos in enumerate(text.positions):
+        assert pos.max_abs_diff == (b[t] - s[t]).abs().max().item()
+        assert pos.mean_abs_diff == pytest.approx((b[t] - s[t]).abs().mean().item(), rel=1e-5)
+        assert pos.kl == pytest.approx(max(kl[t].item(), 0.0), rel=1e-3, abs=1e-7)
+        assert pos.margin == (top2[t, 0] - top2[t, 1]).item()
+        assert pos.top1_flip == (b[t].argmax() != s[t].argmax()).item()
+        assert [tok.id for tok in pos.topk_single] == s[t].topk(3).indices.tolist()
+        assert [tok.id for tok in pos.topk_batch] == b[t].topk(3).indices.tolist()
+        assert pos.allclose == torch.allclose(ref.batched[t], ref.single[t], atol=1e-5, rtol=1e-3)
+        # A flip is only possible where the single run's margin is within twice the largest change.
+        if pos.top1_flip:
+            assert pos.margin <= 2 * pos.max_abs_diff
+    assert text.worst_position == max(range(len(text.positions)), key=lambda t: text.positions[t].max_abs_diff)
+    assert text.kl_max == max(p.kl for p in text.positions)
+    assert not math.isnan(text.kl_max)
+
+
+def test_rank_in_other_points_at_the_same_token(tiny_path):
+    result = compare(MIXED_TEXTS, Settings(dtype="bfloat16", positions="arange", top_k=5))
+    for text in result.texts:
+        for pos in text.positions:
+            for tok in pos.topk_batch:
+                if tok.rank_in_other is None:
+                    assert tok.id not in [s.id for s in pos.topk_single]
+                else:
+                    assert pos.topk_single[tok.rank_in_other].id == tok.id

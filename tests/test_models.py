@@ -1,0 +1,40 @@
+"""Loading: built-in models through from_pretrained, reuse, trust_remote_code off by default."""
+
+import json
+
+import transformers
+
+from core import Settings
+from core.builtin_models import BUILTIN_MODELS, builtin_path, cache_root
+from core.models import load_model
+
+
+def test_builtin_tiny_is_written_once_under_xdg_cache(tiny_path):
+    assert tiny_path.parent == cache_root()
+    assert str(tiny_path).startswith(__import__("os").environ["XDG_CACHE_HOME"])
+    stamp = (tiny_path / "model.safetensors").stat().st_mtime_ns
+    assert builtin_path("tiny") == tiny_path
+    assert (tiny_path / "model.safetensors").stat().st_mtime_ns == stamp
+    assert json.loads((tiny_path / "config.json").read_text())["model_type"] == "qwen2"
+
+
+def test_qwen_shape_config_has_the_real_dimensions():
+    config = BUILTIN_MODELS["tiny-qwen2.5-1.5b-shape"].config
+    assert (config["hidden_size"], config["num_hidden_layers"], config["vocab_size"]) == (1536, 28, 151936)
+
+
+def test_loaded_model_is_reused_and_trust_remote_code_is_off(monkeypatch):
+    seen = []
+    real = transformers.AutoModelForCausalLM.from_pretrained.__func__
+
+    def spy(cls, *args, **kwargs):
+        seen.append(kwargs.get("trust_remote_code"))
+        return real(cls, *args, **kwargs)
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", classmethod(spy))
+    first = load_model(Settings(dtype="float32", attn="eager"))
+    assert load_model(Settings(dtype="float32", attn="eager", batch_size=3, top_k=2)) is first
+    assert seen == [False]
+    load_model(Settings(dtype="float32", attn="eager", trust_remote_code=True))
+    assert seen == [False, True]
+    assert first.attn == "eager" and first.dtype == "float32" and first.pad_token_id == 256

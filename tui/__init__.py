@@ -1,0 +1,1 @@
+"""batchtui's terminal app: a view over `core`, which it calls in thread workers."""
