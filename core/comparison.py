@@ -13,6 +13,7 @@ class TopToken:
     token: str
     logit: float
     prob: float
+    prob_in_other: float  # this token's probability in the other run
     # This token's 0-based rank among the other run's top-k at the same position, None if absent.
     rank_in_other: int | None
 

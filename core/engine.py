@@ -136,8 +136,12 @@ def _positions(token_ids: list[int], stats: PositionStats, loaded: LoadedModel) 
         stats.allclose.tolist(),
     ]
     b_ids, s_ids = stats.topk_batch_ids.tolist(), stats.topk_single_ids.tolist()
-    b_top = _top_tokens(b_ids, s_ids, stats.topk_batch_logits.tolist(), stats.topk_batch_probs.tolist(), loaded)
-    s_top = _top_tokens(s_ids, b_ids, stats.topk_single_logits.tolist(), stats.topk_single_probs.tolist(), loaded)
+    b_top = _top_tokens(
+        b_ids, s_ids, stats.topk_batch_logits, stats.topk_batch_probs, stats.topk_batch_probs_in_single, loaded
+    )
+    s_top = _top_tokens(
+        s_ids, b_ids, stats.topk_single_logits, stats.topk_single_probs, stats.topk_single_probs_in_batch, loaded
+    )
     return tuple(
         PositionMetrics(
             index=t,
@@ -156,14 +160,15 @@ def _positions(token_ids: list[int], stats: PositionStats, loaded: LoadedModel) 
     )
 
 
-def _top_tokens(ids, other_ids, logits, probs, loaded: LoadedModel) -> list[tuple[TopToken, ...]]:
+def _top_tokens(ids, other_ids, logits, probs, probs_in_other, loaded: LoadedModel) -> list[tuple[TopToken, ...]]:
     rows = []
-    for row_ids, row_other, row_logits, row_probs in zip(ids, other_ids, logits, probs):
+    for row in zip(ids, other_ids, logits.tolist(), probs.tolist(), probs_in_other.tolist()):
+        row_ids, row_other, row_logits, row_probs, row_probs_in_other = row
         rank_in_other = {token_id: rank for rank, token_id in enumerate(row_other)}
         rows.append(
             tuple(
-                TopToken(token_id, loaded.token_text(token_id), logit, prob, rank_in_other.get(token_id))
-                for token_id, logit, prob in zip(row_ids, row_logits, row_probs)
+                TopToken(token_id, loaded.token_text(token_id), logit, prob, in_other, rank_in_other.get(token_id))
+                for token_id, logit, prob, in_other in zip(row_ids, row_logits, row_probs, row_probs_in_other)
             )
         )
     return rows

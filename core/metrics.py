@@ -34,9 +34,11 @@ class PositionStats:
     topk_batch_ids: torch.Tensor  # [n, k]
     topk_batch_logits: torch.Tensor
     topk_batch_probs: torch.Tensor
+    topk_batch_probs_in_single: torch.Tensor  # the same tokens' probabilities in the single run
     topk_single_ids: torch.Tensor
     topk_single_logits: torch.Tensor
     topk_single_probs: torch.Tensor
+    topk_single_probs_in_batch: torch.Tensor
 
 
 def position_stats(batched: torch.Tensor, single: torch.Tensor, top_k: int, atol: float, rtol: float) -> PositionStats:
@@ -71,9 +73,13 @@ def _block_stats(batched, single, top_k, atol, rtol) -> tuple[torch.Tensor, ...]
     k = min(top_k, s.shape[-1])
     b_logits, b_ids = b.topk(k, dim=-1)
     s_logits, s_ids = s.topk(k, dim=-1)
-    b_probs = log_pb.gather(-1, b_ids).exp()
-    s_probs = log_ps.gather(-1, s_ids).exp()
-    return (max_abs, mean_abs, kl, margin, flip, allclose, b_ids, b_logits, b_probs, s_ids, s_logits, s_probs)
+    b_probs, b_probs_in_s = log_pb.gather(-1, b_ids).exp(), log_ps.gather(-1, b_ids).exp()
+    s_probs, s_probs_in_b = log_ps.gather(-1, s_ids).exp(), log_pb.gather(-1, s_ids).exp()
+    return (
+        *(max_abs, mean_abs, kl, margin, flip, allclose),
+        *(b_ids, b_logits, b_probs, b_probs_in_s),
+        *(s_ids, s_logits, s_probs, s_probs_in_b),
+    )
 
 
 @dataclass

@@ -46,6 +46,9 @@ def test_position_metrics_match_direct_computation(tiny_path):
         assert pos.top1_flip == (b[t].argmax() != s[t].argmax()).item()
         assert [tok.id for tok in pos.topk_single] == s[t].topk(3).indices.tolist()
         assert [tok.id for tok in pos.topk_batch] == b[t].topk(3).indices.tolist()
+        for tok in pos.topk_single:
+            assert tok.prob == pytest.approx(p_s[t, tok.id].item(), rel=1e-5)
+            assert tok.prob_in_other == pytest.approx(p_b[t, tok.id].item(), rel=1e-5)
         assert pos.allclose == torch.allclose(ref.batched[t], ref.single[t], atol=1e-5, rtol=1e-3)
         # A flip is only possible where the single run's margin is within twice the largest change.
         if pos.top1_flip:

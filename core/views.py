@@ -1,0 +1,99 @@
+"""What a view needs from a `Comparison`, ready to draw: colour buckets, curves, navigation.
+
+Torch-free and pure, so the TUI computes no numbers of its own and these are tested directly.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from core.comparison import Comparison, TextResult
+
+# Heatmap colour scale: bucket 0 is exactly zero, then one bucket per decade of max|Δ|.
+_DECADES = tuple(range(-6, 1))  # upper bounds 1e-6 .. 1e0
+BUCKET_LABELS = (
+    ("0",)
+    + (f"<1e{_DECADES[0]}",)
+    + tuple(f"1e{lo}..1e{lo + 1}" for lo in _DECADES[:-1])
+    + (f">=1e{_DECADES[-1]}",)
+)
+
+
+def bucket_of(max_abs_diff: float) -> int:
+    """The heatmap bucket of a position's max|Δ| (log10 decades; 0 and non-finite apart)."""
+    if max_abs_diff == 0:
+        return 0
+    if not math.isfinite(max_abs_diff):
+        return len(BUCKET_LABELS) - 1
+    decade = math.floor(math.log10(max_abs_diff))
+    return 1 + min(max(decade - _DECADES[0] + 1, 0), len(_DECADES))
+
+
+@dataclass(frozen=True)
+class HeatmapSeries:
+    """All cells of one colour bucket: x = token position, y = text number (1-based)."""
+
+    bucket: int
+    label: str
+    positions: tuple[int, ...]
+    texts: tuple[int, ...]
+
+
+def heatmap_series(comparison: Comparison, first_position: int = 0, last_position: int | None = None):
+    """Cells grouped by bucket, restricted to positions [first_position, last_position]."""
+    cells: dict[int, tuple[list[int], list[int]]] = {}
+    for text in comparison.texts:
+        for position in text.positions[first_position : None if last_position is None else last_position + 1]:
+            xs, ys = cells.setdefault(bucket_of(position.max_abs_diff), ([], []))
+            xs.append(position.index)
+            ys.append(text.index + 1)
+    return [
+        HeatmapSeries(bucket, BUCKET_LABELS[bucket], tuple(xs), tuple(ys)) for bucket, (xs, ys) in sorted(cells.items())
+    ]
+
+
+@dataclass(frozen=True)
+class LayerCurve:
+    """Per-layer divergence of one text, as log10(max|Δ|); bitwise-equal layers apart."""
+
+    names: tuple[str, ...]
+    log10_max_abs_diff: tuple[float | None, ...]  # None where the layer is bitwise equal (or 0)
+    rel_l2: tuple[float, ...]
+    first_divergent: str | None
+
+
+def layer_curve(text: TextResult) -> LayerCurve:
+    return LayerCurve(
+        names=tuple(layer.layer for layer in text.layers),
+        log10_max_abs_diff=tuple(
+            math.log10(layer.max_abs_diff) if layer.max_abs_diff > 0 else None for layer in text.layers
+        ),
+        rel_l2=tuple(layer.rel_l2 for layer in text.layers),
+        first_divergent=text.first_divergent_layer.layer if text.first_divergent_layer else None,
+    )
+
+
+def divergent_cells(comparison: Comparison) -> list[tuple[int, int]]:
+    """(text, position) of every divergent position (not allclose, or a top-1 flip), reading order."""
+    return [(t.index, p.index) for t in comparison.texts for p in t.positions if p.divergent]
+
+
+def next_divergent(comparison: Comparison, text: int, position: int, forward: bool = True) -> tuple[int, int] | None:
+    """The next (or previous) divergent cell after (text, position), wrapping around; None if none."""
+    cells = divergent_cells(comparison)
+    if not cells:
+        return None
+    here = (text, position)
+    if forward:
+        return next((cell for cell in cells if cell > here), cells[0])
+    return next((cell for cell in reversed(cells) if cell < here), cells[-1])
+
+
+def clamp_cell(comparison: Comparison, text: int, position: int) -> tuple[int, int]:
+    """The nearest existing (text, position): texts have different lengths."""
+    if not comparison.texts:
+        return 0, 0
+    text = min(max(text, 0), len(comparison.texts) - 1)
+    length = len(comparison.texts[text].positions)
+    return text, min(max(position, 0), max(length - 1, 0))
