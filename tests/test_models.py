@@ -38,3 +38,21 @@ def test_loaded_model_is_reused_and_trust_remote_code_is_off(monkeypatch):
     load_model(Settings(dtype="float32", attn="eager", trust_remote_code=True))
     assert seen == [False, True]
     assert first.attn == "eager" and first.dtype == "float32" and first.pad_token_id == 256
+
+
+def test_tokenizer_without_pad_token_pads_with_eos_and_says_so(tiny_path, tmp_path):
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from core import compare
+
+    local = tmp_path / "no-pad"
+    shutil.copytree(tiny_path, local)
+    tokenizer = AutoTokenizer.from_pretrained(local)
+    tokenizer.pad_token = None
+    tokenizer.save_pretrained(local)
+    assert AutoTokenizer.from_pretrained(local).pad_token is None
+    result = compare(["short", "a longer text"], Settings(model=str(local)))
+    assert result.config["pad_token_id"] == 258  # <|im_end|>, the eos token
+    assert any("no pad token" in note and "<|im_end|>" in note for note in result.notes)
