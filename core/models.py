@@ -32,7 +32,8 @@ class LoadedModel:
         """The decoded string of one token id (cached: top-k asks for the same ids often)."""
         text = self._token_text.get(token_id)
         if text is None:
-            text = self.tokenizer.decode([token_id])
+            # Ids past the tokenizer's vocabulary (padded embedding rows) decode to nothing.
+            text = self.tokenizer.decode([token_id]) or f"<id {token_id}>"
             self._token_text[token_id] = text
         return text
 

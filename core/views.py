@@ -13,11 +13,11 @@ from core.comparison import Comparison, TextResult
 # Heatmap colour scale: bucket 0 is exactly zero, then one bucket per decade of max|Δ|.
 _DECADES = tuple(range(-6, 1))  # upper bounds 1e-6 .. 1e0
 BUCKET_LABELS = (
-    ("0",)
-    + (f"<1e{_DECADES[0]}",)
-    + tuple(f"1e{lo}..1e{lo + 1}" for lo in _DECADES[:-1])
-    + (f">=1e{_DECADES[-1]}",)
+    ("0",) + (f"<1e{_DECADES[0]}",) + tuple(f"1e{lo}..1e{lo + 1}" for lo in _DECADES[:-1]) + (f">=1e{_DECADES[-1]}",)
 )
+
+# The same buckets as short legend entries, in log10 units.
+BUCKET_LEGEND = ("zero", f"<{_DECADES[0]}", *(str(lo) for lo in _DECADES[:-1]), f">={_DECADES[-1]}")
 
 
 def bucket_of(max_abs_diff: float) -> int:
@@ -72,6 +72,15 @@ def layer_curve(text: TextResult) -> LayerCurve:
         rel_l2=tuple(layer.rel_l2 for layer in text.layers),
         first_divergent=text.first_divergent_layer.layer if text.first_divergent_layer else None,
     )
+
+
+def decade_ticks(log10_values) -> tuple[list[int], list[str]]:
+    """Whole decades spanning the given log10 values (None skipped), labelled 1e-3, 1e-2..."""
+    values = [v for v in log10_values if v is not None]
+    if not values:
+        return [], []
+    decades = list(range(math.floor(min(values)), math.ceil(max(values)) + 1))
+    return decades, [f"1e{d}" for d in decades]
 
 
 def divergent_cells(comparison: Comparison) -> list[tuple[int, int]]:

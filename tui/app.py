@@ -1,0 +1,285 @@
+"""The batchtui app: edit texts, change settings, and explore where batched and single logits differ."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from textual import on, work
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.timer import Timer
+from textual.widgets import DataTable, Footer, TextArea
+from textual.worker import get_current_worker
+
+from core.comparison import Comparison
+from core.errors import BatchtuiError, Cancelled
+from core.settings import DTYPES, PADDING_SIDES, Settings
+from core.views import clamp_cell, next_divergent
+from tui.detail import DetailPane
+from tui.heatmap import Heatmap
+from tui.help_screen import HelpScreen
+from tui.layers import LayersPane
+from tui.messages import ComparisonReady, RunFailed, RunProgress
+from tui.settings_panel import BATCH_SIZES, SettingsPanel
+from tui.status_line import StatusLine
+from tui.summary_table import SummaryTable
+from tui.texts_editor import TextsEditor
+
+EDIT_DEBOUNCE_S = 0.5
+
+
+def _next_in(values, current):
+    values = list(values)
+    return values[(values.index(current) + 1) % len(values)] if current in values else values[0]
+
+
+class BatchtuiApp(App[None]):
+    CSS_PATH = "app.tcss"
+    TITLE = "batchtui"
+    # Screen classes the stylesheet uses to fit 80x24 as well as 120x40 and larger.
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (32, "-tall")]
+    BINDINGS = [
+        Binding("n", "next_divergent", "Next divergent"),
+        Binding("N", "previous_divergent", "Prev divergent", key_display="N", show=False),
+        Binding("right_square_bracket", "next_text", "Next text", key_display="]"),
+        Binding("left_square_bracket", "previous_text", "Prev text", key_display="[", show=False),
+        Binding("e", "focus_editor", "Edit texts"),
+        Binding("r", "rerun", "Re-run"),
+        Binding("d", "cycle_dtype", "dtype"),
+        Binding("p", "toggle_padding", "Padding side"),
+        Binding("b", "cycle_batch_size", "Batch size"),
+        Binding("L", "toggle_layers", "Detail/layers", key_display="L"),
+        Binding("ctrl+s", "save_report", "Save JSON"),
+        Binding("f8", "screenshot", "Screenshot", show=False),
+        Binding("question_mark,f1", "help", "Help", key_display="?"),
+        Binding("q", "quit", "Quit"),
+    ]
+
+    def __init__(self, texts: list[str], settings: Settings, output_dir: Path | None = None) -> None:
+        super().__init__()
+        self.settings = settings
+        self.initial_texts = texts
+        self.output_dir = output_dir or Path.cwd()
+        self.comparison: Comparison | None = None
+        self.selected = (0, 0)
+        self.generation = 0
+        self._debounce: Timer | None = None
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="main"):
+            with Vertical(id="left"):
+                yield TextsEditor(self.initial_texts, id="editor")
+                yield SettingsPanel(self.settings, id="settings")
+                yield SummaryTable(id="summary")
+            with Vertical(id="right"):
+                yield Heatmap(id="heatmap")
+                yield DetailPane(id="detail")
+                yield LayersPane(id="layers")
+        yield StatusLine(id="status")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self._show_setup(self.settings.dtype, self.settings.device)
+        self.action_focus_heatmap()
+        self.call_after_refresh(self.action_rerun)  # the first frame comes before torch loads
+
+    # -- running comparisons -------------------------------------------------------------
+
+    def action_rerun(self) -> None:
+        if self._debounce is not None:
+            self._debounce.stop()
+        texts, blank = self.query_one(TextsEditor).texts()
+        if not texts:
+            self.notify("no texts to compare: type one per line", severity="warning")
+            return
+        if blank:
+            self.notify(f"{blank} blank line{'s' if blank > 1 else ''} skipped", timeout=3)
+        self.generation += 1
+        self.query_one(StatusLine).set_activity("starting run…")
+        self._compare(texts, self.settings, self.generation)
+
+    @work(thread=True, exclusive=True, group="compare")
+    def _compare(self, texts: list[str], settings: Settings, generation: int) -> None:
+        worker = get_current_worker()
+
+        def stale() -> bool:
+            return worker.is_cancelled or generation != self.generation
+
+        try:
+            from core.engine import compare, describe_progress  # torch loads here, off the UI thread
+            from core.models import load_model
+
+            self.post_message(RunProgress(generation, f"loading {settings.model}…"))
+            load_model(settings)
+            if stale():
+                return
+
+            def progress(done: int, total: int) -> None:
+                self.post_message(RunProgress(generation, describe_progress(done, len(texts), settings.batch_size)))
+
+            comparison = compare(texts, settings, progress=progress, cancelled=stale)
+        except Cancelled:
+            return
+        except BatchtuiError as exc:
+            self.post_message(RunFailed(generation, str(exc)))
+        except Exception as exc:  # noqa: BLE001 - the app must survive anything the engine raises
+            self.post_message(RunFailed(generation, f"{type(exc).__name__}: {exc}"))
+        else:
+            self.post_message(ComparisonReady(generation, comparison))
+
+    def on_run_progress(self, message: RunProgress) -> None:
+        if message.generation == self.generation:
+            self.query_one(StatusLine).set_activity(message.label)
+
+    def on_run_failed(self, message: RunFailed) -> None:
+        if message.generation == self.generation:
+            self.query_one(StatusLine).set_activity("failed")
+            self.notify(message.message, title="comparison failed", severity="error", timeout=10)
+
+    def on_comparison_ready(self, message: ComparisonReady) -> None:
+        if message.generation != self.generation:
+            return  # a stale run's result is never shown
+        comparison = message.comparison
+        self.comparison = comparison
+        status = self.query_one(StatusLine)
+        self._show_setup(comparison.config["dtype"], comparison.config["device"])
+        summary = comparison.summary
+        status.set_activity(f"{summary.diverged}/{summary.texts} texts diverge · {summary.top1_flips} flips")
+        status.set_last_run(comparison.elapsed_s)
+        for note in comparison.notes:
+            self.notify(note, severity="warning")
+        self.query_one(SummaryTable).show(comparison, self.selected[0])
+        self.select(*self.selected)
+
+    def _show_setup(self, dtype: str, device: str) -> None:
+        s = self.settings
+        self.query_one(StatusLine).set_setup(s.model, device, dtype, s.trust_remote_code)
+        self.query_one(SettingsPanel).show_model(s.model, device)
+
+    # -- selection -----------------------------------------------------------------------
+
+    def select(self, text: int, position: int) -> None:
+        if self.comparison is None:
+            return
+        self.selected = clamp_cell(self.comparison, text, position)
+        self.query_one(Heatmap).show(self.comparison, self.selected)
+        self.query_one(DetailPane).show(self.comparison, self.selected)
+        self.query_one(LayersPane).show(self.comparison, self.selected[0])
+        self.query_one(SummaryTable).select_text(self.selected[0])
+
+    def on_heatmap_move(self, message: Heatmap.Move) -> None:
+        self.select(self.selected[0] + message.texts, self.selected[1] + message.positions)
+
+    @on(DataTable.RowHighlighted, "#summary")
+    def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.cursor_row != self.selected[0]:
+            self.select(event.cursor_row, self.selected[1])
+
+    def _jump_divergent(self, forward: bool) -> None:
+        if self.comparison is None:
+            return
+        cell = next_divergent(self.comparison, *self.selected, forward=forward)
+        if cell is None:
+            self.notify("no divergent position: every position is allclose with no top-1 flip")
+        else:
+            self.select(*cell)
+
+    def action_next_divergent(self) -> None:
+        self._jump_divergent(True)
+
+    def action_previous_divergent(self) -> None:
+        self._jump_divergent(False)
+
+    def action_next_text(self) -> None:
+        self.select(self.selected[0] + 1, self.selected[1])
+
+    def action_previous_text(self) -> None:
+        self.select(self.selected[0] - 1, self.selected[1])
+
+    # -- inputs and settings -------------------------------------------------------------
+
+    def action_focus_editor(self) -> None:
+        self.query_one(TextsEditor).focus()
+
+    def action_focus_heatmap(self) -> None:
+        self.query_one(Heatmap).focus()
+
+    @on(TextArea.Changed, "#editor")
+    def _texts_edited(self) -> None:
+        if self._debounce is not None:
+            self._debounce.stop()
+        self._debounce = self.set_timer(EDIT_DEBOUNCE_S, self.action_rerun)
+
+    def on_settings_panel_changed(self, message: SettingsPanel.Changed) -> None:
+        self._apply_settings(message.settings)
+
+    def _apply_settings(self, settings: Settings) -> None:
+        try:
+            settings.validated()
+        except BatchtuiError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        self.settings = settings
+        self.query_one(SettingsPanel).show(settings)
+        self.action_rerun()
+
+    def action_cycle_dtype(self) -> None:
+        self._apply_settings(self.settings.with_changes(dtype=_next_in(DTYPES, self.settings.dtype)))
+
+    def action_toggle_padding(self) -> None:
+        side = _next_in(PADDING_SIDES, self.settings.padding_side)
+        self._apply_settings(self.settings.with_changes(padding_side=side))
+
+    def action_cycle_batch_size(self) -> None:
+        size = _next_in(BATCH_SIZES, self.settings.batch_size)
+        self._apply_settings(self.settings.with_changes(batch_size=size))
+
+    # -- output --------------------------------------------------------------------------
+
+    def action_save_report(self) -> None:
+        if self.comparison is None:
+            self.notify("no comparison to save yet", severity="warning")
+            return
+        from core.report import write_json
+
+        path = self.output_dir / f"batchtui-report-{time.strftime('%Y%m%d-%H%M%S')}.json"
+        try:
+            write_json(self.comparison, path)
+        except OSError as exc:
+            self.notify(f"cannot write {path}: {exc.strerror or exc}", severity="error")
+            return
+        self.notify(f"report written to {path}", title="saved")
+
+    def action_screenshot(self) -> None:
+        try:
+            path = self.save_screenshot(path=str(self.output_dir))
+        except OSError as exc:
+            self.notify(f"cannot save screenshot: {exc.strerror or exc}", severity="error")
+            return
+        self.notify(f"screenshot saved to {path}", title="saved")
+
+    def action_toggle_layers(self) -> None:
+        self.screen.toggle_class("-layers")
+
+    def check_action(self, action: str, parameters) -> bool | None:
+        # Detail and layers share the space only on short screens; elsewhere both are shown.
+        if action == "toggle_layers":
+            return self.screen.has_class("-short")
+        return True
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen([(b.key_display or b.key, b.description) for b in self.BINDINGS]))
+
+    def get_system_commands(self, screen):
+        yield from super().get_system_commands(screen)
+        for binding in self.BINDINGS:
+            if binding.action != "quit":
+                yield SystemCommand(
+                    binding.description,
+                    f"key {binding.key_display or binding.key}",
+                    lambda action=binding.action: self.run_action(action),
+                )

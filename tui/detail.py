@@ -1,0 +1,93 @@
+"""The selected (text, position): its numbers and the top-k tokens of both runs side by side."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Static
+from textual_plotext import PlotextPlot
+
+from core.comparison import Comparison, PositionMetrics, TopToken
+from core.report import format_float, literal
+
+
+def detail_title(text: int, position: int) -> str:
+    """`text N · position M`: N as in the summary table (1-based), M the token index."""
+    return f"text {text + 1} · position {position}"
+
+
+class DetailPane(Vertical):
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.border_title = "detail"
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="detail-numbers")
+        with Horizontal():
+            yield Static(id="detail-topk")
+            yield PlotextPlot(id="detail-chart")
+
+    def show(self, comparison: Comparison | None, selected: tuple[int, int]) -> None:
+        numbers = self.query_one("#detail-numbers", Static)
+        topk = self.query_one("#detail-topk", Static)
+        if comparison is None or not comparison.texts:
+            numbers.update(Text("no comparison yet"))
+            topk.update("")
+            return
+        text, position = selected
+        self.border_title = detail_title(text, position)
+        metrics = comparison.texts[text].positions[position]
+        numbers.update(self._numbers(metrics))
+        topk.update(self._topk_table(metrics))
+        self._chart(metrics)
+
+    def _numbers(self, p: PositionMetrics) -> Text:
+        line = Text.assemble(
+            "token ",
+            (literal(repr(p.token)), "bold"),
+            f" (id {p.token_id})  max|Δ| {format_float(p.max_abs_diff)}  KL {format_float(p.kl)}",
+            f"  margin {format_float(p.margin)}\n",
+        )
+        if p.top1_flip:
+            line.append("TOP-1 FLIP: the batched run predicts another token", style=f"bold {self._color('error')}")
+        elif not p.allclose:
+            line.append("not allclose (top-1 unchanged)", style=self._color("warning"))
+        else:
+            line.append("allclose", style=self._color("success"))
+        return line
+
+    def _color(self, name: str) -> str:
+        return self.app.theme_variables.get(name, "white")
+
+    def _topk_table(self, p: PositionMetrics) -> Table:
+        table = Table(box=None, padding=(0, 1), show_edge=False, expand=False)
+        for header in ("#", "batched", "logit", "single", "logit"):
+            table.add_column(header, justify="right" if header in ("#", "logit") else "left", no_wrap=True)
+        for rank, (b, s) in enumerate(zip(p.topk_batch, p.topk_single)):
+            table.add_row(str(rank + 1), *self._cells(b, rank), *self._cells(s, rank))
+        return table
+
+    def _cells(self, token: TopToken, rank: int) -> tuple[Text, Text]:
+        # A token whose rank differs in the other run (or that is absent there) is highlighted.
+        moved = token.rank_in_other != rank
+        style = f"bold {self._color('warning')}" if moved else ""
+        shown = Text(literal(repr(token.token)[1:-1], 10), style=style)
+        if moved:
+            shown.append(" new" if token.rank_in_other is None else f" ({token.rank_in_other + 1})", style=style)
+        return shown, Text(f"{token.logit:.3f}", style=style)
+
+    def _chart(self, p: PositionMetrics) -> None:
+        chart = self.query_one("#detail-chart", PlotextPlot)
+        plt = chart.plt
+        plt.clear_figure()
+        labels = [literal(repr(t.token)[1:-1], 6) for t in p.topk_single]
+        plt.multiple_bar(
+            labels,
+            [[t.prob for t in p.topk_single], [t.prob_in_other for t in p.topk_single]],
+            labels=["single", "batched"],
+            color=["blue", "orange"],
+        )
+        plt.title("p of the single run's top-k")
+        chart.refresh()

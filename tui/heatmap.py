@@ -1,0 +1,102 @@
+"""Texts x token positions, coloured by the decade of each position's max|Δ|; moves the selection."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.message import Message
+from textual.widgets import Static
+from textual_plotext import PlotextPlot
+
+from core.comparison import Comparison
+from core.views import BUCKET_LEGEND, heatmap_series
+
+# 256-colour codes, one per bucket: grey for exactly zero, then cold to hot by decade.
+BUCKET_COLORS = (240, 24, 31, 37, 71, 178, 208, 196, 201)
+SELECTED_MARKER = "◆"
+
+
+class Heatmap(Vertical, can_focus=True):
+    BINDINGS = [
+        Binding("left,h", "move(0, -1)", "Position ←", show=False),
+        Binding("right,l", "move(0, 1)", "Position →", show=False),
+        Binding("up,k", "move(-1, 0)", "Text ↑", show=False),
+        Binding("down,j", "move(1, 0)", "Text ↓", show=False),
+    ]
+
+    class Move(Message):
+        def __init__(self, texts: int, positions: int) -> None:
+            super().__init__()
+            self.texts = texts
+            self.positions = positions
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.border_title = "max|Δ| per text (rows) and token position (columns)"
+        self._comparison: Comparison | None = None
+        self._selected = (0, 0)
+
+    def compose(self) -> ComposeResult:
+        yield PlotextPlot()
+        yield Static(self._legend(), id="legend")
+
+    @staticmethod
+    def _legend() -> Text:
+        legend = Text("log10 max|Δ| ")
+        for label, color in zip(BUCKET_LEGEND, BUCKET_COLORS):
+            legend.append("█", style=f"color({color})")
+            legend.append(f"{label} ")
+        legend.append(f"{SELECTED_MARKER}selected")
+        return legend
+
+    def action_move(self, texts: int, positions: int) -> None:
+        self.post_message(self.Move(texts, positions))
+
+    def show(self, comparison: Comparison | None, selected: tuple[int, int]) -> None:
+        if comparison is not None and comparison is not self._comparison:
+            # One row per text plus the frame and the x labels; the pane's max-height caps it.
+            self.query_one(PlotextPlot).styles.height = max(len(comparison.texts), 2) + 3
+        self._comparison = comparison
+        self._selected = selected
+        self.border_subtitle = f"text {selected[0] + 1} · pos {selected[1]}" if comparison else ""
+        self.replot()
+
+    def on_resize(self) -> None:
+        self.replot()
+
+    def replot(self) -> None:
+        plot = self.query_one(PlotextPlot)
+        plt = plot.plt
+        plt.clear_figure()
+        comparison = self._comparison
+        if comparison is None or not comparison.texts:
+            plt.title("waiting for the first comparison…")
+            plot.refresh()
+            return
+        text, position = self._selected
+        n_texts = len(comparison.texts)
+        # One canvas cell per (text, position): the canvas is the plot less the y labels and frame.
+        label_width = len(str(n_texts))
+        columns = max(plot.size.width - label_width - 2, 2)
+        rows = max(plot.size.height - 3, 2)
+        longest = max(len(t.positions) for t in comparison.texts)
+        first_pos = min(max(position - columns // 2, 0), max(longest - columns, 0))
+        first_text = min(max(text - rows // 2, 0), max(n_texts - rows, 0))
+        last_pos = first_pos + columns - 1
+        last_text = first_text + rows - 1
+        for series in heatmap_series(comparison, first_pos, last_pos):
+            cells = [(x, y) for x, y in zip(series.positions, series.texts) if first_text < y <= last_text + 1]
+            if cells:
+                xs, ys = zip(*cells)
+                plt.scatter(list(xs), list(ys), marker="█", color=BUCKET_COLORS[series.bucket])
+        plt.scatter([position], [text + 1], marker=SELECTED_MARKER, color="white")
+        plt.xlim(first_pos, last_pos)
+        plt.ylim(first_text + 1, last_text + 1)
+        plt.yreverse(True)
+        shown_texts = range(first_text + 1, min(last_text + 1, n_texts) + 1)
+        plt.yticks(list(shown_texts))
+        step = 10 if columns < 120 else 20
+        plt.xticks(list(range(-(-first_pos // step) * step, last_pos + 1, step)))
+        plot.refresh()

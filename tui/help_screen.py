@@ -1,0 +1,35 @@
+"""`?` / F1: every key the app answers to, from the live bindings."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+# The heatmap's own keys live on the widget; listed here so the help covers them too.
+NAVIGATION = (
+    ("← → / h l", "previous / next token position"),
+    ("↑ ↓ / k j", "previous / next text"),
+)
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,q,question_mark,f1", "dismiss", "Close help")]
+
+    def __init__(self, bindings: list[tuple[str, str]]) -> None:
+        super().__init__()
+        self._bindings = bindings
+
+    def compose(self) -> ComposeResult:
+        table = Table(box=None, padding=(0, 2), show_header=False)
+        table.add_column(style="bold", no_wrap=True)
+        table.add_column()
+        for keys, description in (*NAVIGATION, *self._bindings):
+            table.add_row(keys, description)
+        with VerticalScroll(id="help"):
+            yield Static("batchtui keys", id="help-title")
+            yield Static(table)
+            yield Static("All of these are also in the command palette (ctrl+p). escape closes.", id="help-hint")

@@ -1,0 +1,41 @@
+"""Where divergence starts and how it grows: per-layer max|Δ| of the selected text."""
+
+from __future__ import annotations
+
+from textual_plotext import PlotextPlot
+
+from core.comparison import Comparison
+from core.views import decade_ticks, layer_curve
+
+
+def short_layer_name(name: str) -> str:
+    return name.removeprefix("layers.")
+
+
+class LayersPane(PlotextPlot):
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.border_title = "layers"
+
+    def show(self, comparison: Comparison | None, text: int) -> None:
+        plt = self.plt
+        plt.clear_figure()
+        if comparison is None or not comparison.texts or not comparison.texts[text].layers:
+            self.refresh()
+            return
+        curve = layer_curve(comparison.texts[text])
+        xs = list(range(len(curve.names)))
+        diverged = [(x, y) for x, y in zip(xs, curve.log10_max_abs_diff) if y is not None]
+        equal = [x for x, y in zip(xs, curve.log10_max_abs_diff) if y is None]
+        ticks, tick_labels = decade_ticks(curve.log10_max_abs_diff)
+        floor = (ticks[0] if ticks else 0) - 1
+        if diverged:
+            plt.plot([x for x, _ in diverged], [y for _, y in diverged], marker="hd", color="orange")
+        if equal:
+            plt.scatter(equal, [floor] * len(equal), marker="=", color="green")
+        plt.xticks(xs, [short_layer_name(name) for name in curve.names])
+        plt.yticks([floor, *ticks], ["=", *tick_labels])
+        start = f"diverges from {curve.first_divergent}" if curve.first_divergent else "all bitwise equal"
+        self.border_title = f"layers · text {text + 1} · {start}"
+        self.border_subtitle = "log10 max|Δ| per module · = bitwise equal"
+        self.refresh()

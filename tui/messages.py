@@ -1,0 +1,28 @@
+"""Messages the comparison worker posts to the app; each carries the run's generation number."""
+
+from __future__ import annotations
+
+from textual.message import Message
+
+from core.comparison import Comparison
+
+
+class RunProgress(Message):
+    def __init__(self, generation: int, label: str) -> None:
+        super().__init__()
+        self.generation = generation
+        self.label = label
+
+
+class ComparisonReady(Message):
+    def __init__(self, generation: int, comparison: Comparison) -> None:
+        super().__init__()
+        self.generation = generation
+        self.comparison = comparison
+
+
+class RunFailed(Message):
+    def __init__(self, generation: int, message: str) -> None:
+        super().__init__()
+        self.generation = generation
+        self.message = message

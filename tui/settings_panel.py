@@ -1,0 +1,92 @@
+"""The settings a user changes live; the model and device are fixed on the command line."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Grid
+from textual.message import Message
+from textual.widgets import Input, Label, Select
+
+from core.report import literal
+from core.settings import DTYPES, PADDING_SIDES, POSITION_MODES, Settings
+
+BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
+TOP_KS = (1, 3, 5, 10, 20)
+ATTN_IMPLEMENTATIONS = ("default", "sdpa", "eager")
+
+
+def _options(values, current) -> list[tuple[str, object]]:
+    values = list(values)
+    if current not in values:
+        values.append(current)
+    return [(str(value), value) for value in values]
+
+
+class SettingsPanel(Grid):
+    """A compact grid of labelled selects; posts `Changed` with the new Settings."""
+
+    class Changed(Message):
+        def __init__(self, settings: Settings) -> None:
+            super().__init__()
+            self.settings = settings
+
+    def __init__(self, settings: Settings, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.settings = settings
+        self.show_model(settings.model, settings.device)
+
+    def show_model(self, model: str, device: str) -> None:
+        self.border_title = f"model {literal(model, 40)} · device {device}"
+
+    def compose(self) -> ComposeResult:
+        s = self.settings
+        yield from self._select("dtype", "dtype", DTYPES, s.dtype)
+        yield from self._select("batch", "batch_size", BATCH_SIZES, s.batch_size)
+        yield from self._select("pad", "padding_side", PADDING_SIDES, s.padding_side)
+        yield from self._select("pos", "positions", POSITION_MODES, s.positions)
+        yield from self._select("attn", "attn", ATTN_IMPLEMENTATIONS, s.attn or "default")
+        yield from self._select("top-k", "top_k", TOP_KS, s.top_k)
+        for field in ("atol", "rtol"):
+            yield Label(field)
+            yield Input(f"{getattr(s, field):g}", id=field, compact=True)
+
+    @staticmethod
+    def _select(label: str, field: str, values, current) -> ComposeResult:
+        yield Label(label)
+        yield Select(_options(values, current), value=current, id=field, allow_blank=False, compact=True)
+
+    def show(self, settings: Settings) -> None:
+        """Reflect settings changed elsewhere (keys d, p, b) without re-posting them."""
+        self.settings = settings
+        with self.prevent(Select.Changed, Input.Changed):
+            for field in ("dtype", "batch_size", "padding_side", "positions", "top_k"):
+                self.query_one(f"#{field}", Select).value = getattr(settings, field)
+            self.query_one("#attn", Select).value = settings.attn or "default"
+
+    def on_select_changed(self, event: Select.Changed) -> None:
+        event.stop()
+        if event.value is Select.NULL or event.select.id is None:
+            return
+        value = None if event.select.id == "attn" and event.value == "default" else event.value
+        self._post(**{event.select.id: value})
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self._post_tolerance(event.input)
+
+    def on_input_blurred(self, event: Input.Blurred) -> None:
+        self._post_tolerance(event.input)
+
+    def _post_tolerance(self, field: Input) -> None:
+        try:
+            value = float(field.value)
+        except ValueError:
+            self.app.notify(f"{field.id} must be a number, not {field.value!r}", severity="error")
+            return
+        self._post(**{field.id: value})
+
+    def _post(self, **change) -> None:
+        settings = self.settings.with_changes(**change)
+        if settings != self.settings:
+            self.settings = settings
+            self.post_message(self.Changed(settings))

@@ -1,0 +1,52 @@
+"""One row per text: the per-text numbers of the comparison; selecting a row selects the text."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import DataTable
+
+from core.comparison import Comparison
+from core.report import format_float, literal
+
+COLUMNS = ("#", "text", "tok", "max|Δ|", "KL", "flips", "allclose")
+# Below this width the text and token-count columns go: the editor's lines show the texts.
+NARROW_WIDTH = 52
+
+
+class SummaryTable(DataTable):
+    def __init__(self, **kwargs) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
+        self.border_title = "summary"
+
+        self._comparison: Comparison | None = None
+        self._narrow: bool | None = None
+
+    def on_resize(self) -> None:
+        if self._comparison is not None and (self.size.width < NARROW_WIDTH) != self._narrow:
+            self.show(self._comparison, self.cursor_row)
+
+    def show(self, comparison: Comparison, selected_text: int) -> None:
+        self._comparison = comparison
+        self._narrow = self.size.width < NARROW_WIDTH
+        self.clear(columns=True)
+        columns = [c for c in COLUMNS if not (self._narrow and c in ("text", "tok"))]
+        self.add_columns(*columns)
+        ok = self.app.theme_variables.get("success", "green")
+        bad = self.app.theme_variables.get("error", "red")
+        for text in comparison.texts:
+            cells = {
+                "#": Text(str(text.index + 1), justify="right"),
+                "text": Text(literal(text.text, 12)),
+                "tok": Text(str(len(text.token_ids)), justify="right"),
+                "max|Δ|": Text(format_float(text.max_abs_diff), justify="right"),
+                "KL": Text(format_float(text.kl_max), justify="right"),
+                "flips": Text(str(text.top1_flips), justify="right"),
+                "allclose": Text("✓", style=f"bold {ok}") if text.allclose else Text("✗", style=f"bold {bad}"),
+            }
+            self.add_row(*(cells[c] for c in columns), key=str(text.index))
+        self.select_text(selected_text)
+
+    def select_text(self, index: int) -> None:
+        if 0 <= index < self.row_count and self.cursor_row != index:
+            with self.prevent(DataTable.RowHighlighted):
+                self.move_cursor(row=index)
