@@ -71,8 +71,8 @@ def _block_stats(batched, single, top_k, atol, rtol) -> tuple[torch.Tensor, ...]
     margin = top2[:, 0] - top2[:, -1]
     flip = b.argmax(dim=-1) != s.argmax(dim=-1)
     k = min(top_k, s.shape[-1])
-    b_logits, b_ids = b.topk(k, dim=-1)
-    s_logits, s_ids = s.topk(k, dim=-1)
+    b_logits, b_ids = ordered_topk(b, k)
+    s_logits, s_ids = ordered_topk(s, k)
     b_probs, b_probs_in_s = log_pb.gather(-1, b_ids).exp(), log_ps.gather(-1, b_ids).exp()
     s_probs, s_probs_in_b = log_ps.gather(-1, s_ids).exp(), log_pb.gather(-1, s_ids).exp()
     return (
@@ -80,6 +80,25 @@ def _block_stats(batched, single, top_k, atol, rtol) -> tuple[torch.Tensor, ...]
         *(b_ids, b_logits, b_probs, b_probs_in_s),
         *(s_ids, s_logits, s_probs, s_probs_in_b),
     )
+
+
+def ordered_topk(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-k along the last dim, by value descending and then token id ascending.
+
+    torch.topk leaves the order of tied values (common in bf16 logits) unspecified, and with
+    it which tied token makes the cut; that would show rank changes that are not there.
+    """
+    kth = x.topk(k, dim=-1).values[..., -1:]
+    above = x > kth
+    tied = x == kth
+    # Of the tokens tied with the k-th value, keep those with the smallest ids.
+    needed = k - above.sum(dim=-1, keepdim=True)
+    chosen = above | (tied & (tied.cumsum(dim=-1) <= needed))
+    keyed = torch.where(chosen, x, torch.finfo(x.dtype).min)
+    ids = keyed.topk(k, dim=-1).indices.sort(dim=-1).values
+    values = x.gather(-1, ids)
+    values, order = values.sort(dim=-1, descending=True, stable=True)
+    return values, ids.gather(-1, order)
 
 
 @dataclass

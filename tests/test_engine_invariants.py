@@ -97,3 +97,17 @@ def test_dtype_auto_is_the_checkpoints():
 def test_bad_input_raises_a_clear_error(texts, settings, message):
     with pytest.raises(InputError, match=message):
         compare(texts, settings)
+
+
+def test_ordered_topk_breaks_ties_by_token_id():
+    import torch
+
+    from core.metrics import ordered_topk
+
+    x = torch.tensor([[1.0, 3.0, 2.0, 3.0, 2.0, 2.0, 0.5], [5.0, 5.0, 5.0, 5.0, 5.0, 1.0, 9.0]])
+    values, ids = ordered_topk(x, 4)
+    assert ids.tolist() == [[1, 3, 2, 4], [6, 0, 1, 2]]
+    assert values.tolist() == [[3.0, 3.0, 2.0, 2.0], [9.0, 5.0, 5.0, 5.0]]
+    for row in torch.randn(50, 40).to(torch.bfloat16).float():  # bf16 rounding makes many ties
+        expected = sorted(range(40), key=lambda i: (-row[i].item(), i))[:5]
+        assert ordered_topk(row.unsqueeze(0), 5)[1][0].tolist() == expected

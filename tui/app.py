@@ -65,8 +65,10 @@ class BatchtuiApp(App[None]):
         self.output_dir = output_dir or Path.cwd()
         self.comparison: Comparison | None = None
         self.selected = (0, 0)
-        self.generation = 0
+        self.generation = 0  # of the latest run started; older runs are stale
+        self.settled_generation = 0  # of the latest run whose result or error is on screen
         self._debounce: Timer | None = None
+        self._run_text: str | None = None  # the editor's text when the latest run started
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="main"):
@@ -91,7 +93,9 @@ class BatchtuiApp(App[None]):
     def action_rerun(self) -> None:
         if self._debounce is not None:
             self._debounce.stop()
-        texts, blank = self.query_one(TextsEditor).texts()
+        editor = self.query_one(TextsEditor)
+        self._run_text = editor.text
+        texts, blank = editor.texts()
         if not texts:
             self.notify("no texts to compare: type one per line", severity="warning")
             return
@@ -136,6 +140,7 @@ class BatchtuiApp(App[None]):
 
     def on_run_failed(self, message: RunFailed) -> None:
         if message.generation == self.generation:
+            self.settled_generation = message.generation
             self.query_one(StatusLine).set_activity("failed")
             self.notify(message.message, title="comparison failed", severity="error", timeout=10)
 
@@ -144,6 +149,7 @@ class BatchtuiApp(App[None]):
             return  # a stale run's result is never shown
         comparison = message.comparison
         self.comparison = comparison
+        self.settled_generation = message.generation
         status = self.query_one(StatusLine)
         self._show_setup(comparison.config["dtype"], comparison.config["device"])
         summary = comparison.summary
@@ -208,10 +214,11 @@ class BatchtuiApp(App[None]):
         self.query_one(Heatmap).focus()
 
     @on(TextArea.Changed, "#editor")
-    def _texts_edited(self) -> None:
+    def _texts_edited(self, event: TextArea.Changed) -> None:
         if self._debounce is not None:
             self._debounce.stop()
-        self._debounce = self.set_timer(EDIT_DEBOUNCE_S, self.action_rerun)
+        if event.text_area.text != self._run_text:  # e.g. the editor's own first load
+            self._debounce = self.set_timer(EDIT_DEBOUNCE_S, self.action_rerun)
 
     def on_settings_panel_changed(self, message: SettingsPanel.Changed) -> None:
         self._apply_settings(message.settings)

@@ -82,12 +82,13 @@ class DetailPane(Vertical):
         chart = self.query_one("#detail-chart", PlotextPlot)
         plt = chart.plt
         plt.clear_figure()
-        labels = [literal(repr(t.token)[1:-1], 6) for t in p.topk_single]
+        # Ranks, not token strings, on the axis: the table beside names the tokens.
+        labels = [str(rank + 1) for rank in range(len(p.topk_single))]
         plt.multiple_bar(
             labels,
             [[t.prob for t in p.topk_single], [t.prob_in_other for t in p.topk_single]],
             labels=["single", "batched"],
             color=["blue", "orange"],
         )
-        plt.title("p of the single run's top-k")
+        plt.title("p of the single run's top-k, by rank")
         chart.refresh()

@@ -15,7 +15,7 @@ from core.views import BUCKET_LEGEND, heatmap_series
 
 # 256-colour codes, one per bucket: grey for exactly zero, then cold to hot by decade.
 BUCKET_COLORS = (240, 24, 31, 37, 71, 178, 208, 196, 201)
-SELECTED_MARKER = "◆"
+SELECTED_MARKER = "X"
 
 
 class Heatmap(Vertical, can_focus=True):
@@ -48,7 +48,7 @@ class Heatmap(Vertical, can_focus=True):
         for label, color in zip(BUCKET_LEGEND, BUCKET_COLORS):
             legend.append("█", style=f"color({color})")
             legend.append(f"{label} ")
-        legend.append(f"{SELECTED_MARKER}selected")
+        legend.append(f"{SELECTED_MARKER} selected")
         return legend
 
     def action_move(self, texts: int, positions: int) -> None:

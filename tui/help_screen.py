@@ -21,13 +21,13 @@ class HelpScreen(ModalScreen[None]):
 
     def __init__(self, bindings: list[tuple[str, str]]) -> None:
         super().__init__()
-        self._bindings = bindings
+        self._keys = bindings
 
     def compose(self) -> ComposeResult:
         table = Table(box=None, padding=(0, 2), show_header=False)
         table.add_column(style="bold", no_wrap=True)
         table.add_column()
-        for keys, description in (*NAVIGATION, *self._bindings):
+        for keys, description in (*NAVIGATION, *self._keys):
             table.add_row(keys, description)
         with VerticalScroll(id="help"):
             yield Static("batchtui keys", id="help-title")

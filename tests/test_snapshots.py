@@ -1,0 +1,43 @@
+"""SVG snapshots of the main screen at 80x24 and 120x40 and of the help screen.
+
+Batch size 1 makes every difference bitwise zero, so the pictures do not depend on the CPU's
+kernels; the run time in the status line is pinned, being the one thing that varies.
+"""
+
+import pytest
+from tui_helpers import make_app, settle
+
+from tui.status_line import StatusLine
+
+
+def app_for_snapshot():
+    return make_app(batch_size=1)
+
+
+async def _ready(pilot) -> None:
+    await settle(pilot, pilot.app)
+    pilot.app.query_one(StatusLine).set_last_run(0.0)
+    await pilot.pause()
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+def test_main_screen(snap_compare, size):
+    assert snap_compare(app_for_snapshot(), terminal_size=size, run_before=_ready)
+
+
+def test_main_screen_after_moving(snap_compare):
+    async def move(pilot):
+        await _ready(pilot)
+        await pilot.press("]", "]", "right", "right")
+        await pilot.pause(0.2)
+
+    assert snap_compare(app_for_snapshot(), terminal_size=(120, 40), run_before=move)
+
+
+def test_help_screen(snap_compare):
+    async def help_(pilot):
+        await _ready(pilot)
+        await pilot.press("question_mark")
+        await pilot.pause()
+
+    assert snap_compare(app_for_snapshot(), terminal_size=(80, 24), run_before=help_)

@@ -1,0 +1,167 @@
+"""The app driven through Pilot on the built-in model, as a user would."""
+
+import json
+
+from tui_helpers import MIXED, detail_title, make_app, settle
+
+from core.views import divergent_cells, next_divergent
+from tui.heatmap import Heatmap
+from tui.help_screen import HelpScreen
+from tui.messages import ComparisonReady
+from tui.summary_table import SummaryTable
+
+
+async def test_first_frame_comes_before_results_then_results_appear():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        assert app.comparison is None  # mounted and drawn; the model loads in a worker
+        assert isinstance(app.focused, Heatmap)
+        await settle(pilot, app)
+        table = app.query_one(SummaryTable)
+        assert table.row_count == len(MIXED)
+        assert detail_title(app) == "text 1 · position 0"
+        assert app.comparison.config["dtype"] == "bfloat16"
+
+
+async def test_n_jumps_over_divergent_positions_and_detail_follows():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        cells = divergent_cells(app.comparison)
+        assert len(cells) > 1, "the test needs divergence: bf16 with arange positions and left padding"
+        await pilot.press("n")
+        assert app.selected == next_divergent(app.comparison, 0, 0) == cells[0]
+        assert detail_title(app) == f"text {cells[0][0] + 1} · position {cells[0][1]}"
+        await pilot.press("n")
+        assert app.selected == cells[1]
+        await pilot.press("N")
+        assert app.selected == cells[0]
+        await pilot.press("N")
+        assert app.selected == cells[-1]  # wraps around
+
+
+async def test_arrows_hjkl_and_brackets_move_the_selection():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        await pilot.press("]", "]")
+        assert app.selected == (2, 0) and detail_title(app) == "text 3 · position 0"
+        await pilot.press("right", "right", "l")
+        assert detail_title(app) == "text 3 · position 3"
+        await pilot.press("h", "up")
+        assert app.selected == (1, 0)  # text 2 has one token: the position is clamped
+        await pilot.press("j", "down", "down", "down")
+        assert app.selected == (3, 0)  # stops at the last text
+        await pilot.press("[")
+        assert app.selected == (2, 0)
+        assert app.query_one(SummaryTable).cursor_row == 2
+
+
+async def test_selecting_a_summary_row_selects_the_text():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        app.query_one(SummaryTable).focus()
+        await pilot.press("down", "down", "down")
+        assert app.selected[0] == 3
+        assert detail_title(app).startswith("text 4 ·")
+
+
+async def test_editing_a_text_reruns_and_changes_the_table():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        before = app.generation
+        await pilot.press("e")
+        assert app.focused.id == "editor"
+        app.focused.move_cursor(app.focused.document.end)
+        await pilot.press("enter", *"new text here")
+        await pilot.pause(0.7)  # past the 0.5 s debounce
+        await settle(pilot, app)
+        assert app.generation == before + 1  # one re-run for the whole burst of keys
+        assert app.query_one(SummaryTable).row_count == len(MIXED) + 1
+        assert app.comparison.texts[-1].text == "new text here"
+        await pilot.press("q")  # typed into the editor, not quitting
+        assert app.is_running
+        await pilot.press("escape")
+        assert isinstance(app.focused, Heatmap)
+
+
+async def test_setting_keys_rerun_with_new_settings():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        await pilot.press("p")
+        await settle(pilot, app)
+        assert app.comparison.config["padding_side"] == "right"
+        await pilot.press("b")
+        await settle(pilot, app)
+        assert app.comparison.config["batch_size"] == 16
+        await pilot.press("d")
+        await settle(pilot, app)
+        assert app.comparison.config["dtype"] == "float16"
+        assert app.query_one("#dtype").value == "float16"
+
+
+async def test_stale_result_is_never_shown():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        shown = app.comparison
+        stale = ComparisonReady(app.generation - 1, shown)
+        app.generation += 1  # a newer run has started
+        app.post_message(stale)
+        await pilot.pause()
+        assert app.settled_generation == app.generation - 1
+
+
+async def test_engine_error_is_shown_and_the_app_survives():
+    app = make_app(model="no-such-org/no-such-model")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        messages = [n.message for n in app._notifications]
+        assert any("cannot load model 'no-such-org/no-such-model'" in m for m in messages)
+        assert app.is_running and app.comparison is None
+        await pilot.press("e")
+        app.focused.text = "   \n"
+        await pilot.press("escape", "r")
+        assert any("no texts to compare" in n.message for n in app._notifications)
+
+
+async def test_ctrl_s_writes_the_report_and_f8_a_screenshot(tmp_path):
+    app = make_app(tmp_path=tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        await pilot.press("ctrl+s", "f8")
+        await pilot.pause()
+    reports = list(tmp_path.glob("batchtui-report-*.json"))
+    assert len(reports) == 1
+    assert json.loads(reports[0].read_text())["summary"]["texts"] == len(MIXED)
+    assert len(list(tmp_path.glob("*.svg"))) == 1
+
+
+async def test_help_screen_and_quit():
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app)
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+        await pilot.press("f1")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape", "q")
+        await pilot.pause()
+        assert not app.is_running
+
+
+async def test_texts_are_shown_literally():
+    texts = ["[red]x[/red]", "[link=http://x]y", "tab\there", "emoji 🙂 日本 שלום e\u0301"]
+    app = make_app(texts=texts)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        table = app.query_one(SummaryTable)
+        assert str(table.get_row_at(0)[1]) == "[red]x[/red]"
+        assert str(table.get_row_at(1)[1]) == "[link=http:…"
+        assert str(table.get_row_at(2)[1]) == "tab\\there"
