@@ -14,7 +14,6 @@ from tui.summary_table import SummaryTable
 async def test_first_frame_comes_before_results_then_results_appear():
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.pause()
         assert app.comparison is None  # mounted and drawn; the model loads in a worker
         assert isinstance(app.focused, Heatmap)
         await settle(pilot, app)
