@@ -75,12 +75,13 @@ async def test_editing_a_text_reruns_and_changes_the_table():
         await pilot.press("e")
         assert app.focused.id == "editor"
         app.focused.move_cursor(app.focused.document.end)
-        await pilot.press("enter", *"new text here")
+        await pilot.press("enter", "enter", *"new text here")
         await pilot.pause(0.7)  # past the 0.5 s debounce
         await settle(pilot, app)
         assert app.generation == before + 1  # one re-run for the whole burst of keys
         assert app.query_one(SummaryTable).row_count == len(MIXED) + 1
         assert app.comparison.texts[-1].text == "new text here"
+        assert "1 blank line skipped" in str(app.query_one("#status").render())
         await pilot.press("q")  # typed into the editor, not quitting
         assert app.is_running
         await pilot.press("escape")
@@ -164,3 +165,16 @@ async def test_texts_are_shown_literally():
         assert str(table.get_row_at(0)[1]) == "[red]x[/red]"
         assert str(table.get_row_at(1)[1]) == "[link=http:…"
         assert str(table.get_row_at(2)[1]) == "tab\\there"
+
+
+async def test_command_palette_runs_app_actions():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        await pilot.press("ctrl+p")
+        await pilot.pause(0.2)
+        await pilot.press(*"Next divergent")
+        await pilot.pause(0.5)
+        await pilot.press("enter")
+        await pilot.pause(0.2)
+        assert app.selected == next_divergent(app.comparison, 0, 0)

@@ -54,7 +54,7 @@ class BatchtuiApp(App[None]):
         Binding("L", "toggle_layers", "Detail/layers", key_display="L"),
         Binding("ctrl+s", "save_report", "Save JSON"),
         Binding("f8", "screenshot", "Screenshot", show=False),
-        Binding("question_mark,f1", "help", "Help", key_display="?"),
+        Binding("question_mark,f1", "help", "Help", key_display="?/F1"),
         Binding("q", "quit", "Quit"),
     ]
 
@@ -99,10 +99,10 @@ class BatchtuiApp(App[None]):
         if not texts:
             self.notify("no texts to compare: type one per line", severity="warning")
             return
-        if blank:
-            self.notify(f"{blank} blank line{'s' if blank > 1 else ''} skipped", timeout=3)
         self.generation += 1
-        self.query_one(StatusLine).set_activity("starting run…")
+        status = self.query_one(StatusLine)
+        status.set_skipped(blank)
+        status.set_activity("starting run…")
         self._compare(texts, self.settings, self.generation)
 
     @work(thread=True, exclusive=True, group="compare")

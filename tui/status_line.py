@@ -14,6 +14,7 @@ class StatusLine(Static):
         self._setup = ""
         self._activity = "starting…"
         self._last_run = ""
+        self._skipped = ""
 
     def set_setup(self, model: str, device: str, dtype: str, trust_remote_code: bool) -> None:
         self._setup = f"{literal(model, 40)} · {device} · {dtype}" + (
@@ -29,5 +30,10 @@ class StatusLine(Static):
         self._last_run = f"last run {seconds:.2f} s"
         self._render_line()
 
+    def set_skipped(self, blank_lines: int) -> None:
+        self._skipped = f"{blank_lines} blank line{'s' if blank_lines != 1 else ''} skipped" if blank_lines else ""
+        self._render_line()
+
     def _render_line(self) -> None:
-        self.update(Text(" · ".join(part for part in (self._setup, self._activity, self._last_run) if part)))
+        parts = (self._setup, self._activity, self._last_run, self._skipped)
+        self.update(Text(" · ".join(part for part in parts if part)))

@@ -1,0 +1,57 @@
+"""Regenerate the README's screenshots from the real app on the built-in model.
+
+    python screenshots/make_screenshots.py
+
+Runs bf16 with the original report's `arange` position ids, where the tiny model diverges on CPU.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from core import DEFAULT_TEXTS, Settings
+from core.views import divergent_cells
+from tui.app import BatchtuiApp
+
+HERE = Path(__file__).parent
+SETTINGS = Settings(dtype="bfloat16", positions="arange")
+
+
+async def _settled(pilot, app: BatchtuiApp) -> None:
+    for _ in range(600):
+        await pilot.pause(0.05)
+        await app.workers.wait_for_complete()
+        if app.generation and app.settled_generation == app.generation and not app.workers:
+            await pilot.pause(0.3)
+            return
+    raise RuntimeError("no comparison arrived")
+
+
+async def shoot(name: str, size: tuple[int, int], keys: list[str]) -> Path:
+    app = BatchtuiApp(list(DEFAULT_TEXTS), SETTINGS, output_dir=HERE)
+    async with app.run_test(size=size) as pilot:
+        await _settled(pilot, app)
+        if "FLIP" in keys:  # jump to the first position whose top-1 token flips
+            flips = [c for c in divergent_cells(app.comparison) if app.comparison.texts[c[0]].positions[c[1]].top1_flip]
+            app.select(*flips[0])
+            keys = [k for k in keys if k != "FLIP"]
+        for key in keys:
+            await pilot.press(key)
+        await pilot.pause(0.3)
+        return Path(app.save_screenshot(filename=f"{name}.svg", path=str(HERE)))
+
+
+async def main() -> None:
+    shots = [
+        ("main", (120, 40), ["n"]),
+        ("flip", (120, 40), ["FLIP"]),
+        ("small", (80, 24), ["n"]),
+        ("help", (100, 30), ["question_mark"]),
+    ]
+    for name, size, keys in shots:
+        print(await shoot(name, size, keys))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
