@@ -48,11 +48,13 @@ def run_check(argv: list[str], prog: str = "batchtui check") -> int:
     except Exception as exc:  # noqa: BLE001 - the user gets one line, never a traceback
         print(f"batchtui: internal error: {type(exc).__name__}: {exc}".splitlines()[0], file=sys.stderr)
         return EXIT_INTERNAL
-    from core.report import format_table, verdict
+    from core.plain_text import format_localization, format_table, verdict
 
     # With the report on stdout, the human-readable part goes to stderr so the JSON stays parseable.
     out = sys.stderr if args.json == "-" else sys.stdout
     print(format_table(comparison), file=out)
+    if settings.modules:
+        print(format_localization(comparison), file=out)
     for note in comparison.notes:
         print(f"note: {note}", file=out)
     print(verdict(comparison), file=out)

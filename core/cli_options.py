@@ -30,6 +30,13 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--atol", type=float, default=DEFAULT_ATOL, help=f"default: {DEFAULT_ATOL:g}")
     parser.add_argument("--rtol", type=float, default=DEFAULT_RTOL, help=f"default: {DEFAULT_RTOL:g}")
     parser.add_argument("--trust-remote-code", action="store_true", help="run the checkpoint's own Python code")
+    parser.add_argument(
+        "--layers", action="store_true", help="localize per module: norms, attention, MLP, residual of each layer"
+    )
+    parser.add_argument(
+        "--decompose", action="store_true", help="also run each padded row alone: batch-size vs padding effect"
+    )
+    parser.add_argument("--reference", action="store_true", help="also run each text alone in float64 on the CPU")
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
@@ -45,6 +52,9 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         atol=args.atol,
         rtol=args.rtol,
         trust_remote_code=args.trust_remote_code,
+        modules=args.layers,
+        decompose=args.decompose,
+        reference=args.reference,
     ).validated()
 
 

@@ -31,6 +31,7 @@ class PositionMetrics:
     top1_flip: bool
     margin: float  # top-1 minus top-2 logit of the single run
     allclose: bool  # torch.isclose(batched, single, atol, rtol) at every vocabulary entry
+    max_abs_diff_ulp: float  # max|Δ| in units of the dtype's spacing at the position's largest |logit|
     topk_batch: tuple[TopToken, ...]
     topk_single: tuple[TopToken, ...]
 
@@ -51,6 +52,24 @@ class LayerMetrics:
 
 
 @dataclass(frozen=True)
+class Decomposition:
+    """The padded-row run P (row i of the padded batch, run as a batch of one) splits B vs S."""
+
+    batch_effect: float  # max|B - P|: same padding, batch of one vs the whole chunk
+    padding_effect: float  # max|P - S|: padded and masked vs no padding at all
+    batch_effect_allclose: bool
+    padding_effect_allclose: bool
+
+
+@dataclass(frozen=True)
+class ReferenceErrors:
+    """Each run against R, the text alone in float64 on the CPU: is batching worse or only different?"""
+
+    batched: float  # max|B - R|
+    single: float  # max|S - R|
+
+
+@dataclass(frozen=True)
 class TextResult:
     index: int
     text: str
@@ -61,12 +80,21 @@ class TextResult:
     kl_max: float
     top1_flips: int
     worst_position: int
+    max_abs_diff_ulp: float
     positions: tuple[PositionMetrics, ...]
     layers: tuple[LayerMetrics, ...]
+    # Per-module hidden states (settings.modules): norms, attention, MLP and residual of each layer.
+    modules: tuple[LayerMetrics, ...] = ()
+    decomposition: Decomposition | None = None
+    reference: ReferenceErrors | None = None
 
     @property
     def first_divergent_layer(self) -> LayerMetrics | None:
         return next((layer for layer in self.layers if not layer.bitwise_equal), None)
+
+    @property
+    def first_divergent_module(self) -> LayerMetrics | None:
+        return next((module for module in self.modules if not module.bitwise_equal), None)
 
 
 @dataclass(frozen=True)

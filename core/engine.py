@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 
-from core.comparison import Comparison, LayerMetrics, PositionMetrics, TextResult, TopToken
+from core.comparison import (
+    Comparison,
+    Decomposition,
+    LayerMetrics,
+    PositionMetrics,
+    ReferenceErrors,
+    TextResult,
+    TopToken,
+)
 from core.errors import Cancelled, InputError, ModelLoadError
-from core.metrics import LayerStats, PositionStats, layer_stats, position_stats
+from core.metrics import LayerStats, PositionStats, layer_stats, max_abs_diff, position_stats
 from core.models import LoadedModel, load_model
 from core.runner import BatchedChunk, PassOutput, Runner
 from core.settings import Settings
@@ -19,13 +28,18 @@ ProgressFn = Callable[[int, int], None]
 CancelledFn = Callable[[], bool]
 
 
-def total_passes(n_texts: int, batch_size: int) -> int:
-    """One batched pass per chunk plus one single pass per text."""
-    return -(-n_texts // batch_size) + n_texts
+def passes_per_text(settings: Settings) -> int:
+    """The single run, plus the padded-row and float64 reference runs when asked for."""
+    return 1 + settings.decompose + settings.reference
 
 
-def describe_progress(done: int, n_texts: int, batch_size: int) -> str:
-    """'batched 1/2 · singles 3/5' after `done` passes (a chunk's pass, then its texts' singles)."""
+def total_passes(n_texts: int, batch_size: int, per_text: int = 1) -> int:
+    """One batched pass per chunk plus `per_text` passes per text."""
+    return -(-n_texts // batch_size) + n_texts * per_text
+
+
+def describe_progress(done: int, n_texts: int, batch_size: int, per_text: int = 1) -> str:
+    """'batched 1/2 · singles 3/5' after `done` passes (a chunk's pass, then its texts' own passes)."""
     n_chunks = -(-n_texts // batch_size)
     chunks_done = singles_done = 0
     remaining = done
@@ -33,8 +47,8 @@ def describe_progress(done: int, n_texts: int, batch_size: int) -> str:
         chunks_done += 1
         remaining -= 1
         in_chunk = min(batch_size, n_texts - (chunks_done - 1) * batch_size)
-        step = min(remaining, in_chunk)
-        singles_done += step
+        step = min(remaining, in_chunk * per_text)
+        singles_done += step // per_text
         remaining -= step
     return f"batched {chunks_done}/{n_chunks} · singles {singles_done}/{n_texts}"
 
@@ -52,7 +66,8 @@ def compare(
     loaded = load_model(settings)
     if settings.top_k > loaded.vocab_size:
         raise InputError(f"top-k must be at most the vocabulary size {loaded.vocab_size}, not {settings.top_k}")
-    total = total_passes(len(texts), settings.batch_size)
+    reference = load_reference_model(settings) if settings.reference else None
+    total = total_passes(len(texts), settings.batch_size, passes_per_text(settings))
     done = 0
 
     def step() -> None:
@@ -66,7 +81,8 @@ def compare(
             raise Cancelled("comparison cancelled")
 
     results: list[TextResult] = []
-    with torch.inference_mode(), Runner(loaded, settings.padding_side, settings.positions) as runner:
+    runner = Runner(loaded, settings.padding_side, settings.positions, per_module=settings.modules)
+    with torch.inference_mode(), runner:
         for start in range(0, len(texts), settings.batch_size):
             chunk_texts = texts[start : start + settings.batch_size]
             check_cancelled()
@@ -82,7 +98,16 @@ def compare(
                     )
                 single = runner.single(own_ids)
                 step()
-                results.append(_text_result(start + row, text, own_ids, chunk, row, single, loaded, runner, settings))
+                result = _text_result(start + row, text, own_ids, chunk, row, single, loaded, runner, settings)
+                if settings.decompose:
+                    check_cancelled()
+                    result = replace(result, decomposition=_decompose(runner, chunk, row, single, settings))
+                    step()
+                if reference is not None:
+                    check_cancelled()
+                    result = replace(result, reference=_reference_errors(reference, own_ids, chunk, row, single))
+                    step()
+                results.append(result)
                 del single
             del chunk  # free this chunk's logits before the next one
     return Comparison(
@@ -108,7 +133,8 @@ def _text_result(
     batched_logits = chunk.output.logits[row][real]
     single_logits = single.logits[0]
     stats = position_stats(batched_logits, single_logits, settings.top_k, settings.atol, settings.rtol)
-    layers = layer_stats([h[row][real] for h in chunk.output.hidden], [h[0] for h in single.hidden])
+    hidden = layer_stats([h[row][real] for h in chunk.output.hidden], [h[0] for h in single.hidden])
+    modules = _layers(runner.names, hidden)
     positions = _positions(token_ids, stats, loaded)
     max_abs = stats.max_abs_diff
     return TextResult(
@@ -121,14 +147,48 @@ def _text_result(
         kl_max=float(stats.kl.max()),
         top1_flips=int(stats.top1_flip.sum()),
         worst_position=int(max_abs.argmax()),
+        max_abs_diff_ulp=float(stats.max_abs_diff_ulp.max()),
         positions=positions,
-        layers=_layers(runner.layer_names, layers),
+        layers=tuple(modules[i] for i in runner.layer_indices),
+        modules=modules if settings.modules else (),
+    )
+
+
+def _decompose(runner: Runner, chunk: BatchedChunk, row: int, single: PassOutput, settings: Settings) -> Decomposition:
+    real = chunk.real_positions(row)
+    batched = chunk.output.logits[row][real]
+    padded = runner.padded_row(chunk, row).logits[0][real]
+    alone = single.logits[0]
+    tolerance = {"atol": settings.atol, "rtol": settings.rtol}
+    return Decomposition(
+        batch_effect=max_abs_diff(batched, padded),
+        padding_effect=max_abs_diff(padded, alone),
+        batch_effect_allclose=torch.allclose(batched, padded, **tolerance),
+        padding_effect_allclose=torch.allclose(padded, alone, **tolerance),
+    )
+
+
+def load_reference_model(settings: Settings) -> LoadedModel:
+    """The same checkpoint in float64 on the CPU; kept loaded beside the main model."""
+    return load_model(settings.with_changes(dtype="float64", device="cpu"))
+
+
+def _reference_errors(
+    reference: LoadedModel, token_ids: list[int], chunk: BatchedChunk, row: int, single: PassOutput
+) -> ReferenceErrors:
+    with Runner(reference, "left", "mask") as ref_runner:
+        exact = ref_runner.single(token_ids).logits[0]
+    batched = chunk.output.logits[row][chunk.real_positions(row)].to("cpu", torch.float64)
+    return ReferenceErrors(
+        batched=max_abs_diff(batched, exact),
+        single=max_abs_diff(single.logits[0].to("cpu", torch.float64), exact),
     )
 
 
 def _positions(token_ids: list[int], stats: PositionStats, loaded: LoadedModel) -> tuple[PositionMetrics, ...]:
     columns = [
         stats.max_abs_diff.tolist(),
+        stats.max_abs_diff_ulp.tolist(),
         stats.mean_abs_diff.tolist(),
         stats.kl.tolist(),
         stats.top1_flip.tolist(),
@@ -148,6 +208,7 @@ def _positions(token_ids: list[int], stats: PositionStats, loaded: LoadedModel) 
             token_id=token_id,
             token=loaded.token_text(token_id),
             max_abs_diff=max_abs,
+            max_abs_diff_ulp=max_abs_ulp,
             mean_abs_diff=mean_abs,
             kl=kl,
             top1_flip=flip,
@@ -156,7 +217,9 @@ def _positions(token_ids: list[int], stats: PositionStats, loaded: LoadedModel) 
             topk_batch=b_top[t],
             topk_single=s_top[t],
         )
-        for t, (token_id, max_abs, mean_abs, kl, flip, margin, close) in enumerate(zip(token_ids, *columns))
+        for t, (token_id, max_abs, max_abs_ulp, mean_abs, kl, flip, margin, close) in enumerate(
+            zip(token_ids, *columns)
+        )
     )
 
 

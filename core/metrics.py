@@ -26,6 +26,7 @@ class PositionStats:
     """Per-position results on the host; each tensor has n rows."""
 
     max_abs_diff: torch.Tensor  # [n] float32
+    max_abs_diff_ulp: torch.Tensor
     mean_abs_diff: torch.Tensor
     kl: torch.Tensor
     margin: torch.Tensor
@@ -61,6 +62,7 @@ def _block_stats(batched, single, top_k, atol, rtol) -> tuple[torch.Tensor, ...]
     max_abs = diff.amax(dim=-1)
     mean_abs = diff.mean(dim=-1)
     del diff
+    max_abs_ulp = max_abs / ulp(s.abs().amax(dim=-1), batched.dtype)
     log_pb = b.log_softmax(dim=-1)
     log_ps = s.log_softmax(dim=-1)
     ps = log_ps.exp()
@@ -76,10 +78,22 @@ def _block_stats(batched, single, top_k, atol, rtol) -> tuple[torch.Tensor, ...]
     b_probs, b_probs_in_s = log_pb.gather(-1, b_ids).exp(), log_ps.gather(-1, b_ids).exp()
     s_probs, s_probs_in_b = log_ps.gather(-1, s_ids).exp(), log_pb.gather(-1, s_ids).exp()
     return (
-        *(max_abs, mean_abs, kl, margin, flip, allclose),
+        *(max_abs, max_abs_ulp, mean_abs, kl, margin, flip, allclose),
         *(b_ids, b_logits, b_probs, b_probs_in_s),
         *(s_ids, s_logits, s_probs, s_probs_in_b),
     )
+
+
+def ulp(magnitude: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The spacing of `dtype`'s numbers at `magnitude` (its smallest normal spacing near zero)."""
+    info = torch.finfo(dtype)
+    floor = torch.as_tensor(info.tiny, dtype=magnitude.dtype, device=magnitude.device)
+    return torch.exp2(torch.floor(torch.log2(torch.maximum(magnitude, floor)))) * info.eps
+
+
+def max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    """max |a - b| in float32 (float64 stays float64) over all elements."""
+    return (_widened(a) - _widened(b)).abs().max().item() if a.numel() else 0.0
 
 
 def ordered_topk(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:

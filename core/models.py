@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,7 +40,9 @@ class LoadedModel:
 
 
 _lock = threading.Lock()
-_cached: tuple[tuple, LoadedModel] | None = None
+# The model in use and, with --reference, its float64 twin on the CPU; older ones are dropped.
+_CACHE_SIZE = 2
+_cached: OrderedDict[tuple, LoadedModel] = OrderedDict()
 
 
 def resolve_device(device: str) -> str:
@@ -55,16 +58,21 @@ def resolve_device(device: str) -> str:
 
 
 def load_model(settings: Settings) -> LoadedModel:
-    """Load (or reuse) the model the settings name; the last one loaded is kept for reuse."""
-    global _cached
+    """Load (or reuse) the model the settings name.
+
+    A dtype change loads the weights again: casting a loaded model is not the same as loading in
+    that dtype (it also casts buffers such as the rotary frequencies, which changes the logits).
+    """
     device = resolve_device(settings.device)
     key = (settings.model, device, settings.attn, settings.dtype, settings.trust_remote_code)
     with _lock:
-        if _cached is not None and _cached[0] == key:
-            return _cached[1]
-        _cached = None  # free the previous model before loading the next one
+        if key in _cached:
+            _cached.move_to_end(key)
+            return _cached[key]
+        while len(_cached) >= _CACHE_SIZE:  # free before loading the next one
+            _cached.popitem(last=False)
         loaded = _load(settings, device)
-        _cached = (key, loaded)
+        _cached[key] = loaded
         return loaded
 
 

@@ -6,10 +6,10 @@ import json
 import math
 import os
 import tempfile
-import unicodedata
+from dataclasses import asdict
 from pathlib import Path
 
-from core.comparison import Comparison, PositionMetrics, TextResult, TopToken
+from core.comparison import Comparison, LayerMetrics, PositionMetrics, TextResult, TopToken
 
 
 def _number(value: float) -> float | None:
@@ -32,6 +32,7 @@ def _position(p: PositionMetrics) -> dict:
         "top1_flip": p.top1_flip,
         "margin": _number(p.margin),
         "allclose": p.allclose,
+        "max_abs_diff_ulp": _number(p.max_abs_diff_ulp),
         "topk_batch": _top(p.topk_batch),
         "topk_single": _top(p.topk_single),
         "topk_batch_probs": [_number(t.prob) for t in p.topk_batch],
@@ -39,8 +40,35 @@ def _position(p: PositionMetrics) -> dict:
     }
 
 
+def _hidden(metrics: tuple[LayerMetrics, ...], key: str) -> list[dict]:
+    return [
+        {
+            key: m.layer,
+            "index": m.index,
+            "max_abs_diff": _number(m.max_abs_diff),
+            "rel_l2": _number(m.rel_l2),
+            "bitwise_equal": m.bitwise_equal,
+        }
+        for m in metrics
+    ]
+
+
 def _text(t: TextResult) -> dict:
     first = t.first_divergent_layer
+    first_module = t.first_divergent_module
+    extra = {}
+    if t.modules:
+        extra["modules"] = _hidden(t.modules, "module")
+        extra["first_divergent_module"] = first_module.layer if first_module else None
+    if t.decomposition is not None:
+        extra["decomposition"] = {
+            k: _number(v) if isinstance(v, float) else v for k, v in asdict(t.decomposition).items()
+        }
+    if t.reference is not None:
+        extra["reference"] = {
+            "batched_vs_float64": _number(t.reference.batched),
+            "single_vs_float64": _number(t.reference.single),
+        }
     return {
         "index": t.index,
         "text": t.text,
@@ -51,18 +79,11 @@ def _text(t: TextResult) -> dict:
         "kl_max": _number(t.kl_max),
         "top1_flips": t.top1_flips,
         "worst_position": t.worst_position,
+        "max_abs_diff_ulp": _number(t.max_abs_diff_ulp),
         "first_divergent_layer": first.layer if first else None,
         "positions": [_position(p) for p in t.positions],
-        "layers": [
-            {
-                "layer": layer.layer,
-                "index": layer.index,
-                "max_abs_diff": _number(layer.max_abs_diff),
-                "rel_l2": _number(layer.rel_l2),
-                "bitwise_equal": layer.bitwise_equal,
-            }
-            for layer in t.layers
-        ],
+        "layers": _hidden(t.layers, "layer"),
+        **extra,
     }
 
 
@@ -95,66 +116,3 @@ def write_json(comparison: Comparison, path: str | Path) -> Path:
         Path(temp).unlink(missing_ok=True)
         raise
     return path
-
-
-def literal(text: str, width: int | None = None) -> str:
-    """`text` made safe for one line of a terminal: control characters shown as escapes."""
-    shown = "".join(repr(ch)[1:-1] if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") else ch for ch in text)
-    if width is not None and len(shown) > width:
-        shown = shown[: width - 1] + "…"
-    return shown
-
-
-def format_float(value: float) -> str:
-    if value == 0:
-        return "0"
-    if not math.isfinite(value):
-        return str(value)
-    return f"{value:.3g}" if 1e-3 <= abs(value) < 1e4 else f"{value:.2e}"
-
-
-TABLE_HEADER = ("#", "text", "tokens", "max|Δ|", "KL max", "flips", "worst pos", "allclose")
-
-
-def table_rows(comparison: Comparison) -> list[tuple[str, ...]]:
-    return [
-        (
-            str(t.index + 1),
-            literal(t.text, 32),
-            str(len(t.token_ids)),
-            format_float(t.max_abs_diff),
-            format_float(t.kl_max),
-            str(t.top1_flips),
-            str(t.worst_position),
-            "yes" if t.allclose else "NO",
-        )
-        for t in comparison.texts
-    ]
-
-
-def format_table(comparison: Comparison) -> str:
-    rows = [TABLE_HEADER, *table_rows(comparison)]
-    widths = [max(len(row[c]) for row in rows) for c in range(len(TABLE_HEADER))]
-    numeric = {0, 2, 3, 4, 5, 6}
-    lines = []
-    for r, row in enumerate(rows):
-        cells = [cell.rjust(w) if c in numeric else cell.ljust(w) for c, (cell, w) in enumerate(zip(row, widths))]
-        lines.append("  ".join(cells).rstrip())
-        if r == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
-def verdict(comparison: Comparison) -> str:
-    s = comparison.summary
-    c = comparison.config
-    setup = (
-        f"{c['model']}, {c['dtype']} on {c['device']}, attn {c['attn']}, batch size {c['batch_size']}, "
-        f"{c['padding_side']} padding, {c['positions']} positions, atol {c['atol']:g} rtol {c['rtol']:g}"
-    )
-    if s.diverged == 0:
-        return f"OK: all {s.texts} texts allclose (max|Δ| {format_float(s.max_abs_diff)}) [{setup}]"
-    return (
-        f"DIVERGED: {s.diverged} of {s.texts} texts not allclose, max|Δ| {format_float(s.max_abs_diff)}, "
-        f"{s.top1_flips} top-1 flips [{setup}]"
-    )

@@ -8,6 +8,7 @@ the final norm with forward hooks.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
@@ -47,13 +48,24 @@ def position_ids(attention_mask: torch.Tensor, mode: str) -> torch.Tensor:
     return ids.masked_fill(attention_mask == 0, 1)
 
 
-def recorded_modules(model) -> list[tuple[str, torch.nn.Module]]:
-    """The decoder layers and the final norm of a Llama/Qwen-style model, in forward order."""
+# Sub-modules of a Llama/Qwen-style decoder layer, in the order the layer runs them.
+SUBLAYERS = ("input_layernorm", "self_attn", "post_attention_layernorm", "mlp")
+
+
+def recorded_modules(model, per_module: bool = False) -> list[tuple[str, torch.nn.Module]]:
+    """Decoder layers (and with `per_module` their norms, attention and MLP) and the final norm.
+
+    In forward order; a decoder layer's own output is its residual stream after the MLP.
+    """
     decoder = model.get_decoder() if hasattr(model, "get_decoder") else getattr(model, "model", None)
     layers = getattr(decoder, "layers", None)
     if layers is None:
         return []
-    modules = [(f"layers.{i}", layer) for i, layer in enumerate(layers)]
+    modules = []
+    for i, layer in enumerate(layers):
+        if per_module:
+            modules += [(f"layers.{i}.{name}", getattr(layer, name)) for name in SUBLAYERS if hasattr(layer, name)]
+        modules.append((f"layers.{i}", layer))
     norm = getattr(decoder, "norm", None)
     if isinstance(norm, torch.nn.Module):
         modules.append(("norm", norm))
@@ -63,18 +75,20 @@ def recorded_modules(model) -> list[tuple[str, torch.nn.Module]]:
 class Runner:
     """Runs passes on one loaded model with one set of settings, hooks attached while in use."""
 
-    def __init__(self, loaded: LoadedModel, padding_side: str, positions: str):
+    def __init__(self, loaded: LoadedModel, padding_side: str, positions: str, per_module: bool = False):
         self.loaded = loaded
         self.padding_side = padding_side
         self.positions = positions
-        self._modules = recorded_modules(loaded.model)
-        self.layer_names = [EMBEDDINGS] + [name for name, _ in self._modules]
-        self._captured: list[torch.Tensor] = []
+        self._modules = recorded_modules(loaded.model, per_module)
+        self.names = [EMBEDDINGS] + [name for name, _ in self._modules]
+        # Per-layer view: the embeddings, each decoder layer's output and the final norm.
+        self.layer_indices = [i for i, name in enumerate(self.names) if name.count(".") <= 1]
+        self._captured: dict[str, torch.Tensor] = {}
         self._handles = []
 
     def __enter__(self) -> Runner:
-        for _, module in self._modules:
-            self._handles.append(module.register_forward_hook(self._capture))
+        for name, module in self._modules:
+            self._handles.append(module.register_forward_hook(partial(self._capture, name)))
         return self
 
     def __exit__(self, *exc) -> None:
@@ -82,8 +96,8 @@ class Runner:
             handle.remove()
         self._handles.clear()
 
-    def _capture(self, module, args, output) -> None:
-        self._captured.append(module_output(output))
+    def _capture(self, name: str, module, args, output) -> None:
+        self._captured[name] = module_output(output)
 
     def tokenize(self, text: str) -> list[int]:
         return self.loaded.tokenizer(text)["input_ids"]
@@ -102,6 +116,10 @@ class Runner:
         mask = encoded["attention_mask"].to(device)
         return BatchedChunk(input_ids, mask, self._forward(input_ids, mask))
 
+    def padded_row(self, chunk: BatchedChunk, row: int) -> PassOutput:
+        """Row `row` of a padded chunk, with its padding and mask, as a batch of one (the seed's single)."""
+        return self._forward(chunk.input_ids[row : row + 1], chunk.attention_mask[row : row + 1])
+
     def single(self, token_ids: list[int]) -> PassOutput:
         """One text alone: batch of one, no padding, positions 0..n-1."""
         input_ids = torch.tensor([token_ids], device=self.loaded.device)
@@ -110,13 +128,13 @@ class Runner:
     def _forward(self, input_ids: torch.Tensor, mask: torch.Tensor) -> PassOutput:
         model = self.loaded.model
         embeds = model.get_input_embeddings()(input_ids)
-        self._captured = []
+        self._captured = {}
         logits = model(
             inputs_embeds=embeds,
             attention_mask=mask,
             position_ids=position_ids(mask, self.positions),
             use_cache=False,
         ).logits
-        hidden = [embeds, *self._captured]
-        self._captured = []
+        captured, self._captured = self._captured, {}
+        hidden = [embeds] + [captured[name] for name, _ in self._modules]
         return PassOutput(logits, hidden)

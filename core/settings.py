@@ -30,6 +30,10 @@ class Settings:
     atol: float = DEFAULT_ATOL
     rtol: float = DEFAULT_RTOL
     trust_remote_code: bool = False
+    # Extra measurements, each costing passes or memory: off unless asked for.
+    modules: bool = False  # per-module hidden states (norms, attention, MLP, residual) per layer
+    decompose: bool = False  # also run each padded row alone: batch-size vs padding effect
+    reference: bool = False  # also run each text alone in float64 on the CPU
 
     def validated(self) -> Settings:
         """Return self, or raise InputError naming the first unusable setting."""

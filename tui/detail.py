@@ -10,7 +10,7 @@ from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
 from core.comparison import Comparison, PositionMetrics, TopToken
-from core.report import format_float, literal
+from core.plain_text import format_float, literal
 
 
 def detail_title(text: int, position: int) -> str:

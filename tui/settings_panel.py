@@ -7,7 +7,7 @@ from textual.containers import Grid
 from textual.message import Message
 from textual.widgets import Input, Label, Select
 
-from core.report import literal
+from core.plain_text import literal
 from core.settings import DTYPES, PADDING_SIDES, POSITION_MODES, Settings
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)

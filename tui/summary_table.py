@@ -6,7 +6,7 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from core.comparison import Comparison
-from core.report import format_float, literal
+from core.plain_text import format_float, literal
 
 COLUMNS = ("#", "text", "tok", "max|Δ|", "KL", "flips", "allclose")
 # Below this width the text and token-count columns go: the editor's lines show the texts.

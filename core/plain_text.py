@@ -1,0 +1,101 @@
+"""Plain-text rendering for terminals: literal strings, numbers, aligned tables, the check's output."""
+
+from __future__ import annotations
+
+import math
+import unicodedata
+
+from core.comparison import Comparison, TextResult
+
+
+def literal(text: str, width: int | None = None) -> str:
+    """`text` made safe for one line of a terminal: control characters shown as escapes."""
+    shown = "".join(repr(ch)[1:-1] if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") else ch for ch in text)
+    if width is not None and len(shown) > width:
+        shown = shown[: width - 1] + "…"
+    return shown
+
+
+def format_float(value: float) -> str:
+    if value == 0:
+        return "0"
+    if not math.isfinite(value):
+        return str(value)
+    return f"{value:.3g}" if 1e-3 <= abs(value) < 1e4 else f"{value:.2e}"
+
+
+def format_columns(header: tuple[str, ...], rows: list[tuple[str, ...]], left: set[int] = frozenset()) -> str:
+    """An aligned table with a rule under the header; columns in `left` are left-aligned."""
+    rows = [header, *rows]
+    widths = [max(len(row[c]) for row in rows) for c in range(len(header))]
+    lines = []
+    for r, row in enumerate(rows):
+        cells = [cell.ljust(w) if c in left else cell.rjust(w) for c, (cell, w) in enumerate(zip(row, widths))]
+        lines.append("  ".join(cells).rstrip())
+        if r == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _text_row(t: TextResult, comparison: Comparison) -> tuple[str, ...]:
+    row = (
+        str(t.index + 1),
+        literal(t.text, 32),
+        str(len(t.token_ids)),
+        format_float(t.max_abs_diff),
+        f"{t.max_abs_diff_ulp:.3g}",
+        format_float(t.kl_max),
+        str(t.top1_flips),
+        str(t.worst_position),
+        "yes" if t.allclose else "NO",
+    )
+    if comparison.config.get("decompose"):
+        d = t.decomposition
+        row += (format_float(d.batch_effect), format_float(d.padding_effect))
+    if comparison.config.get("reference"):
+        r = t.reference
+        row += (format_float(r.batched), format_float(r.single))
+    return row
+
+
+def format_table(comparison: Comparison) -> str:
+    header = ("#", "text", "tokens", "max|Δ|", "ulp", "KL max", "flips", "worst pos", "allclose")
+    if comparison.config.get("decompose"):
+        header += ("batch eff", "pad eff")
+    if comparison.config.get("reference"):
+        header += ("B-f64", "S-f64")
+    rows = [_text_row(t, comparison) for t in comparison.texts]
+    return format_columns(header, rows, left={1, 8})
+
+
+def format_localization(comparison: Comparison) -> str:
+    """Where each text's divergence starts, and the growth curve of its worst text to the logits."""
+    lines = []
+    for t in comparison.texts:
+        first = t.first_divergent_module or t.first_divergent_layer
+        where = f"first divergent module {first.layer}" if first else "every module bitwise equal"
+        lines.append(f"text {t.index + 1}: {where}")
+    worst = max(comparison.texts, key=lambda t: t.max_abs_diff)
+    modules = worst.modules or worst.layers
+    first = next((i for i, m in enumerate(modules) if not m.bitwise_equal), None)
+    if first is not None:
+        lines.append(f"growth in text {worst.index + 1} from {modules[first].layer} to the logits:")
+        rows = [(m.layer, format_float(m.max_abs_diff), format_float(m.rel_l2)) for m in modules[first:]]
+        rows.append(("logits", format_float(worst.max_abs_diff), ""))
+        lines.append(format_columns(("module", "max|Δ|", "rel L2"), rows, left={0}))
+    return "\n".join(lines)
+
+
+def verdict(comparison: Comparison) -> str:
+    s = comparison.summary
+    c = comparison.config
+    setup = (
+        f"{c['model']}, {c['dtype']} on {c['device']}, attn {c['attn']}, batch size {c['batch_size']}, "
+        f"{c['padding_side']} padding, {c['positions']} positions, atol {c['atol']:g} rtol {c['rtol']:g}"
+    )
+    if s.diverged == 0:
+        return f"OK: all {s.texts} texts allclose (max|Δ| {format_float(s.max_abs_diff)}) [{setup}]"
+    return (
+        f"DIVERGED: {s.diverged} of {s.texts} texts not allclose, max|Δ| {format_float(s.max_abs_diff)}, "
+        f"{s.top1_flips} top-1 flips [{setup}]"
+    )
