@@ -99,3 +99,15 @@ def verdict(comparison: Comparison) -> str:
         f"DIVERGED: {s.diverged} of {s.texts} texts not allclose, max|Δ| {format_float(s.max_abs_diff)}, "
         f"{s.top1_flips} top-1 flips [{setup}]"
     )
+
+
+def format_remedies(outcomes) -> str:
+    """Before/after: the baseline, each remedy alone, all together; remedies that cannot act say why."""
+    rows = []
+    for o in outcomes:
+        if o.comparison is None:
+            rows.append((o.name, "no", "-", "-", "-", o.note))
+            continue
+        s = o.comparison.summary
+        rows.append((o.name, "yes", f"{s.diverged}/{s.texts}", format_float(s.max_abs_diff), str(s.top1_flips), o.note))
+    return format_columns(("remedy", "applied", "diverged", "max|Δ|", "flips", "note"), rows, left={0, 1, 5})

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
@@ -87,26 +88,33 @@ def _text(t: TextResult) -> dict:
     }
 
 
-def to_json_dict(comparison: Comparison) -> dict:
+def summary_json(comparison: Comparison) -> dict:
     summary = comparison.summary
     return {
+        "texts": summary.texts,
+        "diverged": summary.diverged,
+        "max_abs_diff": _number(summary.max_abs_diff),
+        "top1_flips": summary.top1_flips,
+    }
+
+
+def to_json_dict(comparison: Comparison) -> dict:
+    return {
         "config": comparison.config,
-        "summary": {
-            "texts": summary.texts,
-            "diverged": summary.diverged,
-            "max_abs_diff": _number(summary.max_abs_diff),
-            "top1_flips": summary.top1_flips,
-        },
+        "summary": summary_json(comparison),
         "notes": list(comparison.notes),
         "elapsed_s": comparison.elapsed_s,
         "texts": [_text(t) for t in comparison.texts],
     }
 
 
-def write_json(comparison: Comparison, path: str | Path) -> Path:
-    """Write the report atomically (temp file + rename): a reader never sees half a report."""
+def write_json(data: dict, path: str | Path) -> Path:
+    """Write a report atomically (temp file + rename): a reader never sees half a report. '-' is stdout."""
+    text = json.dumps(data, ensure_ascii=False, indent=1)
+    if str(path) == "-":
+        sys.stdout.write(text + "\n")
+        return Path("-")
     path = Path(path)
-    text = json.dumps(to_json_dict(comparison), ensure_ascii=False, indent=1)
     fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:

@@ -9,7 +9,7 @@ import pytest
 from conftest import MIXED_TEXTS
 
 from core.cli import main as core_main
-from core.cli import run_check
+from core.cli_check import run_check
 from tui.launcher import main as batchtui_main
 
 POSITION_FIELDS = {

@@ -250,11 +250,11 @@ class BatchtuiApp(App[None]):
         if self.comparison is None:
             self.notify("no comparison to save yet", severity="warning")
             return
-        from core.report import write_json
+        from core.report import to_json_dict, write_json
 
         path = self.output_dir / f"batchtui-report-{time.strftime('%Y%m%d-%H%M%S')}.json"
         try:
-            write_json(self.comparison, path)
+            write_json(to_json_dict(self.comparison), path)
         except OSError as exc:
             self.notify(f"cannot write {path}: {exc.strerror or exc}", severity="error")
             return

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from core.cli import COMMANDS, run_check
+from core.cli import COMMANDS, EXIT_BAD_INPUT, run_command
 from core.cli_options import OneLineParser, add_common_options, settings_from_args, texts_from_args
 from core.errors import BatchtuiError
 
@@ -12,7 +12,7 @@ from core.errors import BatchtuiError
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in COMMANDS:
-        return run_check(argv[1:])
+        return run_command(argv[0], argv[1:], prog=f"batchtui {argv[0]}")
     return run_app(argv)
 
 
@@ -28,7 +28,7 @@ def run_app(argv: list[str]) -> int:
         texts = texts_from_args(args)
     except BatchtuiError as exc:
         print(f"batchtui: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     from tui.app import BatchtuiApp
 
     BatchtuiApp(texts, settings).run()

@@ -1,0 +1,85 @@
+"""`batchtui check`: a table, a JSON report, and an exit code for CI; `--remedy` measures remedies."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from core.cli import EXIT_DIVERGED, EXIT_OK, guarded
+from core.cli_options import OneLineParser, add_common_options, settings_from_args, texts_from_args
+
+
+def check_parser(prog: str) -> OneLineParser:
+    parser = OneLineParser(
+        prog=prog,
+        description="Compare each text's logits run alone and inside a padded batch. "
+        "Exit 0 when every text is allclose, 1 when any diverges, 2 on bad input.",
+    )
+    add_common_options(parser)
+    parser.add_argument("--json", metavar="PATH", help="write the full report to PATH ('-' for stdout)")
+    parser.add_argument(
+        "--remedy",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="measure a remedy before/after (repeatable): tf32-off, reduced-precision-off, deterministic, "
+        "eager-attention, float32, batch-invariant; the exit code then follows the run with all applied",
+    )
+    return parser
+
+
+def run_check(argv: list[str], prog: str = "batchtui check") -> int:
+    try:
+        args = check_parser(prog).parse_args(argv)
+    except SystemExit as exit_:  # --help or a usage error, already printed as one line
+        return int(exit_.code or 0)
+    return guarded(lambda: _check(args))
+
+
+def _check(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    texts = texts_from_args(args)
+    from core.engine import compare  # torch loads only once the arguments are known good
+    from core.plain_text import format_localization, format_table, verdict
+    from core.report import to_json_dict, write_json
+
+    outcomes = []
+    if args.remedy:
+        from core.remedies import compare_remedies
+
+        outcomes = compare_remedies(texts, settings, args.remedy, compare)
+        comparison = outcomes[0].comparison
+    else:
+        comparison = compare(texts, settings)
+    if args.json:
+        report = to_json_dict(comparison)
+        if outcomes:
+            report["remedies"] = [_outcome_json(o) for o in outcomes]
+        write_json(report, args.json)
+    # With the report on stdout, the human-readable part goes to stderr so the JSON stays parseable.
+    out = sys.stderr if args.json == "-" else sys.stdout
+    print(format_table(comparison), file=out)
+    if settings.modules:
+        print(format_localization(comparison), file=out)
+    for note in comparison.notes:
+        print(f"note: {note}", file=out)
+    print(verdict(comparison), file=out)
+    if outcomes:
+        from core.plain_text import format_remedies
+
+        print(format_remedies(outcomes), file=out)
+        comparison = [o for o in outcomes if o.comparison is not None][-1].comparison
+    return EXIT_OK if comparison.all_close else EXIT_DIVERGED
+
+
+def _outcome_json(outcome) -> dict:
+    from core.report import summary_json
+
+    return {
+        "remedy": outcome.name,
+        "description": outcome.description,
+        "applied": outcome.applied,
+        "note": outcome.note,
+        "summary": summary_json(outcome.comparison) if outcome.comparison else None,
+        "config": outcome.comparison.config if outcome.comparison else None,
+    }

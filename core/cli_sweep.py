@@ -1,0 +1,145 @@
+"""`batchtui sweep` (the comparison over a settings grid) and `batchtui probe` (one Linear layer)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import asdict
+
+from core.cli import EXIT_OK, guarded
+from core.cli_options import OneLineParser, add_common_options, settings_from_args, texts_from_args
+from core.errors import InputError
+from core.plain_text import format_columns, format_float
+
+
+def _names(value: str) -> list[str]:
+    items = [item.strip() for item in value.split(",") if item.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError("expected a comma-separated list")
+    return items
+
+
+def _ints(value: str) -> list[int]:
+    try:
+        return [int(item) for item in _names(value)]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, not {value!r}") from exc
+
+
+def _progress_bar(done: int, total: int, label: str) -> None:
+    """One line on stderr, redrawn in place when stderr is a terminal."""
+    width = 24
+    filled = width * done // total
+    line = f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {label}"
+    if sys.stderr.isatty():
+        print(f"\r{line[:100]:<100}", end="" if done < total else "\n", file=sys.stderr, flush=True)
+    elif done == total or done % max(1, total // 10) == 0:  # a log file gets about ten lines
+        print(line, file=sys.stderr)
+
+
+def run_sweep(argv: list[str], prog: str = "batchtui sweep") -> int:
+    parser = OneLineParser(prog=prog, description="Run the comparison over a grid of settings.")
+    add_common_options(parser)
+    parser.add_argument("--dtypes", type=_names, default=["bfloat16", "float32"], help="default: bfloat16,float32")
+    parser.add_argument("--batch-sizes", type=_ints, default=[1, 2, 4, 8], help="default: 1,2,4,8")
+    parser.add_argument("--attns", type=_names, default=["default"], help="e.g. sdpa,eager (default: the model's)")
+    parser.add_argument("--padding-sides", type=_names, default=["left", "right"], help="default: left,right")
+    parser.add_argument("--json", metavar="PATH", help="write the result matrix to PATH ('-' for stdout)")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:
+        return int(exit_.code or 0)
+    return guarded(lambda: _sweep(args))
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    texts = texts_from_args(args)
+    from core.sweep import sweep, sweep_grid
+
+    grid = sweep_grid(settings, args.dtypes, args.batch_sizes, args.attns, args.padding_sides)
+    for cell in grid:
+        cell.validated()
+    from core.engine import compare
+
+    def progress(done, total, cell):
+        _progress_bar(done, total, f"{cell.dtype} bs={cell.batch_size} {cell.attn or 'default'} {cell.padding_side}")
+
+    cells = sweep(texts, grid, compare, progress=progress)
+    out = sys.stderr if args.json == "-" else sys.stdout
+    rows = [
+        (
+            c.dtype,
+            str(c.batch_size),
+            c.attn,
+            c.padding_side,
+            "-" if c.diverged is None else f"{c.diverged}/{c.texts}",
+            "-" if c.max_abs_diff is None else format_float(c.max_abs_diff),
+            "-" if c.top1_flips is None else str(c.top1_flips),
+            c.error or "",
+        )
+        for c in cells
+    ]
+    header = ("dtype", "batch", "attn", "padding", "diverged", "max|Δ|", "flips", "error")
+    print(format_columns(header, rows, left={0, 2, 3, 7}), file=out)
+    if args.json:
+        from core.report import write_json
+
+        write_json({"config": settings.as_dict(), "texts": texts, "cells": [asdict(c) for c in cells]}, args.json)
+    return EXIT_OK
+
+
+def run_probe(argv: list[str], prog: str = "batchtui probe") -> int:
+    from core.settings import DEFAULT_ATOL, DEFAULT_RTOL
+
+    parser = OneLineParser(prog=prog, description="Row 0 of a batch vs the same row alone, through one Linear layer.")
+    parser.add_argument("--sizes", type=_ints, default=[256, 512, 1024, 1536, 2048, 4096])
+    parser.add_argument("--batch-sizes", type=_ints, default=[2, 4, 8, 16, 32, 64])
+    parser.add_argument("--dtypes", type=_names, default=["bfloat16", "float16", "float32"])
+    parser.add_argument("--repeats", type=int, default=3, metavar="R")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--atol", type=float, default=DEFAULT_ATOL)
+    parser.add_argument("--rtol", type=float, default=DEFAULT_RTOL)
+    parser.add_argument("--json", metavar="PATH", help="write every cell to PATH ('-' for stdout)")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:
+        return int(exit_.code or 0)
+    return guarded(lambda: _probe(args))
+
+
+def _probe(args: argparse.Namespace) -> int:
+    if args.repeats < 1 or min(args.sizes) < 1 or min(args.batch_sizes) < 2:
+        raise InputError("repeats and sizes must be at least 1, batch sizes at least 2")
+    from core.models import resolve_device
+    from core.probe import probe
+
+    device = resolve_device(args.device)
+    cells = probe(
+        args.sizes,
+        args.batch_sizes,
+        args.dtypes,
+        args.repeats,
+        device,
+        args.atol,
+        args.rtol,
+        progress=lambda done, total: _progress_bar(done, total, "cells"),
+    )
+    out = sys.stderr if args.json == "-" else sys.stdout
+    print(f"bitwise-equal runs of {args.repeats} (row 0 of batch N vs alone) on {device}; * = not repeatable", file=out)
+    for dtype in args.dtypes:
+        rows = []
+        for size in args.sizes:
+            row = [str(size)]
+            for n in args.batch_sizes:
+                c = next(c for c in cells if (c.dtype, c.size, c.batch_size) == (dtype, size, n))
+                row.append(f"{c.bitwise_equal}/{c.repeats}{'' if c.repeatable else '*'}")
+            worst = max(c.max_abs_diff for c in cells if (c.dtype, c.size) == (dtype, size))
+            rows.append((*row, format_float(worst)))
+        header = (f"{dtype} size", *(f"N={n}" for n in args.batch_sizes), "max|Δ|")
+        print(format_columns(header, rows), file=out)
+    if args.json:
+        from core.report import write_json
+
+        write_json({"device": device, "cells": [asdict(c) for c in cells]}, args.json)
+    return EXIT_OK

@@ -1,0 +1,170 @@
+"""Remedies for batched-vs-single divergence, each applied around a comparison and measured.
+
+A remedy is either a global torch flag set for the duration of a run (restored afterwards,
+whatever happens) or a change of settings (eager attention, float32). Flags that do nothing on
+the current device say so instead of pretending to have helped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import torch
+
+from core.comparison import Comparison
+from core.errors import InputError
+from core.models import resolve_device
+from core.settings import Settings
+
+BATCH_INVARIANT_HINT = (
+    "pip install git+https://github.com/thinking-machines-lab/batch_invariant_ops (CUDA only); "
+    "it replaces mm/addmm/log_softmax/mean and does not cover attention"
+)
+
+
+@contextlib.contextmanager
+def _tf32_off() -> Iterator[None]:
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+@contextlib.contextmanager
+def _reduced_precision_off() -> Iterator[None]:
+    matmul = torch.backends.cuda.matmul
+    saved = matmul.allow_bf16_reduced_precision_reduction, matmul.allow_fp16_reduced_precision_reduction
+    matmul.allow_bf16_reduced_precision_reduction = matmul.allow_fp16_reduced_precision_reduction = False
+    try:
+        yield
+    finally:
+        matmul.allow_bf16_reduced_precision_reduction, matmul.allow_fp16_reduced_precision_reduction = saved
+
+
+@contextlib.contextmanager
+def _deterministic() -> Iterator[None]:
+    saved = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    saved_env = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"  # cuBLAS needs it for deterministic kernels
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(saved[0], warn_only=saved[1])
+        if saved_env is None:
+            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+        else:
+            os.environ["CUBLAS_WORKSPACE_CONFIG"] = saved_env
+
+
+@contextlib.contextmanager
+def _batch_invariant() -> Iterator[None]:
+    from batch_invariant_ops import set_batch_invariant_mode
+
+    with set_batch_invariant_mode(True):
+        yield
+
+
+@dataclass(frozen=True)
+class Remedy:
+    name: str
+    description: str
+    context: Callable[[], contextlib.AbstractContextManager] | None = None
+    settings_change: dict = field(default_factory=dict)
+    cuda_only: bool = False
+    needs_module: str | None = None
+    note: str = ""
+
+    def why_not(self, device: str) -> str | None:
+        """Why this remedy cannot act on `device`, or None when it can."""
+        if self.needs_module and importlib.util.find_spec(self.needs_module) is None:
+            return f"{self.needs_module} is not installed: {BATCH_INVARIANT_HINT}"
+        if self.cuda_only and not device.startswith("cuda"):
+            return f"CUDA-only: no effect on {device}"
+        return None
+
+
+REMEDIES = {
+    r.name: r
+    for r in (
+        Remedy("tf32-off", "TF32 matmuls and convolutions off", _tf32_off, cuda_only=True),
+        Remedy(
+            "reduced-precision-off",
+            "bf16/fp16 reduced-precision reductions in cuBLAS off",
+            _reduced_precision_off,
+            cuda_only=True,
+        ),
+        Remedy("deterministic", "torch.use_deterministic_algorithms(True)", _deterministic),
+        Remedy("eager-attention", "eager attention instead of SDPA", settings_change={"attn": "eager"}),
+        Remedy("float32", "float32 compute", settings_change={"dtype": "float32"}),
+        Remedy(
+            "batch-invariant",
+            "batch_invariant_ops kernels for mm/addmm/log_softmax/mean",
+            _batch_invariant,
+            cuda_only=True,
+            needs_module="batch_invariant_ops",
+            note="does not cover attention",
+        ),
+    )
+}
+
+
+def remedies_named(names: list[str]) -> list[Remedy]:
+    unknown = [n for n in names if n not in REMEDIES]
+    if unknown:
+        raise InputError(f"unknown remedy {unknown[0]!r}; choose from {', '.join(REMEDIES)}")
+    return [REMEDIES[n] for n in dict.fromkeys(names)]
+
+
+@contextlib.contextmanager
+def applied(remedies: list[Remedy]) -> Iterator[None]:
+    """Every remedy's flags set for the duration, all restored on the way out."""
+    with contextlib.ExitStack() as stack:
+        for remedy in remedies:
+            if remedy.context is not None:
+                stack.enter_context(remedy.context())
+        yield
+
+
+def remedied_settings(settings: Settings, remedies: list[Remedy]) -> Settings:
+    changes = {}
+    for remedy in remedies:
+        changes.update(remedy.settings_change)
+    return settings.with_changes(**changes)
+
+
+@dataclass(frozen=True)
+class RemedyOutcome:
+    name: str  # a remedy's name, "none" for the baseline, "all" for every applicable one together
+    description: str
+    applied: bool
+    note: str
+    comparison: Comparison | None
+
+
+def compare_remedies(texts: list[str], settings: Settings, names: list[str], compare_fn) -> list[RemedyOutcome]:
+    """The baseline, then each remedy alone, then (with more than one) all applicable ones together."""
+    remedies = remedies_named(names)
+    device = resolve_device(settings.device)
+    outcomes = [RemedyOutcome("none", "as configured", True, "", compare_fn(texts, settings))]
+    usable = []
+    for remedy in remedies:
+        reason = remedy.why_not(device)
+        if reason is not None:
+            outcomes.append(RemedyOutcome(remedy.name, remedy.description, False, reason, None))
+            continue
+        usable.append(remedy)
+        with applied([remedy]):
+            result = compare_fn(texts, remedied_settings(settings, [remedy]))
+        outcomes.append(RemedyOutcome(remedy.name, remedy.description, True, remedy.note, result))
+    if len(usable) > 1:
+        with applied(usable):
+            result = compare_fn(texts, remedied_settings(settings, usable))
+        outcomes.append(RemedyOutcome("all", " + ".join(r.name for r in usable), True, "", result))
+    return outcomes
