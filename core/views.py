@@ -55,22 +55,24 @@ def heatmap_series(comparison: Comparison, first_position: int = 0, last_positio
 
 @dataclass(frozen=True)
 class LayerCurve:
-    """Per-layer divergence of one text, as log10(max|Δ|); bitwise-equal layers apart."""
+    """Per-layer (or per-module) divergence of one text as log10(max|Δ|); bitwise-equal ones apart."""
 
     names: tuple[str, ...]
-    log10_max_abs_diff: tuple[float | None, ...]  # None where the layer is bitwise equal (or 0)
+    log10_max_abs_diff: tuple[float | None, ...]  # None where the module is bitwise equal (or 0)
     rel_l2: tuple[float, ...]
     first_divergent: str | None
+    tick_indices: tuple[int, ...]  # where to label the x axis: embeddings, each layer's output, norm
 
 
-def layer_curve(text: TextResult) -> LayerCurve:
+def layer_curve(text: TextResult, per_module: bool = False) -> LayerCurve:
+    metrics = text.modules if per_module and text.modules else text.layers
+    first = next((m for m in metrics if not m.bitwise_equal), None)
     return LayerCurve(
-        names=tuple(layer.layer for layer in text.layers),
-        log10_max_abs_diff=tuple(
-            math.log10(layer.max_abs_diff) if layer.max_abs_diff > 0 else None for layer in text.layers
-        ),
-        rel_l2=tuple(layer.rel_l2 for layer in text.layers),
-        first_divergent=text.first_divergent_layer.layer if text.first_divergent_layer else None,
+        names=tuple(m.layer for m in metrics),
+        log10_max_abs_diff=tuple(math.log10(m.max_abs_diff) if m.max_abs_diff > 0 else None for m in metrics),
+        rel_l2=tuple(m.rel_l2 for m in metrics),
+        first_divergent=first.layer if first else None,
+        tick_indices=tuple(i for i, m in enumerate(metrics) if m.layer.count(".") <= 1),
     )
 
 
@@ -106,3 +108,16 @@ def clamp_cell(comparison: Comparison, text: int, position: int) -> tuple[int, i
     text = min(max(text, 0), len(comparison.texts) - 1)
     length = len(comparison.texts[text].positions)
     return text, min(max(position, 0), max(length - 1, 0))
+
+
+def sweep_series(cells) -> dict[str, tuple[list[int], list[float | None]]]:
+    """Per dtype: batch sizes and log10 of the largest max|Δ| over the other axes (None: all zero)."""
+    worst: dict[str, dict[int, float]] = {}
+    for cell in cells:
+        if cell.max_abs_diff is not None:
+            by_batch = worst.setdefault(cell.dtype, {})
+            by_batch[cell.batch_size] = max(by_batch.get(cell.batch_size, 0.0), cell.max_abs_diff)
+    return {
+        dtype: (sorted(by_batch), [math.log10(by_batch[b]) if by_batch[b] > 0 else None for b in sorted(by_batch)])
+        for dtype, by_batch in worst.items()
+    }

@@ -178,3 +178,16 @@ async def test_command_palette_runs_app_actions():
         await pilot.press("enter")
         await pilot.pause(0.2)
         assert app.selected == next_divergent(app.comparison, 0, 0)
+
+
+async def test_selection_survives_a_rerun():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        await pilot.press("n")
+        selected = app.selected
+        assert selected != (0, 0)
+        await pilot.press("r")
+        await settle(pilot, app)
+        assert app.selected == selected
+        assert detail_title(app) == f"text {selected[0] + 1} · position {selected[1]}"

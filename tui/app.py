@@ -52,6 +52,9 @@ class BatchtuiApp(App[None]):
         Binding("p", "toggle_padding", "Padding side"),
         Binding("b", "cycle_batch_size", "Batch size"),
         Binding("L", "toggle_layers", "Detail/layers", key_display="L"),
+        Binding("m", "toggle_module_view", "Layers/modules"),
+        Binding("R", "remedies", "Remedies", key_display="R"),
+        Binding("S", "sweep", "Sweep", key_display="S"),
         Binding("ctrl+s", "save_report", "Save JSON"),
         Binding("f8", "screenshot", "Screenshot", show=False),
         Binding("question_mark,f1", "help", "Help", key_display="?/F1"),
@@ -65,6 +68,7 @@ class BatchtuiApp(App[None]):
         self.output_dir = output_dir or Path.cwd()
         self.comparison: Comparison | None = None
         self.selected = (0, 0)
+        self.module_view = settings.modules  # the layers pane shows per-module divergence
         self.generation = 0  # of the latest run started; older runs are stale
         self.settled_generation = 0  # of the latest run whose result or error is on screen
         self._debounce: Timer | None = None
@@ -173,7 +177,7 @@ class BatchtuiApp(App[None]):
         self.selected = clamp_cell(self.comparison, text, position)
         self.query_one(Heatmap).show(self.comparison, self.selected)
         self.query_one(DetailPane).show(self.comparison, self.selected)
-        self.query_one(LayersPane).show(self.comparison, self.selected[0])
+        self.query_one(LayersPane).show(self.comparison, self.selected[0], self.module_view)
         self.query_one(SummaryTable).select_text(self.selected[0])
 
     def on_heatmap_move(self, message: Heatmap.Move) -> None:
@@ -181,7 +185,8 @@ class BatchtuiApp(App[None]):
 
     @on(DataTable.RowHighlighted, "#summary")
     def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        if event.cursor_row != self.selected[0]:
+        # Only the user's own moves in the table select; refilling it after a run moves its cursor too.
+        if event.data_table.has_focus and event.cursor_row != self.selected[0]:
             self.select(event.cursor_row, self.selected[1])
 
     def _jump_divergent(self, forward: bool) -> None:
@@ -268,10 +273,32 @@ class BatchtuiApp(App[None]):
             return
         self.notify(f"screenshot saved to {path}", title="saved")
 
+    def action_toggle_module_view(self) -> None:
+        self.module_view = not self.module_view
+        if self.module_view and not self.settings.modules:
+            self._apply_settings(self.settings.with_changes(modules=True))  # measure them first
+        else:
+            self.select(*self.selected)
+
+    def action_remedies(self) -> None:
+        from tui.remedies_screen import RemediesScreen
+
+        texts, _ = self.query_one(TextsEditor).texts()
+        self.push_screen(RemediesScreen(texts, self.settings))
+
+    def action_sweep(self) -> None:
+        from tui.sweep_screen import SweepScreen
+
+        texts, _ = self.query_one(TextsEditor).texts()
+        self.push_screen(SweepScreen(texts, self.settings))
+
     def action_toggle_layers(self) -> None:
         self.screen.toggle_class("-layers")
 
     def check_action(self, action: str, parameters) -> bool | None:
+        # Over the remedies, sweep or help screen only the app-wide keys act.
+        if len(self.screen_stack) > 1 and action not in ("quit", "help", "screenshot", "command_palette"):
+            return False
         # Detail and layers share the space only on short screens; elsewhere both are shown.
         if action == "toggle_layers":
             return self.screen.has_class("-short")

@@ -9,7 +9,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
-from core.comparison import Comparison, PositionMetrics, TopToken
+from core.comparison import Comparison, PositionMetrics, TextResult, TopToken
 from core.plain_text import format_float, literal
 
 
@@ -38,8 +38,9 @@ class DetailPane(Vertical):
             return
         text, position = selected
         self.border_title = detail_title(text, position)
-        metrics = comparison.texts[text].positions[position]
-        numbers.update(self._numbers(metrics))
+        result = comparison.texts[text]
+        metrics = result.positions[position]
+        numbers.update(self._numbers(metrics) + self._causes(result))
         topk.update(self._topk_table(metrics))
         self._chart(metrics)
 
@@ -47,8 +48,8 @@ class DetailPane(Vertical):
         line = Text.assemble(
             "token ",
             (literal(repr(p.token)), "bold"),
-            f" (id {p.token_id})  max|Δ| {format_float(p.max_abs_diff)}  KL {format_float(p.kl)}",
-            f"  margin {format_float(p.margin)}\n",
+            f" (id {p.token_id})  max|Δ| {format_float(p.max_abs_diff)} ({p.max_abs_diff_ulp:.3g} ulp)",
+            f"  KL {format_float(p.kl)}  margin {format_float(p.margin)}\n",
         )
         if p.top1_flip:
             line.append("TOP-1 FLIP: the batched run predicts another token", style=f"bold {self._color('error')}")
@@ -56,6 +57,21 @@ class DetailPane(Vertical):
             line.append("not allclose (top-1 unchanged)", style=self._color("warning"))
         else:
             line.append("allclose", style=self._color("success"))
+        return line
+
+    @staticmethod
+    def _causes(result: TextResult) -> Text:
+        """The text's batch-size vs padding split and its errors against float64, when measured."""
+        line = Text()
+        if result.decomposition is not None:
+            d = result.decomposition
+            line.append(
+                f"\ntext: batch-size effect {format_float(d.batch_effect)}"
+                f" · padding effect {format_float(d.padding_effect)}"
+            )
+        if result.reference is not None:
+            r = result.reference
+            line.append(f"\nvs float64: batched {format_float(r.batched)} · single {format_float(r.single)}")
         return line
 
     def _color(self, name: str) -> str:

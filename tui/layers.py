@@ -17,13 +17,13 @@ class LayersPane(PlotextPlot):
         super().__init__(**kwargs)
         self.border_title = "layers"
 
-    def show(self, comparison: Comparison | None, text: int) -> None:
+    def show(self, comparison: Comparison | None, text: int, per_module: bool = False) -> None:
         plt = self.plt
         plt.clear_figure()
         if comparison is None or not comparison.texts or not comparison.texts[text].layers:
             self.refresh()
             return
-        curve = layer_curve(comparison.texts[text])
+        curve = layer_curve(comparison.texts[text], per_module)
         xs = list(range(len(curve.names)))
         diverged = [(x, y) for x, y in zip(xs, curve.log10_max_abs_diff) if y is not None]
         equal = [x for x, y in zip(xs, curve.log10_max_abs_diff) if y is None]
@@ -33,9 +33,10 @@ class LayersPane(PlotextPlot):
             plt.plot([x for x, _ in diverged], [y for _, y in diverged], marker="hd", color="orange")
         if equal:
             plt.scatter(equal, [floor] * len(equal), marker="=", color="green")
-        plt.xticks(xs, [short_layer_name(name) for name in curve.names])
+        plt.xticks(list(curve.tick_indices), [short_layer_name(curve.names[i]) for i in curve.tick_indices])
         plt.yticks([floor, *ticks], ["=", *tick_labels])
         start = f"diverges from {curve.first_divergent}" if curve.first_divergent else "all bitwise equal"
-        self.border_title = f"layers · text {text + 1} · {start}"
-        self.border_subtitle = "log10 max|Δ| per module · = bitwise equal"
+        view = "modules" if per_module and comparison.texts[text].modules else "layers"
+        self.border_title = f"{view} · text {text + 1} · {start}"
+        self.border_subtitle = f"log10 max|Δ| per {view[:-1]} · = bitwise equal · m: layers/modules"
         self.refresh()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.containers import Grid
 from textual.message import Message
-from textual.widgets import Input, Label, Select
+from textual.widgets import Checkbox, Input, Label, Select
 
 from core.plain_text import literal
 from core.settings import DTYPES, PADDING_SIDES, POSITION_MODES, Settings
@@ -49,6 +49,9 @@ class SettingsPanel(Grid):
         for field in ("atol", "rtol"):
             yield Label(field)
             yield Input(f"{getattr(s, field):g}", id=field, compact=True)
+        for field, label in (("decompose", "batch vs pad"), ("reference", "vs float64")):
+            yield Label("")
+            yield Checkbox(label, getattr(s, field), id=field, compact=True)
 
     @staticmethod
     def _select(label: str, field: str, values, current) -> ComposeResult:
@@ -62,6 +65,9 @@ class SettingsPanel(Grid):
             for field in ("dtype", "batch_size", "padding_side", "positions", "top_k"):
                 self.query_one(f"#{field}", Select).value = getattr(settings, field)
             self.query_one("#attn", Select).value = settings.attn or "default"
+        with self.prevent(Checkbox.Changed):
+            for field in ("decompose", "reference"):
+                self.query_one(f"#{field}", Checkbox).value = getattr(settings, field)
 
     def on_select_changed(self, event: Select.Changed) -> None:
         event.stop()
@@ -69,6 +75,10 @@ class SettingsPanel(Grid):
             return
         value = None if event.select.id == "attn" and event.value == "default" else event.value
         self._post(**{event.select.id: value})
+
+    def on_checkbox_changed(self, event: Checkbox.Changed) -> None:
+        event.stop()
+        self._post(**{event.checkbox.id: event.value})
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()

@@ -27,10 +27,14 @@ class SummaryTable(DataTable):
 
     def show(self, comparison: Comparison, selected_text: int) -> None:
         self._comparison = comparison
-        self._narrow = self.size.width < NARROW_WIDTH
-        self.clear(columns=True)
-        columns = [c for c in COLUMNS if not (self._narrow and c in ("text", "tok"))]
-        self.add_columns(*columns)
+        narrow = self.size.width < NARROW_WIDTH
+        columns = [c for c in COLUMNS if not (narrow and c in ("text", "tok"))]
+        if narrow != self._narrow:
+            self.clear(columns=True)
+            self.add_columns(*columns)
+            self._narrow = narrow
+        else:
+            self.clear()
         ok = self.app.theme_variables.get("success", "green")
         bad = self.app.theme_variables.get("error", "red")
         for text in comparison.texts:

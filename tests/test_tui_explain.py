@@ -1,0 +1,87 @@
+"""The app's explain-and-remedy parts: module view, decomposition, remedies and sweep screens."""
+
+from textual.widgets import Checkbox, DataTable
+from tui_helpers import MIXED, make_app, settle
+
+from tui.layers import LayersPane
+from tui.remedies_screen import RemediesScreen
+from tui.sweep_screen import SWEEP_BATCH_SIZES, SWEEP_DTYPES, SweepScreen
+
+
+async def _wait_for(pilot, condition, what: str) -> None:
+    for _ in range(600):
+        await pilot.pause(0.05)
+        if condition():
+            await pilot.pause()
+            return
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def test_m_switches_the_layers_pane_to_modules():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        assert app.comparison.texts[0].modules == ()
+        await pilot.press("m")
+        await settle(pilot, app)
+        assert app.comparison.config["modules"] is True
+        assert str(app.query_one(LayersPane).border_title).startswith("modules · text 1")
+        await pilot.press("m")
+        assert str(app.query_one(LayersPane).border_title).startswith("layers · text 1")
+
+
+async def test_decompose_checkbox_shows_both_effects_in_the_detail():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        app.query_one("#decompose", Checkbox).value = True
+        await pilot.pause(0.1)
+        await settle(pilot, app)
+        assert app.settings.decompose and app.comparison.texts[0].decomposition is not None
+        await pilot.press("]", "]")
+        shown = str(app.query_one("#detail-numbers").render())
+        assert "batch-size effect" in shown and "padding effect" in shown
+
+
+async def test_remedies_screen_measures_before_and_after():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        await pilot.press("R")
+        screen = app.screen
+        assert isinstance(screen, RemediesScreen)
+        choices = screen.query_one("#remedy-list")
+        choices.deselect_all()
+        choices.select("float32")
+        await pilot.press("r")
+        await _wait_for(pilot, lambda: screen.outcomes is not None, "remedies")
+        assert [o.name for o in screen.outcomes] == ["none", "float32"]
+        assert screen.query_one(DataTable).row_count == 2
+        await pilot.press("escape")
+        assert not isinstance(app.screen, RemediesScreen)
+
+
+async def test_sweep_screen_fills_the_matrix_and_chart():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        await pilot.press("S")
+        screen = app.screen
+        assert isinstance(screen, SweepScreen)
+        await _wait_for(pilot, lambda: screen.cells is not None, "the sweep")
+        assert len(screen.cells) == len(SWEEP_DTYPES) * len(SWEEP_BATCH_SIZES)
+        assert screen.query_one(DataTable).row_count == len(screen.cells)
+        assert all(c.texts == len(MIXED) for c in screen.cells)
+        await pilot.press("escape")
+        assert not isinstance(app.screen, SweepScreen)
+
+
+async def test_main_screen_keys_do_nothing_over_another_screen():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        await pilot.press("R")
+        before = app.selected, app.settings
+        await pilot.press("n", "]", "d", "p", "b", "e")
+        assert isinstance(app.screen, RemediesScreen) and app.is_running
+        assert (app.selected, app.settings) == before

@@ -1,0 +1,97 @@
+"""Remedies: pick toggles, measure them on the current texts, see the before/after table."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, SelectionList, Static
+from textual.worker import get_current_worker
+
+from core.errors import BatchtuiError, Cancelled
+from core.plain_text import format_float
+from core.settings import Settings
+
+
+class RemediesScreen(Screen[None]):
+    BINDINGS = [
+        Binding("escape", "dismiss", "Back"),
+        Binding("r", "measure", "Measure"),
+    ]
+
+    def __init__(self, texts: list[str], settings: Settings) -> None:
+        super().__init__()
+        self.texts = texts
+        self.settings = settings
+        self.outcomes = None
+
+    def compose(self) -> ComposeResult:
+        yield Static("Remedies: select with space, measure with r. Each runs alone, then all together.", id="title")
+        yield SelectionList[str](id="remedy-list")
+        yield Static("", id="remedy-status")
+        yield DataTable(id="remedy-table", cursor_type="row")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        from core.models import resolve_device
+        from core.remedies import REMEDIES
+
+        device = resolve_device(self.settings.device)
+        choices = self.query_one(SelectionList)
+        for remedy in REMEDIES.values():
+            reason = remedy.why_not(device)
+            label = Text(f"{remedy.name}: {remedy.description}")
+            if reason:
+                label.append(f"  ({reason})", style="dim")
+            choices.add_option((label, remedy.name, reason is None))
+        table = self.query_one(DataTable)
+        table.add_columns("remedy", "applied", "diverged", "max|Δ|", "flips", "note")
+        choices.focus()
+
+    def action_measure(self) -> None:
+        names = list(self.query_one(SelectionList).selected)
+        if not names:
+            self.notify("select at least one remedy", severity="warning")
+            return
+        if not self.texts:
+            self.notify("no texts to compare", severity="warning")
+            return
+        self.query_one("#remedy-status", Static).update(Text(f"measuring {len(names)} remedies…"))
+        self._measure(names)
+
+    @work(thread=True, exclusive=True)
+    def _measure(self, names: list[str]) -> None:
+        worker = get_current_worker()
+        from core.engine import compare
+        from core.remedies import compare_remedies
+
+        def compare_fn(texts, settings):
+            return compare(texts, settings, cancelled=lambda: worker.is_cancelled)
+
+        try:
+            outcomes = compare_remedies(self.texts, self.settings, names, compare_fn)
+        except Cancelled:
+            return
+        except BatchtuiError as exc:
+            self.app.call_from_thread(self.notify, str(exc), severity="error")
+            return
+        except Exception as exc:  # noqa: BLE001 - the app must survive anything the engine raises
+            self.app.call_from_thread(self.notify, f"{type(exc).__name__}: {exc}", severity="error")
+            return
+        self.app.call_from_thread(self._show, outcomes)
+
+    def _show(self, outcomes) -> None:
+        self.outcomes = outcomes
+        table = self.query_one(DataTable)
+        table.clear()
+        for o in outcomes:
+            if o.comparison is None:
+                table.add_row(o.name, "no", "-", "-", "-", Text(o.note))
+                continue
+            s = o.comparison.summary
+            table.add_row(
+                o.name, "yes", f"{s.diverged}/{s.texts}", format_float(s.max_abs_diff), str(s.top1_flips), Text(o.note)
+            )
+        self.query_one("#remedy-status", Static).update(Text("before/after on the current texts:"))
