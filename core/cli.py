@@ -23,13 +23,14 @@ def guarded(body: Callable[[], int]) -> int:
 
 
 def _commands() -> dict[str, Callable[[list[str], str], int]]:
+    from core.cli_bench import run_bench
     from core.cli_check import run_check
     from core.cli_sweep import run_probe, run_sweep
 
-    return {"check": run_check, "sweep": run_sweep, "probe": run_probe}
+    return {"check": run_check, "sweep": run_sweep, "probe": run_probe, "bench": run_bench}
 
 
-COMMANDS = ("check", "sweep", "probe")
+COMMANDS = ("check", "sweep", "probe", "bench")
 
 
 def run_command(name: str, argv: list[str], prog: str) -> int:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class TopToken:
+class TopToken(NamedTuple):
     """One of a run's top-k tokens at a position."""
 
     id: int
@@ -70,6 +72,72 @@ class ReferenceErrors:
 
 
 @dataclass(frozen=True)
+class PositionColumns:
+    """A text's per-position numbers as columns, one entry per token, as the engine measured them.
+
+    `PositionMetrics` rows are built from them on first use: a CI check needs only per-text
+    figures, and building thousands of row objects per text would cost more than the metrics.
+    """
+
+    token_ids: tuple[int, ...]
+    max_abs_diff: tuple[float, ...]
+    max_abs_diff_ulp: tuple[float, ...]
+    mean_abs_diff: tuple[float, ...]
+    kl: tuple[float, ...]
+    top1_flip: tuple[bool, ...]
+    margin: tuple[float, ...]
+    allclose: tuple[bool, ...]
+    topk_batch_ids: tuple[tuple[int, ...], ...]
+    topk_batch_logits: tuple[tuple[float, ...], ...]
+    topk_batch_probs: tuple[tuple[float, ...], ...]
+    topk_batch_probs_in_single: tuple[tuple[float, ...], ...]
+    topk_single_ids: tuple[tuple[int, ...], ...]
+    topk_single_logits: tuple[tuple[float, ...], ...]
+    topk_single_probs: tuple[tuple[float, ...], ...]
+    topk_single_probs_in_batch: tuple[tuple[float, ...], ...]
+    token_texts: Mapping[int, str] = field(compare=False, repr=False)  # every id above, decoded
+
+    def rows(self) -> tuple[PositionMetrics, ...]:
+        texts = self.token_texts
+        return tuple(
+            PositionMetrics(
+                index=t,
+                token_id=token_id,
+                token=texts[token_id],
+                max_abs_diff=self.max_abs_diff[t],
+                max_abs_diff_ulp=self.max_abs_diff_ulp[t],
+                mean_abs_diff=self.mean_abs_diff[t],
+                kl=self.kl[t],
+                top1_flip=self.top1_flip[t],
+                margin=self.margin[t],
+                allclose=self.allclose[t],
+                topk_batch=self._top(
+                    self.topk_batch_ids[t],
+                    self.topk_single_ids[t],
+                    self.topk_batch_logits[t],
+                    self.topk_batch_probs[t],
+                    self.topk_batch_probs_in_single[t],
+                ),
+                topk_single=self._top(
+                    self.topk_single_ids[t],
+                    self.topk_batch_ids[t],
+                    self.topk_single_logits[t],
+                    self.topk_single_probs[t],
+                    self.topk_single_probs_in_batch[t],
+                ),
+            )
+            for t, token_id in enumerate(self.token_ids)
+        )
+
+    def _top(self, ids, other_ids, logits, probs, probs_in_other) -> tuple[TopToken, ...]:
+        rank_in_other = {token_id: rank for rank, token_id in enumerate(other_ids)}
+        return tuple(
+            TopToken(i, self.token_texts[i], logit, prob, in_other, rank_in_other.get(i))
+            for i, logit, prob, in_other in zip(ids, logits, probs, probs_in_other)
+        )
+
+
+@dataclass(frozen=True)
 class TextResult:
     index: int
     text: str
@@ -81,12 +149,16 @@ class TextResult:
     top1_flips: int
     worst_position: int
     max_abs_diff_ulp: float
-    positions: tuple[PositionMetrics, ...]
+    columns: PositionColumns
     layers: tuple[LayerMetrics, ...]
     # Per-module hidden states (settings.modules): norms, attention, MLP and residual of each layer.
     modules: tuple[LayerMetrics, ...] = ()
     decomposition: Decomposition | None = None
     reference: ReferenceErrors | None = None
+
+    @cached_property
+    def positions(self) -> tuple[PositionMetrics, ...]:
+        return self.columns.rows()
 
     @property
     def first_divergent_layer(self) -> LayerMetrics | None:

@@ -8,17 +8,15 @@ from dataclasses import replace
 
 import torch
 
+from core.assemble import chunk_results
 from core.comparison import (
     Comparison,
     Decomposition,
-    LayerMetrics,
-    PositionMetrics,
     ReferenceErrors,
     TextResult,
-    TopToken,
 )
 from core.errors import Cancelled, InputError, ModelLoadError
-from core.metrics import LayerStats, PositionStats, layer_stats, max_abs_diff, position_stats
+from core.metrics import max_abs_diff
 from core.models import LoadedModel, load_model
 from core.runner import BatchedChunk, PassOutput, Runner
 from core.settings import Settings
@@ -88,69 +86,37 @@ def compare(
             check_cancelled()
             chunk = runner.batched(chunk_texts)
             step()
+            singles, token_ids, extras = [], [], []
             for row, text in enumerate(chunk_texts):
                 check_cancelled()
-                token_ids = chunk.input_ids[row][chunk.real_positions(row)].tolist()
                 own_ids = runner.tokenize(text)
-                if token_ids != own_ids:
+                if chunk.input_ids[row][chunk.real_positions(row)].tolist() != own_ids:
                     raise ModelLoadError(
                         f"text {start + row + 1}: the tokenizer gives other tokens inside a batch than alone"
                     )
                 single = runner.single(own_ids)
                 step()
-                result = _text_result(start + row, text, own_ids, chunk, row, single, loaded, runner, settings)
+                extra = {}
                 if settings.decompose:
                     check_cancelled()
-                    result = replace(result, decomposition=_decompose(runner, chunk, row, single, settings))
+                    extra["decomposition"] = _decompose(runner, chunk, row, single, settings)
                     step()
                 if reference is not None:
                     check_cancelled()
-                    result = replace(result, reference=_reference_errors(reference, own_ids, chunk, row, single))
+                    extra["reference"] = _reference_errors(reference, own_ids, chunk, row, single)
                     step()
-                results.append(result)
-                del single
-            del chunk  # free this chunk's logits before the next one
+                singles.append(single)
+                token_ids.append(own_ids)
+                extras.append(extra)
+            # The chunk's metrics in one go: per-op costs are paid once per chunk, not per text.
+            results += chunk_results(start, chunk_texts, token_ids, chunk, singles, loaded, runner, settings)
+            results[-len(extras) :] = [replace(r, **extra) for r, extra in zip(results[-len(extras) :], extras)]
+            del chunk, singles  # free this chunk's logits before the next one
     return Comparison(
         config=_config(settings, loaded),
         texts=tuple(results),
         notes=loaded.notes,
         elapsed_s=time.perf_counter() - started,
-    )
-
-
-def _text_result(
-    index: int,
-    text: str,
-    token_ids: list[int],
-    chunk: BatchedChunk,
-    row: int,
-    single: PassOutput,
-    loaded: LoadedModel,
-    runner: Runner,
-    settings: Settings,
-) -> TextResult:
-    real = chunk.real_positions(row)
-    batched_logits = chunk.output.logits[row][real]
-    single_logits = single.logits[0]
-    stats = position_stats(batched_logits, single_logits, settings.top_k, settings.atol, settings.rtol)
-    hidden = layer_stats([h[row][real] for h in chunk.output.hidden], [h[0] for h in single.hidden])
-    modules = _layers(runner.names, hidden)
-    positions = _positions(token_ids, stats, loaded)
-    max_abs = stats.max_abs_diff
-    return TextResult(
-        index=index,
-        text=text,
-        token_ids=tuple(token_ids),
-        tokens=tuple(loaded.token_text(t) for t in token_ids),
-        allclose=bool(stats.allclose.all()),
-        max_abs_diff=float(max_abs.max()),
-        kl_max=float(stats.kl.max()),
-        top1_flips=int(stats.top1_flip.sum()),
-        worst_position=int(max_abs.argmax()),
-        max_abs_diff_ulp=float(stats.max_abs_diff_ulp.max()),
-        positions=positions,
-        layers=tuple(modules[i] for i in runner.layer_indices),
-        modules=modules if settings.modules else (),
     )
 
 
@@ -182,67 +148,6 @@ def _reference_errors(
     return ReferenceErrors(
         batched=max_abs_diff(batched, exact),
         single=max_abs_diff(single.logits[0].to("cpu", torch.float64), exact),
-    )
-
-
-def _positions(token_ids: list[int], stats: PositionStats, loaded: LoadedModel) -> tuple[PositionMetrics, ...]:
-    columns = [
-        stats.max_abs_diff.tolist(),
-        stats.max_abs_diff_ulp.tolist(),
-        stats.mean_abs_diff.tolist(),
-        stats.kl.tolist(),
-        stats.top1_flip.tolist(),
-        stats.margin.tolist(),
-        stats.allclose.tolist(),
-    ]
-    b_ids, s_ids = stats.topk_batch_ids.tolist(), stats.topk_single_ids.tolist()
-    b_top = _top_tokens(
-        b_ids, s_ids, stats.topk_batch_logits, stats.topk_batch_probs, stats.topk_batch_probs_in_single, loaded
-    )
-    s_top = _top_tokens(
-        s_ids, b_ids, stats.topk_single_logits, stats.topk_single_probs, stats.topk_single_probs_in_batch, loaded
-    )
-    return tuple(
-        PositionMetrics(
-            index=t,
-            token_id=token_id,
-            token=loaded.token_text(token_id),
-            max_abs_diff=max_abs,
-            max_abs_diff_ulp=max_abs_ulp,
-            mean_abs_diff=mean_abs,
-            kl=kl,
-            top1_flip=flip,
-            margin=margin,
-            allclose=close,
-            topk_batch=b_top[t],
-            topk_single=s_top[t],
-        )
-        for t, (token_id, max_abs, max_abs_ulp, mean_abs, kl, flip, margin, close) in enumerate(
-            zip(token_ids, *columns)
-        )
-    )
-
-
-def _top_tokens(ids, other_ids, logits, probs, probs_in_other, loaded: LoadedModel) -> list[tuple[TopToken, ...]]:
-    rows = []
-    for row in zip(ids, other_ids, logits.tolist(), probs.tolist(), probs_in_other.tolist()):
-        row_ids, row_other, row_logits, row_probs, row_probs_in_other = row
-        rank_in_other = {token_id: rank for rank, token_id in enumerate(row_other)}
-        rows.append(
-            tuple(
-                TopToken(token_id, loaded.token_text(token_id), logit, prob, in_other, rank_in_other.get(token_id))
-                for token_id, logit, prob, in_other in zip(row_ids, row_logits, row_probs, row_probs_in_other)
-            )
-        )
-    return rows
-
-
-def _layers(names: list[str], stats: LayerStats) -> tuple[LayerMetrics, ...]:
-    return tuple(
-        LayerMetrics(index=i, layer=name, max_abs_diff=max_abs, rel_l2=rel, bitwise_equal=equal)
-        for i, (name, max_abs, rel, equal) in enumerate(
-            zip(names, stats.max_abs_diff.tolist(), stats.rel_l2.tolist(), stats.bitwise_equal.tolist())
-        )
     )
 
 

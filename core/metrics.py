@@ -69,12 +69,14 @@ def _block_stats(batched, single, top_k, atol, rtol) -> tuple[torch.Tensor, ...]
     # KL(S || B); terms with p_S == 0 contribute 0 (and must not turn into 0 * inf = nan).
     kl = torch.where(ps > 0, ps * (log_ps - log_pb), 0.0).sum(dim=-1).clamp_min_(0.0)
     del ps
-    top2 = s.topk(min(2, s.shape[-1]), dim=-1).values
-    margin = top2[:, 0] - top2[:, -1]
-    flip = b.argmax(dim=-1) != s.argmax(dim=-1)
-    k = min(top_k, s.shape[-1])
+    k = min(max(top_k, 2), s.shape[-1])  # at least 2 for the margin
     b_logits, b_ids = ordered_topk(b, k)
     s_logits, s_ids = ordered_topk(s, k)
+    margin = s_logits[:, 0] - s_logits[:, min(1, k - 1)]
+    # Top-1 by value, ties to the smallest id: the same token argmax picks.
+    flip = b_ids[:, 0] != s_ids[:, 0]
+    k = min(top_k, k)
+    b_logits, b_ids, s_logits, s_ids = b_logits[:, :k], b_ids[:, :k], s_logits[:, :k], s_ids[:, :k]
     b_probs, b_probs_in_s = log_pb.gather(-1, b_ids).exp(), log_ps.gather(-1, b_ids).exp()
     s_probs, s_probs_in_b = log_ps.gather(-1, s_ids).exp(), log_pb.gather(-1, s_ids).exp()
     return (
@@ -102,6 +104,10 @@ def ordered_topk(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     torch.topk leaves the order of tied values (common in bf16 logits) unspecified, and with
     it which tied token makes the cut; that would show rank changes that are not there.
     """
+    if k < x.shape[-1]:
+        values, ids = x.topk(k + 1, dim=-1)
+        if bool((values[..., k - 1] > values[..., k]).all()):  # no tie across the cut: the set is fixed
+            return _order(x, ids[..., :k])
     kth = x.topk(k, dim=-1).values[..., -1:]
     above = x > kth
     tied = x == kth
@@ -109,34 +115,49 @@ def ordered_topk(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     needed = k - above.sum(dim=-1, keepdim=True)
     chosen = above | (tied & (tied.cumsum(dim=-1) <= needed))
     keyed = torch.where(chosen, x, torch.finfo(x.dtype).min)
-    ids = keyed.topk(k, dim=-1).indices.sort(dim=-1).values
-    values = x.gather(-1, ids)
-    values, order = values.sort(dim=-1, descending=True, stable=True)
+    return _order(x, keyed.topk(k, dim=-1).indices)
+
+
+def _order(x: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The chosen ids sorted by value descending, ties by id ascending (a stable sort of sorted ids)."""
+    ids = ids.sort(dim=-1).values
+    values, order = x.gather(-1, ids).sort(dim=-1, descending=True, stable=True)
     return values, ids.gather(-1, order)
 
 
 @dataclass
 class LayerStats:
-    """Per-module results on the host; each tensor has one entry per recorded module."""
+    """Per-module results on the host: [modules, texts] tensors."""
 
     max_abs_diff: torch.Tensor
     rel_l2: torch.Tensor
     bitwise_equal: torch.Tensor
 
 
-def layer_stats(batched: list[torch.Tensor], single: list[torch.Tensor]) -> LayerStats:
-    """Hidden states [n, H] of one text per module, batched vs single, over its real positions."""
-    max_abs, rel_l2, equal = [], [], []
-    # Kept as device tensors and moved once: a host sync per module would stall the device.
-    for hb, hs in zip(batched, single, strict=True):
-        equal.append((hb == hs).all())
-        hb, hs = _widened(hb), _widened(hs)
-        delta = hb - hs
-        max_abs.append(delta.abs().amax() if delta.numel() else delta.new_zeros(()))
-        norm_s = torch.linalg.vector_norm(hs)
-        rel_l2.append(torch.where(norm_s > 0, torch.linalg.vector_norm(delta) / norm_s, 0.0))
-    return LayerStats(
-        max_abs_diff=torch.stack(max_abs).cpu(),
-        rel_l2=torch.stack(rel_l2).cpu(),
-        bitwise_equal=torch.stack(equal).cpu(),
-    )
+def layer_stats(
+    batched: list[torch.Tensor], single: list[torch.Tensor], segments: torch.Tensor, n_texts: int
+) -> LayerStats:
+    """Hidden states [N, H] per module, batched vs single, over the real positions of a chunk's texts.
+
+    `segments` [N] names each row's text; every reduction is per (module, text).
+    """
+    # Stacked over modules and reduced per text with scatter ops, moved to the host once: a host
+    # sync per module would stall the device, and per-module ops cost more in dispatch than in math.
+    hb = torch.stack(batched)
+    hs = torch.stack(single)
+    unequal = (hb != hs).any(dim=-1).to(torch.int32)  # [M, N]
+    hb, hs = _widened(hb), _widened(hs)
+    delta = hb - hs
+    index = segments.expand(hb.shape[0], -1)
+    shape = (hb.shape[0], n_texts)
+
+    def per_text(values: torch.Tensor, reduce: str) -> torch.Tensor:
+        out = values.new_zeros(shape)
+        return out.scatter_reduce_(1, index, values, reduce=reduce, include_self=True)
+
+    max_abs = per_text(delta.abs().amax(dim=-1), "amax")
+    delta_sq = per_text(delta.square().sum(dim=-1), "sum")
+    single_sq = per_text(hs.square().sum(dim=-1), "sum")
+    rel_l2 = torch.where(single_sq > 0, delta_sq.sqrt() / single_sq.sqrt(), 0.0)
+    equal = per_text(unequal, "amax") == 0
+    return LayerStats(max_abs_diff=max_abs.cpu(), rel_l2=rel_l2.cpu(), bitwise_equal=equal.cpu())

@@ -27,16 +27,16 @@ class LoadedModel:
     pad_token_id: int
     vocab_size: int
     notes: tuple[str, ...] = ()
-    _token_text: dict[int, str] = field(default_factory=dict, repr=False)
+    # Decoded strings of the ids seen so far: top-k asks for the same ids over and over.
+    token_texts: dict[int, str] = field(default_factory=dict, repr=False)
 
-    def token_text(self, token_id: int) -> str:
-        """The decoded string of one token id (cached: top-k asks for the same ids often)."""
-        text = self._token_text.get(token_id)
-        if text is None:
+    def decode(self, token_ids: list[int]) -> None:
+        """Make sure every id in `token_ids` has its decoded string in `token_texts`."""
+        missing = [i for i in token_ids if i not in self.token_texts]
+        if missing:
+            decoded = self.tokenizer.batch_decode([[i] for i in missing])
             # Ids past the tokenizer's vocabulary (padded embedding rows) decode to nothing.
-            text = self.tokenizer.decode([token_id]) or f"<id {token_id}>"
-            self._token_text[token_id] = text
-        return text
+            self.token_texts.update((i, text or f"<id {i}>") for i, text in zip(missing, decoded))
 
 
 _lock = threading.Lock()

@@ -1,0 +1,103 @@
+"""A chunk's measured logits and hidden states, turned into one `TextResult` per text.
+
+All texts of a chunk are measured together: their real rows are concatenated, so each metric is
+one set of device ops per chunk instead of per text, and results reach the host in one copy.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from core.comparison import LayerMetrics, PositionColumns, TextResult
+from core.metrics import layer_stats, position_stats
+from core.models import LoadedModel
+from core.runner import BatchedChunk, PassOutput, Runner
+from core.settings import Settings
+
+
+def chunk_results(
+    start: int,
+    texts: list[str],
+    token_ids: list[list[int]],
+    chunk: BatchedChunk,
+    singles: list[PassOutput],
+    loaded: LoadedModel,
+    runner: Runner,
+    settings: Settings,
+) -> list[TextResult]:
+    reals = [chunk.real_positions(row) for row in range(len(texts))]
+    batched = torch.cat([chunk.output.logits[row][real] for row, real in enumerate(reals)])
+    single = torch.cat([s.logits[0] for s in singles])
+    stats = position_stats(batched, single, settings.top_k, settings.atol, settings.rtol)
+    del batched, single
+    lengths = [len(ids) for ids in token_ids]
+    segments = torch.repeat_interleave(torch.arange(len(texts)), torch.tensor(lengths)).to(loaded.device)
+    hidden = layer_stats(
+        [torch.cat([h[row][real] for row, real in enumerate(reals)]) for h in chunk.output.hidden],
+        [torch.cat([s.hidden[m][0] for s in singles]) for m in range(len(runner.names))],
+        segments,
+        len(texts),
+    )
+    ids = torch.cat([torch.tensor([i for ids in token_ids for i in ids]), stats.topk_batch_ids.flatten()])
+    loaded.decode(torch.unique(torch.cat([ids, stats.topk_single_ids.flatten()])).tolist())
+    columns = _columns_by_text(stats, lengths)
+    layer_columns = [c.tolist() for c in (hidden.max_abs_diff, hidden.rel_l2, hidden.bitwise_equal)]
+    results = []
+    for row, (text, ids) in enumerate(zip(texts, token_ids)):
+        col = columns[row]
+        modules = tuple(
+            LayerMetrics(i, name, layer_columns[0][i][row], layer_columns[1][i][row], layer_columns[2][i][row])
+            for i, name in enumerate(runner.names)
+        )
+        max_abs = col["max_abs_diff"]
+        results.append(
+            TextResult(
+                index=start + row,
+                text=text,
+                token_ids=tuple(ids),
+                tokens=tuple(loaded.token_texts[t] for t in ids),
+                allclose=all(col["allclose"]),
+                max_abs_diff=max(max_abs),
+                kl_max=max(col["kl"]),
+                top1_flips=sum(col["top1_flip"]),
+                worst_position=max_abs.index(max(max_abs)),
+                max_abs_diff_ulp=max(col["max_abs_diff_ulp"]),
+                columns=PositionColumns(token_ids=tuple(ids), token_texts=loaded.token_texts, **col),
+                layers=tuple(modules[i] for i in runner.layer_indices),
+                modules=modules if settings.modules else (),
+            )
+        )
+    return results
+
+
+_FIELDS = (
+    "max_abs_diff",
+    "max_abs_diff_ulp",
+    "mean_abs_diff",
+    "kl",
+    "top1_flip",
+    "margin",
+    "allclose",
+    "topk_batch_ids",
+    "topk_batch_logits",
+    "topk_batch_probs",
+    "topk_batch_probs_in_single",
+    "topk_single_ids",
+    "topk_single_logits",
+    "topk_single_probs",
+    "topk_single_probs_in_batch",
+)
+
+
+def _columns_by_text(stats, lengths: list[int]) -> list[dict[str, tuple]]:
+    """Each stats column, converted to Python once for the chunk, then cut at the texts' lengths."""
+    per_text = [{} for _ in lengths]
+    for name in _FIELDS:
+        values = getattr(stats, name).tolist()
+        if values and isinstance(values[0], list):
+            values = list(map(tuple, values))
+        offset = 0
+        for text, length in zip(per_text, lengths):
+            text[name] = tuple(values[offset : offset + length])
+            offset += length
+    return per_text

@@ -1,0 +1,222 @@
+"""`batchtui bench`: what a comparison costs next to the forward passes it compares.
+
+Four methods on the same model and texts, interleaved over rounds, medians reported:
+(a) the floor: bare forward passes (one batched pass per chunk, one single pass per text);
+(b) the seed's script for every text: batched pass, its padded rows alone, torch.allclose;
+(c) compare() as the CLI runs it; (d) compare() with per-module localization.
+Peak memory: on CUDA max_memory_allocated above what was allocated before (the weights); on the
+CPU the peak resident-set growth, sampled.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from core.engine import compare
+from core.models import LoadedModel, load_model
+from core.runner import position_ids
+from core.settings import Settings
+
+_WORDS = (
+    "the model reads each token and attends to the ones before it while padding changes the shape of every "
+    "matrix product so kernels differ and small rounding errors grow through the layers into the logits"
+).split()
+
+
+def workload(tokenizer, n_texts: int, min_tokens: int, max_tokens: int, seed: int = 0) -> list[str]:
+    """`n_texts` English-like texts of min..max tokens each (exact for the tokenizer given)."""
+    rng = random.Random(seed)
+    texts = []
+    for _ in range(n_texts):
+        target = rng.randint(min_tokens, max_tokens)
+        words = []
+        while len(tokenizer(" ".join(words))["input_ids"]) < target:
+            words += rng.choices(_WORDS, k=8)
+        ids = tokenizer(" ".join(words))["input_ids"][:target]
+        texts.append(tokenizer.decode(ids, skip_special_tokens=True))
+    return texts
+
+
+def _forward(loaded: LoadedModel, input_ids: torch.Tensor, mask: torch.Tensor, positions: str) -> torch.Tensor:
+    model = loaded.model
+    return model(
+        inputs_embeds=model.get_input_embeddings()(input_ids),
+        attention_mask=mask,
+        position_ids=position_ids(mask, positions),
+        use_cache=False,
+    ).logits
+
+
+def _chunks(loaded: LoadedModel, texts: list[str], settings: Settings):
+    tokenizer = loaded.tokenizer
+    tokenizer.padding_side = settings.padding_side
+    for start in range(0, len(texts), settings.batch_size):
+        batch = tokenizer(texts[start : start + settings.batch_size], padding=True, return_tensors="pt")
+        yield batch["input_ids"].to(loaded.device), batch["attention_mask"].to(loaded.device)
+
+
+def floor_passes(loaded: LoadedModel, texts: list[str], settings: Settings) -> None:
+    with torch.inference_mode():
+        for input_ids, mask in _chunks(loaded, texts, settings):
+            logits = _forward(loaded, input_ids, mask, settings.positions)
+            del logits
+        for text in texts:
+            ids = torch.tensor([loaded.tokenizer(text)["input_ids"]], device=loaded.device)
+            _forward(loaded, ids, torch.ones_like(ids), settings.positions)
+
+
+def seed_script(loaded: LoadedModel, texts: list[str], settings: Settings) -> None:
+    with torch.inference_mode():
+        for input_ids, mask in _chunks(loaded, texts, settings):
+            batched = _forward(loaded, input_ids, mask, settings.positions)
+            for row in range(input_ids.shape[0]):
+                single = _forward(loaded, input_ids[row : row + 1], mask[row : row + 1], settings.positions)[0]
+                torch.allclose(batched[row], single, atol=settings.atol, rtol=settings.rtol)
+
+
+def _synchronize(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+class _RssSampler:
+    """Peak resident-set size of this process while running, sampled every millisecond."""
+
+    def __init__(self) -> None:
+        self.peak = self._rss()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def _rss() -> int:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * 4096
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.001):
+            self.peak = max(self.peak, self._rss())
+
+    def __enter__(self) -> _RssSampler:
+        self.start = self._rss()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self._rss())
+
+
+def peak_memory(fn: Callable[[], None], device: str) -> int:
+    """Bytes allocated at the peak of `fn` above what was allocated before it."""
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        fn()
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - before
+    with _RssSampler() as sampler:
+        fn()
+    return sampler.peak - sampler.start
+
+
+@dataclass
+class BenchResult:
+    model: str
+    device: str
+    dtype: str
+    texts: int
+    batch_size: int
+    tokens: int
+    vocab_size: int
+    rounds: int
+    seconds: dict[str, float]  # medians
+    all_seconds: dict[str, list[float]]
+    peak_bytes: dict[str, int]
+    ratios: dict[str, float] = field(default_factory=dict)
+    targets: list[dict] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+METHODS = ("floor", "seed", "compare", "compare_layers")
+
+
+def bench(texts: list[str], settings: Settings, rounds: int = 5, progress=None) -> BenchResult:
+    loaded = load_model(settings)
+    device = loaded.device
+    layer_settings = settings.with_changes(modules=True)
+    methods = {
+        "floor": lambda: floor_passes(loaded, texts, settings),
+        "seed": lambda: seed_script(loaded, texts, settings),
+        "compare": lambda: compare(texts, settings),
+        "compare_layers": lambda: compare(texts, layer_settings),
+    }
+    for fn in methods.values():  # warm-up: kernels, caches, the tokenizer's decode table
+        fn()
+    times: dict[str, list[float]] = {name: [] for name in methods}
+    for round_ in range(rounds):
+        # Rotate the order each round so drift (heat, other load) falls on every method alike.
+        order = list(methods)[round_ % len(methods) :] + list(methods)[: round_ % len(methods)]
+        for name in order:
+            _synchronize(device)
+            started = time.perf_counter()
+            methods[name]()
+            _synchronize(device)
+            times[name].append(time.perf_counter() - started)
+        if progress is not None:
+            progress(round_ + 1, rounds)
+    peaks = {name: peak_memory(methods[name], device) for name in ("floor", "compare")}
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    tokens = sum(len(loaded.tokenizer(t)["input_ids"]) for t in texts)
+    result = BenchResult(
+        model=settings.model,
+        device=device,
+        dtype=loaded.dtype,
+        texts=len(texts),
+        batch_size=settings.batch_size,
+        tokens=tokens,
+        vocab_size=loaded.vocab_size,
+        rounds=rounds,
+        seconds=medians,
+        all_seconds=times,
+        peak_bytes=peaks,
+    )
+    result.ratios = {
+        "compare_vs_floor": medians["compare"] / medians["floor"],
+        "layers_vs_floor": medians["compare_layers"] / medians["floor"],
+        "compare_vs_seed": medians["compare"] / medians["seed"],
+    }
+    result.targets = _targets(result, texts, loaded)
+    return result
+
+
+def _target(name: str, value: float, limit: float) -> dict:
+    return {"name": name, "value": value, "limit": limit, "pass": value <= limit}
+
+
+def _targets(result: BenchResult, texts: list[str], loaded: LoadedModel) -> list[dict]:
+    r = result.ratios
+    if result.model == "tiny":  # fixed per-call costs weigh more on a tiny model
+        targets = [_target("compare_vs_floor", r["compare_vs_floor"], 1.25)]
+    else:
+        targets = [
+            _target("compare_vs_floor", r["compare_vs_floor"], 1.10),
+            _target("compare_vs_seed", r["compare_vs_seed"], 1.05),
+            _target("layers_vs_floor", r["layers_vs_floor"], 1.30),
+        ]
+    longest = max(len(loaded.tokenizer(t)["input_ids"]) for t in texts)
+    chunk_logits = min(result.batch_size, len(texts)) * longest * result.vocab_size * 4
+    extra = result.peak_bytes["compare"] - result.peak_bytes["floor"]
+    targets.append(_target("memory_vs_chunk_logits", extra / chunk_logits, 1.5))
+    return targets

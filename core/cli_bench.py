@@ -1,0 +1,76 @@
+"""`batchtui bench` (and `python -m core bench`): the comparison's cost and memory against its floor."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from core.cli import EXIT_DIVERGED, EXIT_OK, guarded
+from core.cli_options import OneLineParser
+from core.errors import InputError
+from core.plain_text import format_columns
+from core.settings import DEFAULT_MODEL, DTYPES, PADDING_SIDES, POSITION_MODES, Settings
+
+
+def run_bench(argv: list[str], prog: str = "batchtui bench") -> int:
+    parser = OneLineParser(prog=prog, description="Time compare() against the bare forward passes it compares.")
+    parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument("--dtype", default="auto", choices=DTYPES)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--attn", metavar="IMPL")
+    parser.add_argument("--padding-side", default="left", choices=PADDING_SIDES)
+    parser.add_argument("--positions", default="mask", choices=POSITION_MODES)
+    parser.add_argument("--texts", type=int, default=16, metavar="N", help="number of texts (default 16)")
+    parser.add_argument("--min-tokens", type=int, default=32)
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--trust-remote-code", action="store_true")
+    parser.add_argument("--json", metavar="PATH", help="write the figures to PATH ('-' for stdout)")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:
+        return int(exit_.code or 0)
+    return guarded(lambda: _bench(args))
+
+
+def _bench(args: argparse.Namespace) -> int:
+    if args.texts < 1 or args.rounds < 1 or not 1 <= args.min_tokens <= args.max_tokens:
+        raise InputError("texts and rounds must be at least 1, and 1 <= min-tokens <= max-tokens")
+    settings = Settings(
+        model=args.model,
+        dtype=args.dtype,
+        device=args.device,
+        attn=args.attn,
+        batch_size=args.batch_size,
+        padding_side=args.padding_side,
+        positions=args.positions,
+        trust_remote_code=args.trust_remote_code,
+    ).validated()
+    from core.bench import bench, workload
+    from core.models import load_model
+
+    texts = workload(load_model(settings).tokenizer, args.texts, args.min_tokens, args.max_tokens)
+    out = sys.stderr if args.json == "-" else sys.stdout
+    result = bench(texts, settings, args.rounds, progress=lambda d, t: print(f"round {d}/{t}", file=sys.stderr))
+    print(
+        f"{result.model} · {result.dtype} on {result.device} · {result.texts} texts, {result.tokens} tokens, "
+        f"batch size {result.batch_size} · vocabulary {result.vocab_size} · median of {result.rounds} rounds",
+        file=out,
+    )
+    rows = [(name, f"{seconds * 1000:.1f}") for name, seconds in result.seconds.items()]
+    print(format_columns(("method", "ms"), rows, left={0}), file=out)
+    print(
+        "peak memory above the weights: "
+        + ", ".join(f"{name} {b / 2**20:.1f} MiB" for name, b in result.peak_bytes.items()),
+        file=out,
+    )
+    rows = [
+        (t["name"], f"{t['value']:.3f}", f"{t['limit']:.2f}", "PASS" if t["pass"] else "FAIL") for t in result.targets
+    ]
+    print(format_columns(("target", "value", "limit", ""), rows, left={0}), file=out)
+    if args.json:
+        from core.report import write_json
+
+        write_json(result.as_dict(), args.json)
+    return EXIT_OK if all(t["pass"] for t in result.targets) else EXIT_DIVERGED
