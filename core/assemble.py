@@ -25,15 +25,16 @@ def chunk_results(
     runner: Runner,
     settings: Settings,
 ) -> list[TextResult]:
-    reals = [chunk.real_positions(row) for row in range(len(texts))]
-    batched = torch.cat([chunk.output.logits[row][real] for row, real in enumerate(reals)])
+    rows = range(len(texts))
+    batched = torch.cat([chunk.real_rows(chunk.output.logits, row) for row in rows])
     single = torch.cat([s.logits[0] for s in singles])
     stats = position_stats(batched, single, settings.top_k, settings.atol, settings.rtol)
+    stats_device = batched.device
     del batched, single
     lengths = [len(ids) for ids in token_ids]
-    segments = torch.repeat_interleave(torch.arange(len(texts)), torch.tensor(lengths)).to(loaded.device)
+    segments = torch.repeat_interleave(torch.arange(len(texts)), torch.tensor(lengths)).to(stats_device)
     hidden = layer_stats(
-        [torch.cat([h[row][real] for row, real in enumerate(reals)]) for h in chunk.output.hidden],
+        [torch.cat([chunk.real_rows(h, row) for row in rows]) for h in chunk.output.hidden],
         [torch.cat([s.hidden[m][0] for s in singles]) for m in range(len(runner.names))],
         segments,
         len(texts),

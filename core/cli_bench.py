@@ -17,6 +17,7 @@ def run_bench(argv: list[str], prog: str = "batchtui bench") -> int:
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--dtype", default="auto", choices=DTYPES)
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--device-map", metavar="MAP")
     parser.add_argument("--attn", metavar="IMPL")
     parser.add_argument("--padding-side", default="left", choices=PADDING_SIDES)
     parser.add_argument("--positions", default="mask", choices=POSITION_MODES)
@@ -41,6 +42,7 @@ def _bench(args: argparse.Namespace) -> int:
         model=args.model,
         dtype=args.dtype,
         device=args.device,
+        device_map=args.device_map,
         attn=args.attn,
         batch_size=args.batch_size,
         padding_side=args.padding_side,

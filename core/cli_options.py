@@ -22,6 +22,9 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=DEFAULT_MODEL, help="built-in name, local path or Hub id (default: tiny)")
     parser.add_argument("--dtype", default="auto", choices=DTYPES, help="default: the checkpoint's dtype")
     parser.add_argument("--device", default="auto", help="cuda, cuda:1, mps, cpu... (default: auto)")
+    parser.add_argument(
+        "--device-map", metavar="MAP", help="'auto': shard the model across this host's GPUs (needs accelerate)"
+    )
     parser.add_argument("--batch-size", type=int, default=8, metavar="N", help="texts per batched pass (default: 8)")
     parser.add_argument("--padding-side", default="left", choices=PADDING_SIDES)
     parser.add_argument("--positions", default="mask", choices=POSITION_MODES, help="position ids (default: mask)")
@@ -44,6 +47,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         model=args.model,
         dtype=args.dtype,
         device=args.device,
+        device_map=args.device_map,
         batch_size=args.batch_size,
         padding_side=args.padding_side,
         positions=args.positions,

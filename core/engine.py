@@ -90,7 +90,7 @@ def compare(
             for row, text in enumerate(chunk_texts):
                 check_cancelled()
                 own_ids = runner.tokenize(text)
-                if chunk.input_ids[row][chunk.real_positions(row)].tolist() != own_ids:
+                if chunk.real_rows(chunk.input_ids, row).tolist() != own_ids:
                     raise ModelLoadError(
                         f"text {start + row + 1}: the tokenizer gives other tokens inside a batch than alone"
                     )
@@ -121,9 +121,9 @@ def compare(
 
 
 def _decompose(runner: Runner, chunk: BatchedChunk, row: int, single: PassOutput, settings: Settings) -> Decomposition:
-    real = chunk.real_positions(row)
-    batched = chunk.output.logits[row][real]
-    padded = runner.padded_row(chunk, row).logits[0][real]
+    batched = chunk.real_rows(chunk.output.logits, row)
+    padded_logits = runner.padded_row(chunk, row).logits[0]
+    padded = padded_logits[chunk.real_mask(row, padded_logits.device)]
     alone = single.logits[0]
     tolerance = {"atol": settings.atol, "rtol": settings.rtol}
     return Decomposition(
@@ -144,7 +144,7 @@ def _reference_errors(
 ) -> ReferenceErrors:
     with Runner(reference, "left", "mask") as ref_runner:
         exact = ref_runner.single(token_ids).logits[0]
-    batched = chunk.output.logits[row][chunk.real_positions(row)].to("cpu", torch.float64)
+    batched = chunk.real_rows(chunk.output.logits, row).to("cpu", torch.float64)
     return ReferenceErrors(
         batched=max_abs_diff(batched, exact),
         single=max_abs_diff(single.logits[0].to("cpu", torch.float64), exact),

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.builtin_models import BUILTIN_MODELS, builtin_path
-from core.errors import InputError, ModelLoadError
+from core.errors import BatchtuiError, InputError, ModelLoadError
 from core.hf_compat import dtype_kwarg
 from core.settings import Settings
 
@@ -64,7 +64,7 @@ def load_model(settings: Settings) -> LoadedModel:
     that dtype (it also casts buffers such as the rotary frequencies, which changes the logits).
     """
     device = resolve_device(settings.device)
-    key = (settings.model, device, settings.attn, settings.dtype, settings.trust_remote_code)
+    key = (settings.model, device, settings.device_map, settings.attn, settings.dtype, settings.trust_remote_code)
     with _lock:
         if key in _cached:
             _cached.move_to_end(key)
@@ -95,13 +95,23 @@ def _load(settings: Settings, device: str) -> LoadedModel:
         kwargs = {dtype_kwarg(): "auto" if settings.dtype == "auto" else getattr(torch, settings.dtype)}
         if settings.attn:
             kwargs["attn_implementation"] = settings.attn
+        if settings.device_map:
+            _require_accelerate()
+            kwargs["device_map"] = settings.device_map
         model = AutoModelForCausalLM.from_pretrained(source, trust_remote_code=trust, **kwargs)
+    except BatchtuiError:
+        raise
     except Exception as exc:  # transformers raises OSError, ValueError, KeyError... for a bad source
         raise ModelLoadError(_load_failure_message(settings.model, exc)) from exc
-    try:
-        model = model.to(device).eval()
-    except (RuntimeError, AssertionError) as exc:
-        raise InputError(f"cannot use device {device!r}: {_first_line(exc)}") from exc
+    if settings.device_map:
+        # Sharded by accelerate: inputs go where the embeddings are; metrics gather to the logits' device.
+        device = str(model.get_input_embeddings().weight.device)
+        model = model.eval()
+    else:
+        try:
+            model = model.to(device).eval()
+        except (RuntimeError, AssertionError) as exc:
+            raise InputError(f"cannot use device {device!r}: {_first_line(exc)}") from exc
     notes = []
     pad_id = tokenizer.pad_token_id
     if pad_id is None:
@@ -121,6 +131,13 @@ def _load(settings: Settings, device: str) -> LoadedModel:
         vocab_size=int(model.get_output_embeddings().weight.shape[0]),
         notes=tuple(notes),
     )
+
+
+def _require_accelerate() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("accelerate") is None:
+        raise InputError("--device-map needs accelerate: pip install 'batchtui[multi-gpu]' (or accelerate)")
 
 
 def _first_line(exc: BaseException) -> str:

@@ -34,9 +34,16 @@ class BatchedChunk:
     attention_mask: torch.Tensor  # [b, T]
     output: PassOutput
 
-    def real_positions(self, row: int) -> torch.Tensor:
-        """A boolean mask over T selecting row `row`'s real (unpadded) tokens, either padding side."""
-        return self.attention_mask[row].bool()
+    def real_rows(self, tensor: torch.Tensor, row: int) -> torch.Tensor:
+        """Row `row` of a [b, T, ...] tensor at its real (unpadded) positions, either padding side.
+
+        The mask follows the tensor: a sharded model's logits may sit on another device than its inputs.
+        """
+        return tensor[row][self.real_mask(row, tensor.device)]
+
+    def real_mask(self, row: int, device: torch.device) -> torch.Tensor:
+        """A boolean mask over T selecting row `row`'s real tokens, on `device`."""
+        return self.attention_mask[row].bool().to(device)
 
 
 def position_ids(attention_mask: torch.Tensor, mode: str) -> torch.Tensor:
@@ -136,5 +143,7 @@ class Runner:
             use_cache=False,
         ).logits
         captured, self._captured = self._captured, {}
-        hidden = [embeds] + [captured[name] for name, _ in self._modules]
+        # A sharded model leaves hidden states on several devices: gather them where the logits are
+        # (a no-op on one device).
+        hidden = [h.to(logits.device) for h in [embeds] + [captured[name] for name, _ in self._modules]]
         return PassOutput(logits, hidden)

@@ -22,6 +22,7 @@ class Settings:
     model: str = DEFAULT_MODEL
     dtype: str = "auto"
     device: str = "auto"
+    device_map: str | None = None  # e.g. "auto": shard across the host's GPUs with accelerate
     batch_size: int = 8
     padding_side: str = "left"
     positions: str = "mask"

@@ -43,10 +43,11 @@ class HeatmapSeries:
 def heatmap_series(comparison: Comparison, first_position: int = 0, last_position: int | None = None):
     """Cells grouped by bucket, restricted to positions [first_position, last_position]."""
     cells: dict[int, tuple[list[int], list[int]]] = {}
-    for text in comparison.texts:
-        for position in text.positions[first_position : None if last_position is None else last_position + 1]:
-            xs, ys = cells.setdefault(bucket_of(position.max_abs_diff), ([], []))
-            xs.append(position.index)
+    stop = None if last_position is None else last_position + 1
+    for text in comparison.texts:  # from the columns: no per-position objects are built
+        for index, max_abs_diff in enumerate(text.columns.max_abs_diff[first_position:stop], start=first_position):
+            xs, ys = cells.setdefault(bucket_of(max_abs_diff), ([], []))
+            xs.append(index)
             ys.append(text.index + 1)
     return [
         HeatmapSeries(bucket, BUCKET_LABELS[bucket], tuple(xs), tuple(ys)) for bucket, (xs, ys) in sorted(cells.items())
@@ -87,7 +88,12 @@ def decade_ticks(log10_values) -> tuple[list[int], list[str]]:
 
 def divergent_cells(comparison: Comparison) -> list[tuple[int, int]]:
     """(text, position) of every divergent position (not allclose, or a top-1 flip), reading order."""
-    return [(t.index, p.index) for t in comparison.texts for p in t.positions if p.divergent]
+    return [
+        (t.index, index)
+        for t in comparison.texts
+        for index, (close, flip) in enumerate(zip(t.columns.allclose, t.columns.top1_flip))
+        if not close or flip
+    ]
 
 
 def next_divergent(comparison: Comparison, text: int, position: int, forward: bool = True) -> tuple[int, int] | None:

@@ -56,3 +56,14 @@ def test_tokenizer_without_pad_token_pads_with_eos_and_says_so(tiny_path, tmp_pa
     result = compare(["short", "a longer text"], Settings(model=str(local)))
     assert result.config["pad_token_id"] == 258  # <|im_end|>, the eos token
     assert any("no pad token" in note and "<|im_end|>" in note for note in result.notes)
+
+
+def test_device_map_loads_through_accelerate_and_gives_the_same_numbers():
+    from core import compare
+
+    texts = ["short", "a longer text with padding"]
+    plain = compare(texts, Settings(dtype="float32", modules=True))
+    sharded = compare(texts, Settings(dtype="float32", modules=True, device_map="auto"))
+    assert sharded.config["device_map"] == "auto" and sharded.config["device"] == "cpu"
+    assert [t.max_abs_diff for t in sharded.texts] == [t.max_abs_diff for t in plain.texts]
+    assert [t.modules for t in sharded.texts] == [t.modules for t in plain.texts]

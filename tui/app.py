@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -28,6 +29,15 @@ from tui.summary_table import SummaryTable
 from tui.texts_editor import TextsEditor
 
 EDIT_DEBOUNCE_S = 0.5
+
+
+def _leave_a_core_for_the_ui() -> None:
+    """torch's kernels use every core by default; one is kept free so keys are answered mid-run."""
+    import torch
+
+    cores = os.cpu_count() or 1
+    if cores > 1 and torch.get_num_threads() >= cores:
+        torch.set_num_threads(cores - 1)
 
 
 def _next_in(values, current):
@@ -119,6 +129,8 @@ class BatchtuiApp(App[None]):
         try:
             from core.engine import compare, describe_progress  # torch loads here, off the UI thread
             from core.models import load_model
+
+            _leave_a_core_for_the_ui()
 
             self.post_message(RunProgress(generation, f"loading {settings.model}…"))
             load_model(settings)

@@ -22,6 +22,7 @@ class DetailPane(Vertical):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.border_title = "detail"
+        self._shape: tuple[int, int] | None = None  # (number lines, top-k rows) last laid out
 
     def compose(self) -> ComposeResult:
         yield Static(id="detail-numbers")
@@ -40,8 +41,17 @@ class DetailPane(Vertical):
         self.border_title = detail_title(text, position)
         result = comparison.texts[text]
         metrics = result.positions[position]
-        numbers.update(self._numbers(metrics) + self._causes(result))
-        topk.update(self._topk_table(metrics))
+        content = self._numbers(metrics) + self._causes(result)
+        # Moving the selection must not re-lay-out the screen: sizes change only with the content's shape.
+        lines = len(content.split())
+        topk_rows = len(metrics.topk_single) + 1
+        resize = (lines, topk_rows) != self._shape
+        if resize:
+            self._shape = (lines, topk_rows)
+            numbers.styles.height = lines
+            topk.styles.height = topk_rows
+        numbers.update(content, layout=resize)
+        topk.update(self._topk_table(metrics), layout=resize)
         self._chart(metrics)
 
     def _numbers(self, p: PositionMetrics) -> Text:
@@ -89,7 +99,7 @@ class DetailPane(Vertical):
         # A token whose rank differs in the other run (or that is absent there) is highlighted.
         moved = token.rank_in_other != rank
         style = f"bold {self._color('warning')}" if moved else ""
-        shown = Text(literal(repr(token.token)[1:-1], 10), style=style)
+        shown = Text(literal(repr(token.token)[1:-1], 8), style=style)
         if moved:
             shown.append(" new" if token.rank_in_other is None else f" ({token.rank_in_other + 1})", style=style)
         return shown, Text(f"{token.logit:.3f}", style=style)
@@ -103,8 +113,8 @@ class DetailPane(Vertical):
         plt.multiple_bar(
             labels,
             [[t.prob for t in p.topk_single], [t.prob_in_other for t in p.topk_single]],
-            labels=["single", "batched"],
+            labels=["S", "B"],
             color=["blue", "orange"],
         )
-        plt.title("p of the single run's top-k, by rank")
+        plt.title("p by rank: S single, B batched")
         chart.refresh()

@@ -37,9 +37,10 @@ class Heatmap(Vertical, can_focus=True):
         self.border_title = "max|Δ| per text (rows) and token position (columns)"
         self._comparison: Comparison | None = None
         self._selected = (0, 0)
+        self._window: tuple[int, int] | None = None  # (first position, first text) shown
 
     def compose(self) -> ComposeResult:
-        yield PlotextPlot()
+        yield HeatmapPlot()
         yield Static(self._legend(), id="legend")
 
     @staticmethod
@@ -55,25 +56,41 @@ class Heatmap(Vertical, can_focus=True):
         self.post_message(self.Move(texts, positions))
 
     def show(self, comparison: Comparison | None, selected: tuple[int, int]) -> None:
+        plot = self.query_one(HeatmapPlot)
         if comparison is not None and comparison is not self._comparison:
             # One row per text plus the frame and the x labels; the pane's max-height caps it.
-            self.query_one(PlotextPlot).styles.height = max(len(comparison.texts), 2) + 3
+            plot.styles.height = max(len(comparison.texts), 2) + 3
+            self._window = None
         self._comparison = comparison
         self._selected = selected
         self.border_subtitle = f"text {selected[0] + 1} · pos {selected[1]}" if comparison else ""
         self.replot()
 
     def on_resize(self) -> None:
+        self._window = None
         self.replot()
 
+    def _fit_window(self, columns: int, rows: int) -> tuple[int, int]:
+        """The first position and text shown: kept while the selection stays inside, else re-centred."""
+        comparison = self._comparison
+        text, position = self._selected
+        longest = max(len(t.positions) for t in comparison.texts)
+        window = self._window
+        if window is not None:
+            first_pos, first_text = window
+            if first_pos <= position < first_pos + columns and first_text <= text < first_text + rows:
+                return window
+        first_pos = min(max(position - columns // 2, 0), max(longest - columns, 0))
+        first_text = min(max(text - rows // 2, 0), max(len(comparison.texts) - rows, 0))
+        return first_pos, first_text
+
     def replot(self) -> None:
-        plot = self.query_one(PlotextPlot)
-        plt = plot.plt
-        plt.clear_figure()
+        plot = self.query_one(HeatmapPlot)
         comparison = self._comparison
         if comparison is None or not comparison.texts:
-            plt.title("waiting for the first comparison…")
-            plot.refresh()
+            plot.plt.clear_figure()
+            plot.plt.title("waiting for the first comparison…")
+            plot.redraw(marker=None, rebuilt=True)
             return
         text, position = self._selected
         n_texts = len(comparison.texts)
@@ -81,17 +98,23 @@ class Heatmap(Vertical, can_focus=True):
         label_width = len(str(n_texts))
         columns = max(plot.size.width - label_width - 2, 2)
         rows = max(plot.size.height - 3, 2)
-        longest = max(len(t.positions) for t in comparison.texts)
-        first_pos = min(max(position - columns // 2, 0), max(longest - columns, 0))
-        first_text = min(max(text - rows // 2, 0), max(n_texts - rows, 0))
+        window = self._fit_window(columns, rows)
+        first_pos, first_text = window
+        # The marker is drawn over the rendered figure: the figure is only rebuilt when the window moves.
+        marker = (1 + text - first_text, label_width + 1 + position - first_pos)
+        if window == self._window:
+            plot.redraw(marker=marker)
+            return
+        self._window = window
         last_pos = first_pos + columns - 1
         last_text = first_text + rows - 1
+        plt = plot.plt
+        plt.clear_figure()
         for series in heatmap_series(comparison, first_pos, last_pos):
             cells = [(x, y) for x, y in zip(series.positions, series.texts) if first_text < y <= last_text + 1]
             if cells:
                 xs, ys = zip(*cells)
                 plt.scatter(list(xs), list(ys), marker="█", color=BUCKET_COLORS[series.bucket])
-        plt.scatter([position], [text + 1], marker=SELECTED_MARKER, color="white")
         plt.xlim(first_pos, last_pos)
         plt.ylim(first_text + 1, last_text + 1)
         plt.yreverse(True)
@@ -99,4 +122,34 @@ class Heatmap(Vertical, can_focus=True):
         plt.yticks(list(shown_texts))
         step = 10 if columns < 120 else 20
         plt.xticks(list(range(-(-first_pos // step) * step, last_pos + 1, step)))
-        plot.refresh()
+        plot.redraw(marker=marker, rebuilt=True)
+
+
+class HeatmapPlot(PlotextPlot):
+    """A plotext figure rendered once and reused, with the selection marker drawn over it."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._marker: tuple[int, int] | None = None  # (line, column) in the rendered figure
+        self._cache: tuple[tuple, Text] | None = None
+
+    def redraw(self, marker: tuple[int, int] | None, rebuilt: bool = False) -> None:
+        self._marker = marker
+        if rebuilt:
+            self._cache = None
+        self.refresh()
+
+    def render(self) -> Text:
+        key = (self.size, self.app.theme)
+        if self._cache is None or self._cache[0] != key:
+            self._cache = (key, super().render())
+        figure = self._cache[1]
+        if self._marker is None:
+            return figure
+        line, column = self._marker
+        lines = figure.split("\n")
+        if not (0 <= line < len(lines) and 0 <= column < len(lines[line])):
+            return figure
+        row = lines[line]
+        lines[line] = Text.assemble(row[:column], (SELECTED_MARKER, "bold reverse"), row[column + 1 :])
+        return Text("\n").join(lines)

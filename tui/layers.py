@@ -16,8 +16,13 @@ class LayersPane(PlotextPlot):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.border_title = "layers"
+        self._shown: tuple | None = None
 
     def show(self, comparison: Comparison | None, text: int, per_module: bool = False) -> None:
+        shown = self._shown
+        if shown is not None and shown[0] is comparison and shown[1:] == (text, per_module):
+            return  # moving along a text's positions leaves its layer curve as it is
+        self._shown = (comparison, text, per_module)
         plt = self.plt
         plt.clear_figure()
         if comparison is None or not comparison.texts or not comparison.texts[text].layers:

@@ -47,7 +47,7 @@ class SummaryTable(DataTable):
                 "flips": Text(str(text.top1_flips), justify="right"),
                 "allclose": Text("✓", style=f"bold {ok}") if text.allclose else Text("✗", style=f"bold {bad}"),
             }
-            self.add_row(*(cells[c] for c in columns), key=str(text.index))
+            self.add_row(*(cells[c] for c in columns))
         self.select_text(selected_text)
 
     def select_text(self, index: int) -> None:

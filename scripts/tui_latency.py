@@ -1,0 +1,107 @@
+"""How fast the app answers: time to the first frame, and key-press latency while a comparison runs.
+
+    python scripts/tui_latency.py [--presses 60] [--texts 48]
+
+First frame: a child process starts the app (headless, 120x40) and reports the wall time at which
+its first frame was drawn; counted from just before the child was spawned, interpreter start included.
+Key latency: with a long comparison running in its worker, each press of a move key is timed from
+posting the key until the heatmap has rendered the moved selection (the heatmap's render is wrapped
+to count frames; Pilot's own press is not used, as it waits for the app to go idle, which a running
+comparison's progress messages never let it). Prints p50/p95/max and PASS/FAIL against the targets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import subprocess
+import sys
+import time
+
+FIRST_FRAME_LIMIT_S = 1.5
+KEY_P95_LIMIT_S = 0.100
+
+CHILD = """
+import asyncio, sys, time
+from tui.app import BatchtuiApp
+from core import DEFAULT_TEXTS, Settings
+
+async def main():
+    app = BatchtuiApp(list(DEFAULT_TEXTS), Settings())
+    async with app.run_test(size=(120, 40)):
+        print(time.time(), flush=True)
+
+asyncio.run(main())
+"""
+
+
+def first_frame_seconds() -> float:
+    started = time.time()
+    done = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, check=True)
+    return float(done.stdout.split()[0]) - started
+
+
+async def key_latencies(presses: int, n_texts: int) -> tuple[list[float], bool]:
+    from core import Settings
+    from tui.app import BatchtuiApp
+    from tui.heatmap import HeatmapPlot
+
+    frames = []
+    render = HeatmapPlot.render
+
+    def counted_render(self):
+        frames.append(time.perf_counter())
+        return render(self)
+
+    HeatmapPlot.render = counted_render
+
+    texts = [f"text number {i}: " + "the quick brown fox jumps over the lazy dog " * 6 for i in range(n_texts)]
+    app = BatchtuiApp(texts, Settings(dtype="float32", batch_size=4, modules=True, decompose=True))
+    latencies = []
+    async with app.run_test(size=(120, 40)) as pilot:
+        while app.comparison is None:
+            await pilot.pause(0.05)
+        await pilot.pause(0.2)
+        app.action_rerun()  # a fresh run: the presses below land while its worker computes
+        await asyncio.sleep(0.2)
+        running_presses = 0
+        for i in range(presses):
+            before = app.selected
+            started = time.perf_counter()
+            app.simulate_key("l" if i % 2 == 0 else "h")
+            while not (app.selected != before and frames and frames[-1] > started):
+                await asyncio.sleep(0.001)
+            latencies.append(frames[-1] - started)
+            running_presses += app.settled_generation != app.generation
+            await asyncio.sleep(0.02)
+        still_running = running_presses
+    return latencies, still_running
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--presses", type=int, default=60)
+    parser.add_argument("--texts", type=int, default=48)
+    args = parser.parse_args()
+    frames = [first_frame_seconds() for _ in range(3)]
+    first = statistics.median(frames)
+    latencies, still_running = asyncio.run(key_latencies(args.presses, args.texts))
+    latencies.sort()
+    p50 = statistics.median(latencies)
+    p95 = latencies[max(0, int(round(0.95 * len(latencies))) - 1)]
+    print(f"first frame: median {first:.3f} s of 3 starts ({', '.join(f'{f:.3f}' for f in frames)})")
+    print(
+        f"key latency while comparing: p50 {p50 * 1000:.1f} ms, p95 {p95 * 1000:.1f} ms,"
+        f" max {latencies[-1] * 1000:.1f} ms"
+        f" over {len(latencies)} presses ({still_running} of them while the comparison ran)"
+    )
+    ok_first = first <= FIRST_FRAME_LIMIT_S
+    ok_keys = p95 <= KEY_P95_LIMIT_S
+    print(f"first_frame {first:.3f} s <= {FIRST_FRAME_LIMIT_S} s: {'PASS' if ok_first else 'FAIL'}")
+    print(f"key_p95 {p95 * 1000:.1f} ms <= {KEY_P95_LIMIT_S * 1000:.0f} ms: {'PASS' if ok_keys else 'FAIL'}")
+    return 0 if ok_first and ok_keys else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
