@@ -25,8 +25,10 @@ def chunk_results(
     runner: Runner,
     settings: Settings,
 ) -> list[TextResult]:
-    rows = range(len(texts))
-    batched = torch.cat([chunk.real_rows(chunk.output.logits, row) for row in rows])
+    logits = chunk.output.logits
+    # Every text's real positions in row order: one gather per tensor instead of one per text.
+    real = chunk.attention_mask.flatten().nonzero().flatten().to(logits.device)
+    batched = logits.flatten(0, 1)[real]
     single = torch.cat([s.logits[0] for s in singles])
     stats = position_stats(batched, single, settings.top_k, settings.atol, settings.rtol)
     stats_device = batched.device
@@ -34,7 +36,7 @@ def chunk_results(
     lengths = [len(ids) for ids in token_ids]
     segments = torch.repeat_interleave(torch.arange(len(texts)), torch.tensor(lengths)).to(stats_device)
     hidden = layer_stats(
-        [torch.cat([chunk.real_rows(h, row) for row in rows]) for h in chunk.output.hidden],
+        [h.flatten(0, 1)[real] for h in chunk.output.hidden],
         [torch.cat([s.hidden[m][0] for s in singles]) for m in range(len(runner.names))],
         segments,
         len(texts),

@@ -124,9 +124,22 @@ def peak_memory(fn: Callable[[], None], device: str) -> int:
         fn()
         torch.cuda.synchronize()
         return torch.cuda.max_memory_allocated() - before
+    _return_freed_memory()
     with _RssSampler() as sampler:
         fn()
     return sampler.peak - sampler.start
+
+
+def _return_freed_memory() -> None:
+    """Hand freed heap back to the OS, so that RSS growth measures this run and not the last one's leftovers."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: the figure is then an upper bound
+        pass
 
 
 @dataclass
@@ -150,6 +163,8 @@ class BenchResult:
 
 
 METHODS = ("floor", "seed", "compare", "compare_layers")
+# The memory target is about logits of a real vocabulary (Qwen2.5: 151,936 tokens).
+LARGE_VOCABULARY = 100_000
 
 
 def bench(texts: list[str], settings: Settings, rounds: int = 5, progress=None) -> BenchResult:
@@ -218,5 +233,7 @@ def _targets(result: BenchResult, texts: list[str], loaded: LoadedModel) -> list
     longest = max(len(loaded.tokenizer(t)["input_ids"]) for t in texts)
     chunk_logits = min(result.batch_size, len(texts)) * longest * result.vocab_size * 4
     extra = result.peak_bytes["compare"] - result.peak_bytes["floor"]
-    targets.append(_target("memory_vs_chunk_logits", extra / chunk_logits, 1.5))
+    result.ratios["memory_vs_chunk_logits"] = extra / chunk_logits
+    if result.vocab_size >= LARGE_VOCABULARY:  # with a tiny vocabulary, hidden states outweigh logits
+        targets.append(_target("memory_vs_chunk_logits", extra / chunk_logits, 1.5))
     return targets

@@ -99,23 +99,30 @@ def max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def ordered_topk(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Top-k along the last dim, by value descending and then token id ascending.
+    """Top-k along the last dim of [n, V], by value descending and then token id ascending.
 
     torch.topk leaves the order of tied values (common in bf16 logits) unspecified, and with
     it which tied token makes the cut; that would show rank changes that are not there.
     """
-    if k < x.shape[-1]:
-        values, ids = x.topk(k + 1, dim=-1)
-        if bool((values[..., k - 1] > values[..., k]).all()):  # no tie across the cut: the set is fixed
-            return _order(x, ids[..., :k])
+    if k >= x.shape[-1]:
+        return _order(x, torch.arange(x.shape[-1], device=x.device).expand_as(x))
+    values, ids = x.topk(k + 1, dim=-1)
+    ids = ids[..., :k].clone()
+    # Only rows where the k-th value ties the next one need the exact cut: redo just those.
+    tied_rows = (values[..., k - 1] == values[..., k]).nonzero().flatten()
+    if tied_rows.numel():
+        ids[tied_rows] = _tie_aware_cut(x[tied_rows], k)
+    return _order(x, ids)
+
+
+def _tie_aware_cut(x: torch.Tensor, k: int) -> torch.Tensor:
+    """The ids of the top k, taking the smallest ids among those tied with the k-th value."""
     kth = x.topk(k, dim=-1).values[..., -1:]
     above = x > kth
     tied = x == kth
-    # Of the tokens tied with the k-th value, keep those with the smallest ids.
     needed = k - above.sum(dim=-1, keepdim=True)
     chosen = above | (tied & (tied.cumsum(dim=-1) <= needed))
-    keyed = torch.where(chosen, x, torch.finfo(x.dtype).min)
-    return _order(x, keyed.topk(k, dim=-1).indices)
+    return torch.where(chosen, x, torch.finfo(x.dtype).min).topk(k, dim=-1).indices
 
 
 def _order(x: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The GPU check, for a lent GPU box with torch and transformers but no textual and no network.
+# Runs from the repository root in well under 5 minutes on one H100/H200 and writes its JSON under
+# $OUT (default ./gpu-check): the seed's a,b,c case and 32 texts x 128 tokens on
+# tiny-qwen2.5-1.5b-shape in bf16, with sdpa and eager, `check` (with --layers --decompose and the
+# remedies) and `bench`.
+set -uo pipefail
+OUT="${OUT:-gpu-check}"
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 XDG_CACHE_HOME="${XDG_CACHE_HOME:-/tmp/batchtui-cache}"
+MODEL=tiny-qwen2.5-1.5b-shape
+run() { echo "+ $*"; "$@"; echo "exit $?"; }
+
+python - <<'PY' > "$OUT/texts-32x128.txt"
+from core.bench import workload
+from core.models import load_model
+from core.settings import Settings
+for text in workload(load_model(Settings(model="tiny-qwen2.5-1.5b-shape", device="cpu")).tokenizer, 32, 128, 128):
+    print(text.replace("\n", " "))
+PY
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+python -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" | tee -a "$OUT/gpu.txt"
+
+for attn in sdpa eager; do
+  run python -m core check a b c --model $MODEL --dtype bfloat16 --attn $attn --positions arange \
+      --layers --decompose --reference --json "$OUT/check-abc-$attn.json"
+  run python -m core check --texts-file "$OUT/texts-32x128.txt" --model $MODEL --dtype bfloat16 --attn $attn \
+      --batch-size 8 --layers --decompose --json "$OUT/check-32x128-$attn.json" \
+      --remedy tf32-off --remedy reduced-precision-off --remedy deterministic --remedy float32 --remedy batch-invariant
+done
+run python -m core sweep --texts-file "$OUT/texts-32x128.txt" --model $MODEL --dtypes bfloat16,float32 \
+    --batch-sizes 1,2,4,8,16,32 --attns sdpa,eager --padding-sides left --json "$OUT/sweep.json"
+run python -m core probe --repeats 3 --json "$OUT/probe.json"
+for attn in sdpa eager; do
+  run python -m core bench --model $MODEL --dtype bfloat16 --attn $attn --rounds 5 --json "$OUT/bench-$attn.json"
+  run python -m core bench --model $MODEL --dtype bfloat16 --attn $attn --texts 32 --min-tokens 256 \
+      --max-tokens 256 --batch-size 8 --rounds 2 --json "$OUT/bench-memory-$attn.json"
+done
+run python -m core bench --model tiny --rounds 10 --json "$OUT/bench-tiny.json"

@@ -1,0 +1,30 @@
+"""`batchtui bench` produces the figures scripts read (its timings are not asserted: no timed tests)."""
+
+import json
+
+from core.bench import workload
+from core.cli_bench import run_bench
+from core.models import load_model
+from core.settings import Settings
+
+
+def test_bench_json_has_ratios_and_targets(tmp_path):
+    out = tmp_path / "bench.json"
+    code = run_bench(["--texts", "3", "--min-tokens", "4", "--max-tokens", "9", "--rounds", "1", "--json", str(out)])
+    data = json.loads(out.read_text())
+    assert set(data["ratios"]) >= {"compare_vs_floor", "layers_vs_floor", "compare_vs_seed"}
+    assert data["ratios"]["compare_vs_floor"] == data["seconds"]["compare"] / data["seconds"]["floor"]
+    assert [t["name"] for t in data["targets"]] == ["compare_vs_floor"]  # the tiny model's target
+    for target in data["targets"]:
+        assert {"name", "value", "limit", "pass"} <= target.keys()
+        assert target["pass"] == (target["value"] <= target["limit"])
+    assert code == (0 if all(t["pass"] for t in data["targets"]) else 1)
+    assert data["texts"] == 3 and data["vocab_size"] == 512
+
+
+def test_workload_has_the_asked_token_counts():
+    tokenizer = load_model(Settings()).tokenizer
+    texts = workload(tokenizer, 6, 32, 128)
+    counts = [len(tokenizer(t)["input_ids"]) for t in texts]
+    assert len(texts) == 6 and all(32 <= c <= 128 for c in counts)
+    assert workload(tokenizer, 6, 32, 128) == texts  # seeded
