@@ -29,6 +29,9 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--padding-side", default="left", choices=PADDING_SIDES)
     parser.add_argument("--positions", default="mask", choices=POSITION_MODES, help="position ids (default: mask)")
     parser.add_argument("--attn", metavar="IMPL", help="attn_implementation: sdpa, eager, flash_attention_2...")
+    parser.add_argument(
+        "--max-tokens", type=int, metavar="N", help="cut longer texts to N tokens, flagged (default: the context)"
+    )
     parser.add_argument("--top-k", type=int, default=5, metavar="K", help="top tokens kept per position")
     parser.add_argument("--atol", type=float, default=DEFAULT_ATOL, help=f"default: {DEFAULT_ATOL:g}")
     parser.add_argument("--rtol", type=float, default=DEFAULT_RTOL, help=f"default: {DEFAULT_RTOL:g}")
@@ -53,6 +56,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         positions=args.positions,
         attn=args.attn,
         top_k=args.top_k,
+        max_tokens=args.max_tokens,
         atol=args.atol,
         rtol=args.rtol,
         trust_remote_code=args.trust_remote_code,

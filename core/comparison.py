@@ -151,6 +151,7 @@ class TextResult:
     max_abs_diff_ulp: float
     columns: PositionColumns
     layers: tuple[LayerMetrics, ...]
+    truncated: bool = False  # the text was longer than max_tokens and was cut to it
     # Per-module hidden states (settings.modules): norms, attention, MLP and residual of each layer.
     modules: tuple[LayerMetrics, ...] = ()
     decomposition: Decomposition | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -15,9 +16,9 @@ from core.comparison import (
     ReferenceErrors,
     TextResult,
 )
-from core.errors import Cancelled, InputError, ModelLoadError
+from core.errors import Cancelled, InputError, ModelLoadError, ResourceError
 from core.metrics import max_abs_diff
-from core.models import LoadedModel, load_model
+from core.models import LoadedModel, first_line, load_model
 from core.runner import BatchedChunk, PassOutput, Runner
 from core.settings import Settings
 from core.texts import validate_texts
@@ -65,6 +66,36 @@ def compare(
     if settings.top_k > loaded.vocab_size:
         raise InputError(f"top-k must be at most the vocabulary size {loaded.vocab_size}, not {settings.top_k}")
     reference = load_reference_model(settings) if settings.reference else None
+    failure = None
+    try:
+        results = _run(texts, settings, loaded, reference, progress, cancelled)
+    except torch.OutOfMemoryError as exc:
+        failure = ResourceError(
+            f"out of memory on {loaded.device} ({first_line(exc)}): lower the batch size or the text length "
+            "(--batch-size, --max-tokens); the run was stopped and its memory released"
+        )
+    except RuntimeError as exc:
+        if "not implemented for" not in str(exc) and "not supported" not in str(exc):
+            raise
+        failure = InputError(f"dtype {loaded.dtype} is not usable on {loaded.device} here: {first_line(exc)}")
+    if failure is not None:  # raised here, outside the handler, so the run's tensors are already freed
+        _release_memory(loaded.device)
+        raise failure
+    return Comparison(
+        config=_config(settings, loaded),
+        texts=tuple(results),
+        notes=loaded.notes,
+        elapsed_s=time.perf_counter() - started,
+    )
+
+
+def _release_memory(device: str) -> None:
+    gc.collect()
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+
+
+def _run(texts, settings, loaded, reference, progress, cancelled) -> list[TextResult]:
     total = total_passes(len(texts), settings.batch_size, passes_per_text(settings))
     done = 0
 
@@ -79,7 +110,9 @@ def compare(
             raise Cancelled("comparison cancelled")
 
     results: list[TextResult] = []
-    runner = Runner(loaded, settings.padding_side, settings.positions, per_module=settings.modules)
+    runner = Runner(
+        loaded, settings.padding_side, settings.positions, per_module=settings.modules, max_tokens=settings.max_tokens
+    )
     with torch.inference_mode(), runner:
         for start in range(0, len(texts), settings.batch_size):
             chunk_texts = texts[start : start + settings.batch_size]
@@ -89,14 +122,14 @@ def compare(
             singles, token_ids, extras = [], [], []
             for row, text in enumerate(chunk_texts):
                 check_cancelled()
-                own_ids = runner.tokenize(text)
+                own_ids, truncated = runner.tokenize(text)
                 if chunk.real_rows(chunk.input_ids, row).tolist() != own_ids:
                     raise ModelLoadError(
                         f"text {start + row + 1}: the tokenizer gives other tokens inside a batch than alone"
                     )
                 single = runner.single(own_ids)
                 step()
-                extra = {}
+                extra = {"truncated": truncated}
                 if settings.decompose:
                     check_cancelled()
                     extra["decomposition"] = _decompose(runner, chunk, row, single, settings)
@@ -109,15 +142,10 @@ def compare(
                 token_ids.append(own_ids)
                 extras.append(extra)
             # The chunk's metrics in one go: per-op costs are paid once per chunk, not per text.
-            results += chunk_results(start, chunk_texts, token_ids, chunk, singles, loaded, runner, settings)
-            results[-len(extras) :] = [replace(r, **extra) for r, extra in zip(results[-len(extras) :], extras)]
+            chunk_texts_results = chunk_results(start, chunk_texts, token_ids, chunk, singles, loaded, runner, settings)
+            results += [replace(r, **extra) for r, extra in zip(chunk_texts_results, extras)]
             del chunk, singles  # free this chunk's logits before the next one
-    return Comparison(
-        config=_config(settings, loaded),
-        texts=tuple(results),
-        notes=loaded.notes,
-        elapsed_s=time.perf_counter() - started,
-    )
+    return results
 
 
 def _decompose(runner: Runner, chunk: BatchedChunk, row: int, single: PassOutput, settings: Settings) -> Decomposition:

@@ -13,5 +13,9 @@ class ModelLoadError(BatchtuiError):
     """The model or its tokenizer could not be loaded or used (CLI exit code 2)."""
 
 
+class ResourceError(BatchtuiError):
+    """The device ran out of memory; the run was stopped and its memory released."""
+
+
 class Cancelled(BatchtuiError):
     """The caller abandoned a comparison through its `cancelled` hook."""

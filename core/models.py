@@ -26,6 +26,7 @@ class LoadedModel:
     attn: str
     pad_token_id: int
     vocab_size: int
+    max_tokens: int  # the longest input the model takes (its context), the default cut for texts
     notes: tuple[str, ...] = ()
     # Decoded strings of the ids seen so far: top-k asks for the same ids over and over.
     token_texts: dict[int, str] = field(default_factory=dict, repr=False)
@@ -111,7 +112,7 @@ def _load(settings: Settings, device: str) -> LoadedModel:
         try:
             model = model.to(device).eval()
         except (RuntimeError, AssertionError) as exc:
-            raise InputError(f"cannot use device {device!r}: {_first_line(exc)}") from exc
+            raise InputError(f"cannot use device {device!r}: {first_line(exc)}") from exc
     notes = []
     pad_id = tokenizer.pad_token_id
     if pad_id is None:
@@ -129,8 +130,16 @@ def _load(settings: Settings, device: str) -> LoadedModel:
         attn=str(getattr(model.config, "_attn_implementation", None) or "default"),
         pad_token_id=int(pad_id),
         vocab_size=int(model.get_output_embeddings().weight.shape[0]),
+        max_tokens=_context_length(model, tokenizer),
         notes=tuple(notes),
     )
+
+
+def _context_length(model, tokenizer) -> int:
+    """The model's context: its position limit, or the tokenizer's if that is smaller and real."""
+    limits = [getattr(model.config, "max_position_embeddings", None), getattr(tokenizer, "model_max_length", None)]
+    limits = [int(n) for n in limits if isinstance(n, int) and 0 < n < 10**8]  # 1e30 means "no limit"
+    return min(limits, default=10**8)
 
 
 def _require_accelerate() -> None:
@@ -140,13 +149,13 @@ def _require_accelerate() -> None:
         raise InputError("--device-map needs accelerate: pip install 'batchtui[multi-gpu]' (or accelerate)")
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0]
 
 
 def _load_failure_message(name: str, exc: BaseException) -> str:
-    message = f"cannot load model {name!r}: {_first_line(exc)}"
+    message = f"cannot load model {name!r}: {first_line(exc)}"
     if not Path(name).exists():
         if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false", "False"):
             message += " (HF_HUB_OFFLINE is set: only local folders and cached Hub models load)"

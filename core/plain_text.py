@@ -41,7 +41,7 @@ def _text_row(t: TextResult, comparison: Comparison) -> tuple[str, ...]:
     row = (
         str(t.index + 1),
         literal(t.text, 32),
-        str(len(t.token_ids)),
+        f"{len(t.token_ids)} cut" if t.truncated else str(len(t.token_ids)),
         format_float(t.max_abs_diff),
         f"{t.max_abs_diff_ulp:.3g}",
         format_float(t.kl_max),

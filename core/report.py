@@ -76,6 +76,7 @@ def _text(t: TextResult) -> dict:
         "tokens": list(t.tokens),
         "token_ids": list(t.token_ids),
         "allclose": t.allclose,
+        "truncated": t.truncated,
         "max_abs_diff": _number(t.max_abs_diff),
         "kl_max": _number(t.kl_max),
         "top1_flips": t.top1_flips,

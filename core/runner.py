@@ -82,8 +82,16 @@ def recorded_modules(model, per_module: bool = False) -> list[tuple[str, torch.n
 class Runner:
     """Runs passes on one loaded model with one set of settings, hooks attached while in use."""
 
-    def __init__(self, loaded: LoadedModel, padding_side: str, positions: str, per_module: bool = False):
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        padding_side: str,
+        positions: str,
+        per_module: bool = False,
+        max_tokens: int | None = None,
+    ):
         self.loaded = loaded
+        self.max_tokens = max_tokens or loaded.max_tokens
         self.padding_side = padding_side
         self.positions = positions
         self._modules = recorded_modules(loaded.model, per_module)
@@ -106,8 +114,12 @@ class Runner:
     def _capture(self, name: str, module, args, output) -> None:
         self._captured[name] = module_output(output)
 
-    def tokenize(self, text: str) -> list[int]:
-        return self.loaded.tokenizer(text)["input_ids"]
+    def tokenize(self, text: str) -> tuple[list[int], bool]:
+        """The text's own tokens, cut to max_tokens, and whether they were cut."""
+        ids = self.loaded.tokenizer(text)["input_ids"]
+        if len(ids) <= self.max_tokens:
+            return ids, False
+        return self.loaded.tokenizer(text, truncation=True, max_length=self.max_tokens)["input_ids"], True
 
     def batched(self, texts: list[str]) -> BatchedChunk:
         """Tokenize `texts` padded to their longest on the chosen side, then run them as one batch."""
@@ -115,7 +127,7 @@ class Runner:
         saved_side = tokenizer.padding_side
         tokenizer.padding_side = self.padding_side
         try:
-            encoded = tokenizer(texts, padding=True, return_tensors="pt")
+            encoded = tokenizer(texts, padding=True, truncation=True, max_length=self.max_tokens, return_tensors="pt")
         finally:
             tokenizer.padding_side = saved_side
         device = self.loaded.device

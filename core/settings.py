@@ -28,6 +28,7 @@ class Settings:
     positions: str = "mask"
     attn: str | None = None
     top_k: int = 5
+    max_tokens: int | None = None  # cut longer texts (flagged `truncated`); None: the model's context
     atol: float = DEFAULT_ATOL
     rtol: float = DEFAULT_RTOL
     trust_remote_code: bool = False
@@ -48,6 +49,8 @@ class Settings:
             raise InputError(f"positions must be mask or arange, not {self.positions!r}")
         if self.batch_size < 1:
             raise InputError(f"batch size must be at least 1, not {self.batch_size}")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise InputError(f"max tokens must be at least 1, not {self.max_tokens}")
         if self.top_k < 1:
             raise InputError(f"top-k must be at least 1, not {self.top_k}")
         if self.atol < 0 or self.rtol < 0:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -14,6 +17,7 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Footer, TextArea
 from textual.worker import get_current_worker
 
+from core import session as session_file
 from core.comparison import Comparison
 from core.errors import BatchtuiError, Cancelled
 from core.settings import DTYPES, PADDING_SIDES, Settings
@@ -69,11 +73,21 @@ class BatchtuiApp(App[None]):
         Binding("f8", "screenshot", "Screenshot", show=False),
         Binding("question_mark,f1", "help", "Help", key_display="?/F1"),
         Binding("q", "quit", "Quit"),
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
     ]
 
-    def __init__(self, texts: list[str], settings: Settings, output_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        texts: list[str],
+        settings: Settings,
+        output_dir: Path | None = None,
+        session_path: Path | None = None,
+        startup_notice: str | None = None,
+    ) -> None:
         super().__init__()
         self.settings = settings
+        self.session_path = session_path  # None: nothing is saved (tests, screenshots)
+        self.startup_notice = startup_notice
         self.initial_texts = texts
         self.output_dir = output_dir or Path.cwd()
         self.comparison: Comparison | None = None
@@ -83,6 +97,10 @@ class BatchtuiApp(App[None]):
         self.settled_generation = 0  # of the latest run whose result or error is on screen
         self._debounce: Timer | None = None
         self._run_text: str | None = None  # the editor's text when the latest run started
+
+    def notify(self, message: str, *, markup: bool = False, **kwargs) -> None:
+        # Messages quote texts, paths and engine errors: shown literally, never as markup.
+        super().notify(message, markup=markup, **kwargs)
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="main"):
@@ -98,6 +116,10 @@ class BatchtuiApp(App[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        if self.startup_notice:
+            self.notify(self.startup_notice, severity="warning", timeout=15, markup=False)
+        with contextlib.suppress(NotImplementedError, RuntimeError):  # no signals off the main thread
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, self._save_and_exit)
         self._show_setup(self.settings.dtype, self.settings.device)
         self.action_focus_heatmap()
         self.call_after_refresh(self.action_rerun)  # the first frame comes before torch loads
@@ -230,8 +252,25 @@ class BatchtuiApp(App[None]):
     def action_focus_heatmap(self) -> None:
         self.query_one(Heatmap).focus()
 
+    def save_session(self) -> None:
+        """Texts and settings to the session file; called on every edit, so a kill loses nothing typed."""
+        if self.session_path is None:
+            return
+        try:
+            session_file.save(self.session_path, self.query_one(TextsEditor).text, self.settings)
+        except OSError as exc:
+            self.notify(f"cannot save the session to {self.session_path}: {exc}", severity="error", markup=False)
+
+    def _save_and_exit(self) -> None:
+        self.save_session()
+        self.exit()
+
+    async def action_quit(self) -> None:
+        self._save_and_exit()
+
     @on(TextArea.Changed, "#editor")
     def _texts_edited(self, event: TextArea.Changed) -> None:
+        self.save_session()
         if self._debounce is not None:
             self._debounce.stop()
         if event.text_area.text != self._run_text:  # e.g. the editor's own first load
@@ -248,6 +287,7 @@ class BatchtuiApp(App[None]):
             return
         self.settings = settings
         self.query_one(SettingsPanel).show(settings)
+        self.save_session()
         self.action_rerun()
 
     def action_cycle_dtype(self) -> None:

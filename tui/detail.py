@@ -73,6 +73,8 @@ class DetailPane(Vertical):
     def _causes(result: TextResult) -> Text:
         """The text's batch-size vs padding split and its errors against float64, when measured."""
         line = Text()
+        if result.truncated:
+            line.append(f"\ntext cut to its first {len(result.token_ids)} tokens (--max-tokens)")
         if result.decomposition is not None:
             d = result.decomposition
             line.append(

@@ -53,10 +53,10 @@ class RemediesScreen(Screen[None]):
     def action_measure(self) -> None:
         names = list(self.query_one(SelectionList).selected)
         if not names:
-            self.notify("select at least one remedy", severity="warning")
+            self.notify("select at least one remedy", severity="warning", markup=False)
             return
         if not self.texts:
-            self.notify("no texts to compare", severity="warning")
+            self.notify("no texts to compare", severity="warning", markup=False)
             return
         self.query_one("#remedy-status", Static).update(Text(f"measuring {len(names)} remedies…"))
         self._measure(names)
@@ -75,10 +75,10 @@ class RemediesScreen(Screen[None]):
         except Cancelled:
             return
         except BatchtuiError as exc:
-            self.app.call_from_thread(self.notify, str(exc), severity="error")
+            self.app.call_from_thread(self.notify, str(exc), severity="error", markup=False)
             return
         except Exception as exc:  # noqa: BLE001 - the app must survive anything the engine raises
-            self.app.call_from_thread(self.notify, f"{type(exc).__name__}: {exc}", severity="error")
+            self.app.call_from_thread(self.notify, f"{type(exc).__name__}: {exc}", severity="error", markup=False)
             return
         self.app.call_from_thread(self._show, outcomes)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.containers import Grid
+from textual.markup import escape
 from textual.message import Message
 from textual.widgets import Checkbox, Input, Label, Select
 
@@ -36,7 +37,7 @@ class SettingsPanel(Grid):
         self.show_model(settings.model, settings.device)
 
     def show_model(self, model: str, device: str) -> None:
-        self.border_title = f"model {literal(model, 40)} · device {device}"
+        self.border_title = f"model {escape(literal(model, 40))} · device {escape(device)}"
 
     def compose(self) -> ComposeResult:
         s = self.settings
@@ -91,7 +92,7 @@ class SettingsPanel(Grid):
         try:
             value = float(field.value)
         except ValueError:
-            self.app.notify(f"{field.id} must be a number, not {field.value!r}", severity="error")
+            self.app.notify(f"{field.id} must be a number, not {field.value!r}", severity="error", markup=False)
             return
         self._post(**{field.id: value})
 

@@ -41,7 +41,7 @@ class SummaryTable(DataTable):
             cells = {
                 "#": Text(str(text.index + 1), justify="right"),
                 "text": Text(literal(text.text, 12)),
-                "tok": Text(str(len(text.token_ids)), justify="right"),
+                "tok": Text(f"{len(text.token_ids)}{'✂' if text.truncated else ''}", justify="right"),
                 "max|Δ|": Text(format_float(text.max_abs_diff), justify="right"),
                 "KL": Text(format_float(text.kl_max), justify="right"),
                 "flips": Text(str(text.top1_flips), justify="right"),

@@ -49,7 +49,7 @@ class SweepScreen(Screen[None]):
         if self.texts:
             self._run()
         else:
-            self.notify("no texts to compare", severity="warning")
+            self.notify("no texts to compare", severity="warning", markup=False)
 
     @work(thread=True, exclusive=True)
     def _run(self) -> None:
@@ -77,7 +77,7 @@ class SweepScreen(Screen[None]):
         except Cancelled:
             return
         except Exception as exc:  # noqa: BLE001 - the app must survive anything the engine raises
-            self.app.call_from_thread(self.notify, f"{type(exc).__name__}: {exc}", severity="error")
+            self.app.call_from_thread(self.notify, f"{type(exc).__name__}: {exc}", severity="error", markup=False)
             return
         self.app.call_from_thread(self._show, cells)
 
