@@ -121,6 +121,7 @@ class BatchtuiApp(App[None]):
         with contextlib.suppress(NotImplementedError, RuntimeError):  # no signals off the main thread
             asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, self._save_and_exit)
         self._show_setup(self.settings.dtype, self.settings.device)
+        self.save_session()  # from the first moment, a restart finds these texts
         self.action_focus_heatmap()
         self.call_after_refresh(self.action_rerun)  # the first frame comes before torch loads
 

@@ -1,0 +1,5 @@
+import sys
+
+from tui.launcher import main
+
+sys.exit(main())
