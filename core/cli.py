@@ -22,6 +22,15 @@ def guarded(body: Callable[[], int]) -> int:
         return EXIT_INTERNAL
 
 
+def parsed_and_guarded(parser, argv: list[str], body: Callable) -> int:
+    """Parse argv (usage errors and --help end here, already printed) and run body(args) guarded."""
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:
+        return int(exit_.code or 0)
+    return guarded(lambda: body(args))
+
+
 def _commands() -> dict[str, Callable[[list[str], str], int]]:
     from core.cli_bench import run_bench
     from core.cli_check import run_check

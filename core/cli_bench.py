@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from core.cli import EXIT_DIVERGED, EXIT_OK, guarded
+from core.cli import EXIT_DIVERGED, EXIT_OK, parsed_and_guarded
 from core.cli_options import OneLineParser
 from core.errors import InputError
 from core.plain_text import format_columns
@@ -28,11 +28,7 @@ def run_bench(argv: list[str], prog: str = "batchtui bench") -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--trust-remote-code", action="store_true")
     parser.add_argument("--json", metavar="PATH", help="write the figures to PATH ('-' for stdout)")
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exit_:
-        return int(exit_.code or 0)
-    return guarded(lambda: _bench(args))
+    return parsed_and_guarded(parser, argv, _bench)
 
 
 def _bench(args: argparse.Namespace) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from core.cli import EXIT_DIVERGED, EXIT_OK, guarded
+from core.cli import EXIT_DIVERGED, EXIT_OK, parsed_and_guarded
 from core.cli_options import OneLineParser, add_common_options, settings_from_args, texts_from_args
 
 
@@ -29,11 +29,7 @@ def check_parser(prog: str) -> OneLineParser:
 
 
 def run_check(argv: list[str], prog: str = "batchtui check") -> int:
-    try:
-        args = check_parser(prog).parse_args(argv)
-    except SystemExit as exit_:  # --help or a usage error, already printed as one line
-        return int(exit_.code or 0)
-    return guarded(lambda: _check(args))
+    return parsed_and_guarded(check_parser(prog), argv, _check)
 
 
 def _check(args: argparse.Namespace) -> int:

@@ -6,10 +6,10 @@ import argparse
 import sys
 from dataclasses import asdict
 
-from core.cli import EXIT_OK, guarded
+from core.cli import EXIT_OK, parsed_and_guarded
 from core.cli_options import OneLineParser, add_common_options, settings_from_args, texts_from_args
 from core.errors import InputError
-from core.plain_text import format_columns, format_float
+from core.plain_text import SWEEP_HEADER, format_columns, format_float, sweep_row
 
 
 def _names(value: str) -> list[str]:
@@ -45,11 +45,7 @@ def run_sweep(argv: list[str], prog: str = "batchtui sweep") -> int:
     parser.add_argument("--attns", type=_names, default=["default"], help="e.g. sdpa,eager (default: the model's)")
     parser.add_argument("--padding-sides", type=_names, default=["left", "right"], help="default: left,right")
     parser.add_argument("--json", metavar="PATH", help="write the result matrix to PATH ('-' for stdout)")
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exit_:
-        return int(exit_.code or 0)
-    return guarded(lambda: _sweep(args))
+    return parsed_and_guarded(parser, argv, _sweep)
 
 
 def _sweep(args: argparse.Namespace) -> int:
@@ -67,21 +63,8 @@ def _sweep(args: argparse.Namespace) -> int:
 
     cells = sweep(texts, grid, compare, progress=progress)
     out = sys.stderr if args.json == "-" else sys.stdout
-    rows = [
-        (
-            c.dtype,
-            str(c.batch_size),
-            c.attn,
-            c.padding_side,
-            "-" if c.diverged is None else f"{c.diverged}/{c.texts}",
-            "-" if c.max_abs_diff is None else format_float(c.max_abs_diff),
-            "-" if c.top1_flips is None else str(c.top1_flips),
-            c.error or "",
-        )
-        for c in cells
-    ]
-    header = ("dtype", "batch", "attn", "padding", "diverged", "max|Δ|", "flips", "error")
-    print(format_columns(header, rows, left={0, 2, 3, 7}), file=out)
+    rows = [sweep_row(c) for c in cells]
+    print(format_columns(SWEEP_HEADER, rows, left={0, 2, 3, 7}), file=out)
     if args.json:
         from core.report import write_json
 
@@ -101,11 +84,7 @@ def run_probe(argv: list[str], prog: str = "batchtui probe") -> int:
     parser.add_argument("--atol", type=float, default=DEFAULT_ATOL)
     parser.add_argument("--rtol", type=float, default=DEFAULT_RTOL)
     parser.add_argument("--json", metavar="PATH", help="write every cell to PATH ('-' for stdout)")
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exit_:
-        return int(exit_.code or 0)
-    return guarded(lambda: _probe(args))
+    return parsed_and_guarded(parser, argv, _probe)
 
 
 def _probe(args: argparse.Namespace) -> int:

@@ -111,3 +111,20 @@ def format_remedies(outcomes) -> str:
         s = o.comparison.summary
         rows.append((o.name, "yes", f"{s.diverged}/{s.texts}", format_float(s.max_abs_diff), str(s.top1_flips), o.note))
     return format_columns(("remedy", "applied", "diverged", "max|Δ|", "flips", "note"), rows, left={0, 1, 5})
+
+
+SWEEP_HEADER = ("dtype", "batch", "attn", "padding", "diverged", "max|Δ|", "flips", "error")
+
+
+def sweep_row(cell) -> tuple[str, ...]:
+    """One sweep cell as the CLI table and the app's sweep screen show it ('-' where it could not run)."""
+    return (
+        cell.dtype,
+        str(cell.batch_size),
+        cell.attn,
+        cell.padding_side,
+        "-" if cell.diverged is None else f"{cell.diverged}/{cell.texts}",
+        "-" if cell.max_abs_diff is None else format_float(cell.max_abs_diff),
+        "-" if cell.top1_flips is None else str(cell.top1_flips),
+        cell.error or "",
+    )

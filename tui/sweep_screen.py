@@ -12,7 +12,7 @@ from textual.worker import get_current_worker
 from textual_plotext import PlotextPlot
 
 from core.errors import Cancelled
-from core.plain_text import format_float
+from core.plain_text import sweep_row
 from core.settings import Settings
 from core.views import decade_ticks, sweep_series
 
@@ -85,16 +85,7 @@ class SweepScreen(Screen[None]):
         self.cells = cells
         table = self.query_one(DataTable)
         for c in cells:
-            table.add_row(
-                c.dtype,
-                str(c.batch_size),
-                c.attn,
-                c.padding_side,
-                "-" if c.diverged is None else f"{c.diverged}/{c.texts}",
-                "-" if c.max_abs_diff is None else format_float(c.max_abs_diff),
-                "-" if c.top1_flips is None else str(c.top1_flips),
-                Text(c.error or ""),
-            )
+            table.add_row(*(Text(cell) for cell in sweep_row(c)))
         chart = self.query_one(PlotextPlot)
         plt = chart.plt
         plt.clear_figure()
