@@ -1,7 +1,9 @@
-"""A chunk's measured logits and hidden states, turned into one `TextResult` per text.
+"""Measured logits and hidden states of a group of a chunk's texts, turned into one `TextResult` each.
 
-All texts of a chunk are measured together: their real rows are concatenated, so each metric is
-one set of device ops per chunk instead of per text, and results reach the host in one copy.
+The texts of a group are measured together: their real rows are concatenated, so each metric is one
+set of device ops per group instead of per text, and results reach the host in one copy. The engine
+closes a group once its rows fill a metrics block, so short texts share ops while long texts over a
+large vocabulary never hold more than one text's extra logits at a time.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from core.runner import BatchedChunk, PassOutput, Runner
 from core.settings import Settings
 
 
-def chunk_results(
+def group_results(
     start: int,
+    rows: list[int],
     texts: list[str],
     token_ids: list[list[int]],
     chunk: BatchedChunk,
@@ -25,9 +28,12 @@ def chunk_results(
     runner: Runner,
     settings: Settings,
 ) -> list[TextResult]:
+    """`rows` are the texts' rows in the chunk, `start` the index of the chunk's first text."""
     logits = chunk.output.logits
-    # Every text's real positions in row order: one gather per tensor instead of one per text.
-    real = chunk.attention_mask.flatten().nonzero().flatten().to(logits.device)
+    # The group's real positions in row order: one gather per tensor instead of one per text.
+    chosen = torch.zeros(chunk.attention_mask.shape[0], dtype=torch.bool, device=chunk.attention_mask.device)
+    chosen[rows] = True
+    real = (chunk.attention_mask.bool() & chosen[:, None]).flatten().nonzero().flatten().to(logits.device)
     batched = logits.flatten(0, 1)[real]
     single = torch.cat([s.logits[0] for s in singles])
     stats = position_stats(batched, single, settings.top_k, settings.atol, settings.rtol)
@@ -46,10 +52,12 @@ def chunk_results(
     columns = _columns_by_text(stats, lengths)
     layer_columns = [c.tolist() for c in (hidden.max_abs_diff, hidden.rel_l2, hidden.bitwise_equal)]
     results = []
-    for row, (text, ids) in enumerate(zip(texts, token_ids)):
-        col = columns[row]
+    for group_row, (row, text, ids) in enumerate(zip(rows, texts, token_ids)):
+        col = columns[group_row]
         modules = tuple(
-            LayerMetrics(i, name, layer_columns[0][i][row], layer_columns[1][i][row], layer_columns[2][i][row])
+            LayerMetrics(
+                i, name, layer_columns[0][i][group_row], layer_columns[1][i][group_row], layer_columns[2][i][group_row]
+            )
             for i, name in enumerate(runner.names)
         )
         max_abs = col["max_abs_diff"]

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import torch
 
-from core.assemble import chunk_results
+from core.assemble import group_results
 from core.comparison import (
     Comparison,
     Decomposition,
@@ -17,7 +17,7 @@ from core.comparison import (
     TextResult,
 )
 from core.errors import Cancelled, InputError, ModelLoadError, ResourceError
-from core.metrics import max_abs_diff
+from core.metrics import block_elements, max_abs_diff
 from core.models import LoadedModel, first_line, load_model
 from core.runner import BatchedChunk, PassOutput, Runner
 from core.settings import Settings
@@ -119,7 +119,7 @@ def _run(texts, settings, loaded, reference, progress, cancelled) -> list[TextRe
             check_cancelled()
             chunk = runner.batched(chunk_texts)
             step()
-            singles, token_ids, extras = [], [], []
+            group: list[tuple] = []  # (row, text, tokens, single pass, extras) measured together
             for row, text in enumerate(chunk_texts):
                 check_cancelled()
                 own_ids, truncated = runner.tokenize(text)
@@ -138,14 +138,21 @@ def _run(texts, settings, loaded, reference, progress, cancelled) -> list[TextRe
                     check_cancelled()
                     extra["reference"] = _reference_errors(reference, own_ids, chunk, row, single)
                     step()
-                singles.append(single)
-                token_ids.append(own_ids)
-                extras.append(extra)
-            # The chunk's metrics in one go: per-op costs are paid once per chunk, not per text.
-            chunk_texts_results = chunk_results(start, chunk_texts, token_ids, chunk, singles, loaded, runner, settings)
-            results += [replace(r, **extra) for r, extra in zip(chunk_texts_results, extras)]
-            del chunk, singles  # free this chunk's logits before the next one
+                group.append((row, text, own_ids, single, extra))
+                # Measure once the group fills a metrics block (or the chunk ends): few ops for short
+                # texts, and at most a block's worth of singles' logits held for long ones.
+                rows_held = sum(len(member[2]) for member in group)
+                if rows_held * loaded.vocab_size >= block_elements(single.logits.device) or row == len(chunk_texts) - 1:
+                    results += _measure(start, group, chunk, loaded, runner, settings)
+                    group = []
+            del chunk  # free this chunk's logits before the next one
     return results
+
+
+def _measure(start, group, chunk, loaded, runner, settings) -> list[TextResult]:
+    rows, texts, token_ids, singles, extras = map(list, zip(*group))
+    measured = group_results(start, rows, texts, token_ids, chunk, singles, loaded, runner, settings)
+    return [replace(result, **extra) for result, extra in zip(measured, extras)]
 
 
 def _decompose(runner: Runner, chunk: BatchedChunk, row: int, single: PassOutput, settings: Settings) -> Decomposition:

@@ -12,9 +12,12 @@ from dataclasses import dataclass
 
 import torch
 
-# Rows of [n, V] float32 work processed at once: bounds the metrics' temporary memory
-# (about 6 float32 copies of a block) independently of text length.
-_BLOCK_ELEMENTS = 1 << 24
+
+def block_elements(device: torch.device | str) -> int:
+    """Elements of [n, V] float32 work processed at once: bounds the metrics' temporary memory
+    (about 6 float32 copies of a block) whatever the text length. Smaller on the CPU, where a block
+    above the allocator's mmap threshold is page-faulted in afresh every time."""
+    return 1 << 24 if str(device).startswith("cuda") else 1 << 21
 
 
 def _widened(tensor: torch.Tensor) -> torch.Tensor:
@@ -44,7 +47,7 @@ class PositionStats:
 
 def position_stats(batched: torch.Tensor, single: torch.Tensor, top_k: int, atol: float, rtol: float) -> PositionStats:
     n, vocab = single.shape
-    rows = max(1, _BLOCK_ELEMENTS // vocab)
+    rows = max(1, block_elements(single.device) // vocab)
     blocks = [
         _block_stats(batched[start : start + rows], single[start : start + rows], top_k, atol, rtol)
         for start in range(0, n, rows)
