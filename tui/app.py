@@ -23,6 +23,7 @@ from core.errors import BatchtuiError, Cancelled
 from core.settings import DTYPES, PADDING_SIDES, Settings
 from core.views import clamp_cell, next_divergent
 from tui.detail import DetailPane
+from tui.engine_calls import failure_message
 from tui.heatmap import Heatmap
 from tui.help_screen import HelpScreen
 from tui.layers import LayersPane
@@ -166,10 +167,8 @@ class BatchtuiApp(App[None]):
             comparison = compare(texts, settings, progress=progress, cancelled=stale)
         except Cancelled:
             return
-        except BatchtuiError as exc:
-            self.post_message(RunFailed(generation, str(exc)))
         except Exception as exc:  # noqa: BLE001 - the app must survive anything the engine raises
-            self.post_message(RunFailed(generation, f"{type(exc).__name__}: {exc}"))
+            self.post_message(RunFailed(generation, failure_message(exc)))
         else:
             self.post_message(ComparisonReady(generation, comparison))
 

@@ -10,9 +10,9 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, SelectionList, Static
 from textual.worker import get_current_worker
 
-from core.errors import BatchtuiError, Cancelled
 from core.plain_text import format_float
 from core.settings import Settings
+from tui.engine_calls import call_engine
 
 
 class RemediesScreen(Screen[None]):
@@ -70,17 +70,7 @@ class RemediesScreen(Screen[None]):
         def compare_fn(texts, settings):
             return compare(texts, settings, cancelled=lambda: worker.is_cancelled)
 
-        try:
-            outcomes = compare_remedies(self.texts, self.settings, names, compare_fn)
-        except Cancelled:
-            return
-        except BatchtuiError as exc:
-            self.app.call_from_thread(self.notify, str(exc), severity="error", markup=False)
-            return
-        except Exception as exc:  # noqa: BLE001 - the app must survive anything the engine raises
-            self.app.call_from_thread(self.notify, f"{type(exc).__name__}: {exc}", severity="error", markup=False)
-            return
-        self.app.call_from_thread(self._show, outcomes)
+        call_engine(self.app, lambda: compare_remedies(self.texts, self.settings, names, compare_fn), self._show)
 
     def _show(self, outcomes) -> None:
         self.outcomes = outcomes

@@ -11,10 +11,10 @@ from textual.widgets import DataTable, Footer, ProgressBar, Static
 from textual.worker import get_current_worker
 from textual_plotext import PlotextPlot
 
-from core.errors import Cancelled
 from core.plain_text import sweep_row
 from core.settings import Settings
 from core.views import decade_ticks, sweep_series
+from tui.engine_calls import call_engine
 
 SWEEP_DTYPES = ("bfloat16", "float16", "float32")
 SWEEP_BATCH_SIZES = (1, 2, 4, 8, 16)
@@ -66,20 +66,17 @@ class SweepScreen(Screen[None]):
         )
         bar = self.query_one(ProgressBar)
         self.app.call_from_thread(bar.update, total=len(grid), progress=0)
-        try:
-            cells = sweep(
+        call_engine(
+            self.app,
+            lambda: sweep(
                 self.texts,
                 grid,
                 compare,
                 progress=lambda done, total, _: self.app.call_from_thread(bar.update, progress=done),
                 cancelled=lambda: worker.is_cancelled,
-            )
-        except Cancelled:
-            return
-        except Exception as exc:  # noqa: BLE001 - the app must survive anything the engine raises
-            self.app.call_from_thread(self.notify, f"{type(exc).__name__}: {exc}", severity="error", markup=False)
-            return
-        self.app.call_from_thread(self._show, cells)
+            ),
+            self._show,
+        )
 
     def _show(self, cells) -> None:
         self.cells = cells
