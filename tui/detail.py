@@ -58,8 +58,8 @@ class DetailPane(Vertical):
         line = Text.assemble(
             "token ",
             (literal(repr(p.token)), "bold"),
-            f" (id {p.token_id})  max|Δ| {format_float(p.max_abs_diff)} ({p.max_abs_diff_ulp:.3g} ulp)",
-            f"  KL {format_float(p.kl)}  margin {format_float(p.margin)}\n",
+            f" (id {p.token_id})  max|Δ| {format_float(p.max_abs_diff)}",
+            f"\n= {p.max_abs_diff_ulp:.3g} ulp  KL {format_float(p.kl)}  margin {format_float(p.margin)}\n",
         )
         if p.top1_flip:
             line.append("TOP-1 FLIP: the batched run predicts another token", style=f"bold {self._color('error')}")
