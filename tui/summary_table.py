@@ -9,32 +9,25 @@ from core.comparison import Comparison
 from core.plain_text import format_float, literal
 
 COLUMNS = ("#", "text", "tok", "max|Δ|", "KL", "flips", "allclose")
-# Below this width the text and token-count columns go: the editor's lines show the texts.
-NARROW_WIDTH = 52
+# On screens narrower than this the text and token-count columns go (the editor's lines show the
+# texts). Decided once, before any row: rebuilding a DataTable's columns under its rows garbles it.
+NARROW_SCREEN = 100
 
 
 class SummaryTable(DataTable):
     def __init__(self, **kwargs) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
         self.border_title = "summary"
+        self._columns = COLUMNS
 
-        self._comparison: Comparison | None = None
-        self._narrow: bool | None = None
-
-    def on_resize(self) -> None:
-        if self._comparison is not None and (self.size.width < NARROW_WIDTH) != self._narrow:
-            self.show(self._comparison, self.cursor_row)
+    def on_mount(self) -> None:
+        if self.app.size.width < NARROW_SCREEN:
+            self._columns = tuple(c for c in COLUMNS if c not in ("text", "tok"))
+        self.add_columns(*self._columns)
 
     def show(self, comparison: Comparison, selected_text: int) -> None:
-        self._comparison = comparison
-        narrow = self.size.width < NARROW_WIDTH
-        columns = [c for c in COLUMNS if not (narrow and c in ("text", "tok"))]
-        if narrow != self._narrow:
-            self.clear(columns=True)
-            self.add_columns(*columns)
-            self._narrow = narrow
-        else:
-            self.clear()
+        columns = self._columns
+        self.clear()
         ok = self.app.theme_variables.get("success", "green")
         bad = self.app.theme_variables.get("error", "red")
         for text in comparison.texts:
