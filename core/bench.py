@@ -162,7 +162,6 @@ class BenchResult:
         return asdict(self)
 
 
-METHODS = ("floor", "seed", "compare", "compare_layers")
 # The memory target is about logits of a real vocabulary (Qwen2.5: 151,936 tokens).
 LARGE_VOCABULARY = 100_000
 

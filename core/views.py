@@ -12,11 +12,7 @@ from core.comparison import Comparison, TextResult
 
 # Heatmap colour scale: bucket 0 is exactly zero, then one bucket per decade of max|Δ|.
 _DECADES = tuple(range(-6, 1))  # upper bounds 1e-6 .. 1e0
-BUCKET_LABELS = (
-    ("0",) + (f"<1e{_DECADES[0]}",) + tuple(f"1e{lo}..1e{lo + 1}" for lo in _DECADES[:-1]) + (f">=1e{_DECADES[-1]}",)
-)
-
-# The same buckets as short legend entries, in log10 units.
+# Each bucket's legend entry, in log10 units.
 BUCKET_LEGEND = ("zero", f"<{_DECADES[0]}", *(str(lo) for lo in _DECADES[:-1]), f">={_DECADES[-1]}")
 
 
@@ -25,7 +21,7 @@ def bucket_of(max_abs_diff: float) -> int:
     if max_abs_diff == 0:
         return 0
     if not math.isfinite(max_abs_diff):
-        return len(BUCKET_LABELS) - 1
+        return len(BUCKET_LEGEND) - 1
     decade = math.floor(math.log10(max_abs_diff))
     return 1 + min(max(decade - _DECADES[0] + 1, 0), len(_DECADES))
 
@@ -35,7 +31,6 @@ class HeatmapSeries:
     """All cells of one colour bucket: x = token position, y = text number (1-based)."""
 
     bucket: int
-    label: str
     positions: tuple[int, ...]
     texts: tuple[int, ...]
 
@@ -49,9 +44,7 @@ def heatmap_series(comparison: Comparison, first_position: int = 0, last_positio
             xs, ys = cells.setdefault(bucket_of(max_abs_diff), ([], []))
             xs.append(index)
             ys.append(text.index + 1)
-    return [
-        HeatmapSeries(bucket, BUCKET_LABELS[bucket], tuple(xs), tuple(ys)) for bucket, (xs, ys) in sorted(cells.items())
-    ]
+    return [HeatmapSeries(bucket, tuple(xs), tuple(ys)) for bucket, (xs, ys) in sorted(cells.items())]
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,9 @@ def test_progress_reports_each_pass_and_cancel_stops():
     assert describe_progress(3, 6, 4) == "batched 1/2 · singles 2/6"
     assert describe_progress(6, 6, 4) == "batched 2/2 · singles 4/6"
     assert describe_progress(8, 6, 4) == "batched 2/2 · singles 6/6"
+    # With the padded-row pass too, each text takes two passes after its chunk's batched one.
+    assert describe_progress(5, 6, 4, per_text=2) == "batched 1/2 · singles 2/6"
+    assert describe_progress(14, 6, 4, per_text=2) == "batched 2/2 · singles 6/6"
     seen = []
     with pytest.raises(Cancelled):
         compare(MIXED_TEXTS, Settings(), progress=lambda d, t: seen.append(d), cancelled=lambda: len(seen) >= 2)

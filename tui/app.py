@@ -151,7 +151,7 @@ class BatchtuiApp(App[None]):
             return worker.is_cancelled or generation != self.generation
 
         try:
-            from core.engine import compare, describe_progress  # torch loads here, off the UI thread
+            from core.engine import compare, describe_progress, passes_per_text  # torch loads here, off the UI thread
             from core.models import load_model
 
             _leave_a_core_for_the_ui()
@@ -162,7 +162,8 @@ class BatchtuiApp(App[None]):
                 return
 
             def progress(done: int, total: int) -> None:
-                self.post_message(RunProgress(generation, describe_progress(done, len(texts), settings.batch_size)))
+                label = describe_progress(done, len(texts), settings.batch_size, passes_per_text(settings))
+                self.post_message(RunProgress(generation, label))
 
             comparison = compare(texts, settings, progress=progress, cancelled=stale)
         except Cancelled:
