@@ -1,18 +1,18 @@
 """batchtui's engine: batched-vs-single logit comparison, free of any UI.
 
-`from core import compare, Settings` is the public entry. Submodules import torch lazily where
+`from batchtui.core import compare, Settings` is the public entry. Submodules import torch lazily where
 they can, so that the CLI's argument errors and the TUI's first frame come before torch loads.
 """
 
-from core.comparison import Comparison, LayerMetrics, PositionMetrics, Summary, TextResult, TopToken
-from core.errors import BatchtuiError, Cancelled, InputError, ModelLoadError
-from core.settings import Settings
-from core.texts import DEFAULT_TEXTS
+from .comparison import Comparison, LayerMetrics, PositionMetrics, Summary, TextResult, TopToken
+from .errors import BatchtuiError, Cancelled, InputError, ModelLoadError
+from .settings import Settings
+from .texts import DEFAULT_TEXTS
 
 
 def compare(*args, **kwargs):
-    """See `core.engine.compare`."""
-    from core.engine import compare as _compare
+    """See `batchtui.core.engine.compare`."""
+    from .engine import compare as _compare
 
     return _compare(*args, **kwargs)
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import torch
 
-from core.comparison import LayerMetrics, PositionColumns, TextResult
-from core.metrics import layer_stats, position_stats
-from core.models import LoadedModel
-from core.runner import BatchedChunk, PassOutput, Runner
-from core.settings import Settings
+from .comparison import LayerMetrics, PositionColumns, TextResult
+from .metrics import layer_stats, position_stats
+from .models import LoadedModel
+from .runner import BatchedChunk, PassOutput, Runner
+from .settings import Settings
 
 
 def group_results(

@@ -19,10 +19,10 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from core.engine import compare
-from core.models import LoadedModel, load_model
-from core.runner import position_ids
-from core.settings import Settings
+from .engine import compare
+from .models import LoadedModel, load_model
+from .runner import position_ids
+from .settings import Settings
 
 _WORDS = (
     "the model reads each token and attends to the ones before it while padding changes the shape of every "

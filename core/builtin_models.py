@@ -13,7 +13,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.hf_compat import dtype_kwarg
+from .hf_compat import dtype_kwarg
 
 # Bump when the recipe below changes, so stale caches are not reused.
 RECIPE_VERSION = 1

@@ -1,11 +1,11 @@
-"""The engine's command line: `batchtui SUBCOMMAND` and, without textual, `python -m core SUBCOMMAND`."""
+"""The engine's command line: `batchtui SUBCOMMAND` and, without textual, `python -m batchtui.core SUBCOMMAND`."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable
 
-from core.errors import BatchtuiError
+from .errors import BatchtuiError
 
 EXIT_OK, EXIT_DIVERGED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 
@@ -32,14 +32,15 @@ def parsed_and_guarded(parser, argv: list[str], body: Callable) -> int:
 
 
 def _commands() -> dict[str, Callable[[list[str], str], int]]:
-    from core.cli_bench import run_bench
-    from core.cli_check import run_check
-    from core.cli_sweep import run_probe, run_sweep
+    from .cli_bench import run_bench
+    from .cli_check import run_check
+    from .cli_sweep import run_probe, run_sweep
 
     return {"check": run_check, "sweep": run_sweep, "probe": run_probe, "bench": run_bench}
 
 
 COMMANDS = ("check", "sweep", "probe", "bench")
+PROG = "python -m batchtui.core"
 
 
 def run_command(name: str, argv: list[str], prog: str) -> int:
@@ -51,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] not in COMMANDS:
         names = ",".join(COMMANDS)
-        print(f"usage: python -m core {{{names}}} [options] (see python -m core check --help)", file=sys.stderr)
+        usage = f"usage: {PROG} {{{names}}} [options] (see {PROG} check --help)"
+        print(usage, file=sys.stderr)
         return EXIT_BAD_INPUT
-    return run_command(argv[0], argv[1:], prog=f"python -m core {argv[0]}")
+    return run_command(argv[0], argv[1:], prog=f"{PROG} {argv[0]}")

@@ -1,15 +1,15 @@
-"""`batchtui bench` (and `python -m core bench`): the comparison's cost and memory against its floor."""
+"""`batchtui bench` (and `python -m batchtui.core bench`): the comparison's cost and memory against its floor."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from core.cli import EXIT_DIVERGED, EXIT_OK, parsed_and_guarded
-from core.cli_options import OneLineParser
-from core.errors import InputError
-from core.plain_text import format_columns
-from core.settings import DEFAULT_MODEL, DTYPES, PADDING_SIDES, POSITION_MODES, Settings
+from .cli import EXIT_DIVERGED, EXIT_OK, parsed_and_guarded
+from .cli_options import OneLineParser
+from .errors import InputError
+from .plain_text import format_columns
+from .settings import DEFAULT_MODEL, DTYPES, PADDING_SIDES, POSITION_MODES, Settings
 
 
 def run_bench(argv: list[str], prog: str = "batchtui bench") -> int:
@@ -45,8 +45,8 @@ def _bench(args: argparse.Namespace) -> int:
         positions=args.positions,
         trust_remote_code=args.trust_remote_code,
     ).validated()
-    from core.bench import bench, workload
-    from core.models import load_model
+    from .bench import bench, workload
+    from .models import load_model
 
     texts = workload(load_model(settings).tokenizer, args.texts, args.min_tokens, args.max_tokens)
     out = sys.stderr if args.json == "-" else sys.stdout
@@ -68,7 +68,7 @@ def _bench(args: argparse.Namespace) -> int:
     ]
     print(format_columns(("target", "value", "limit", ""), rows, left={0}), file=out)
     if args.json:
-        from core.report import write_json
+        from .report import write_json
 
         write_json(result.as_dict(), args.json)
     return EXIT_OK if all(t["pass"] for t in result.targets) else EXIT_DIVERGED

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from core.cli import EXIT_DIVERGED, EXIT_OK, parsed_and_guarded
-from core.cli_options import OneLineParser, add_common_options, settings_from_args, texts_from_args
+from .cli import EXIT_DIVERGED, EXIT_OK, parsed_and_guarded
+from .cli_options import OneLineParser, add_common_options, settings_from_args, texts_from_args
 
 
 def check_parser(prog: str) -> OneLineParser:
@@ -35,13 +35,13 @@ def run_check(argv: list[str], prog: str = "batchtui check") -> int:
 def _check(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     texts = texts_from_args(args)
-    from core.engine import compare  # torch loads only once the arguments are known good
-    from core.plain_text import format_localization, format_table, verdict
-    from core.report import to_json_dict, write_json
+    from .engine import compare  # torch loads only once the arguments are known good
+    from .plain_text import format_localization, format_table, verdict
+    from .report import to_json_dict, write_json
 
     outcomes = []
     if args.remedy:
-        from core.remedies import compare_remedies
+        from .remedies import compare_remedies
 
         outcomes = compare_remedies(texts, settings, args.remedy, compare)
         comparison = outcomes[0].comparison
@@ -61,7 +61,7 @@ def _check(args: argparse.Namespace) -> int:
         print(f"note: {note}", file=out)
     print(verdict(comparison), file=out)
     if outcomes:
-        from core.plain_text import format_remedies
+        from .plain_text import format_remedies
 
         print(format_remedies(outcomes), file=out)
         comparison = [o for o in outcomes if o.comparison is not None][-1].comparison
@@ -69,7 +69,7 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _outcome_json(outcome) -> dict:
-    from core.report import summary_json
+    from .report import summary_json
 
     return {
         "remedy": outcome.name,

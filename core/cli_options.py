@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from core.errors import InputError
-from core.settings import DEFAULT_ATOL, DEFAULT_MODEL, DEFAULT_RTOL, DTYPES, PADDING_SIDES, POSITION_MODES, Settings
-from core.texts import DEFAULT_TEXTS, read_texts_file
+from .errors import InputError
+from .settings import DEFAULT_ATOL, DEFAULT_MODEL, DEFAULT_RTOL, DTYPES, PADDING_SIDES, POSITION_MODES, Settings
+from .texts import DEFAULT_TEXTS, read_texts_file
 
 
 class OneLineParser(argparse.ArgumentParser):

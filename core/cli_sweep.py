@@ -6,10 +6,10 @@ import argparse
 import sys
 from dataclasses import asdict
 
-from core.cli import EXIT_OK, parsed_and_guarded
-from core.cli_options import OneLineParser, add_common_options, settings_from_args, texts_from_args
-from core.errors import InputError
-from core.plain_text import SWEEP_HEADER, format_columns, format_float, sweep_row
+from .cli import EXIT_OK, parsed_and_guarded
+from .cli_options import OneLineParser, add_common_options, settings_from_args, texts_from_args
+from .errors import InputError
+from .plain_text import SWEEP_HEADER, format_columns, format_float, sweep_row
 
 
 def _names(value: str) -> list[str]:
@@ -51,12 +51,12 @@ def run_sweep(argv: list[str], prog: str = "batchtui sweep") -> int:
 def _sweep(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     texts = texts_from_args(args)
-    from core.sweep import sweep, sweep_grid
+    from .sweep import sweep, sweep_grid
 
     grid = sweep_grid(settings, args.dtypes, args.batch_sizes, args.attns, args.padding_sides)
     for cell in grid:
         cell.validated()
-    from core.engine import compare
+    from .engine import compare
 
     def progress(done, total, cell):
         _progress_bar(done, total, f"{cell.dtype} bs={cell.batch_size} {cell.attn or 'default'} {cell.padding_side}")
@@ -66,14 +66,14 @@ def _sweep(args: argparse.Namespace) -> int:
     rows = [sweep_row(c) for c in cells]
     print(format_columns(SWEEP_HEADER, rows, left={0, 2, 3, 7}), file=out)
     if args.json:
-        from core.report import write_json
+        from .report import write_json
 
         write_json({"config": settings.as_dict(), "texts": texts, "cells": [asdict(c) for c in cells]}, args.json)
     return EXIT_OK
 
 
 def run_probe(argv: list[str], prog: str = "batchtui probe") -> int:
-    from core.settings import DEFAULT_ATOL, DEFAULT_RTOL
+    from .settings import DEFAULT_ATOL, DEFAULT_RTOL
 
     parser = OneLineParser(prog=prog, description="Row 0 of a batch vs the same row alone, through one Linear layer.")
     parser.add_argument("--sizes", type=_ints, default=[256, 512, 1024, 1536, 2048, 4096])
@@ -90,8 +90,8 @@ def run_probe(argv: list[str], prog: str = "batchtui probe") -> int:
 def _probe(args: argparse.Namespace) -> int:
     if args.repeats < 1 or min(args.sizes) < 1 or min(args.batch_sizes) < 2:
         raise InputError("repeats and sizes must be at least 1, batch sizes at least 2")
-    from core.models import resolve_device
-    from core.probe import probe
+    from .models import resolve_device
+    from .probe import probe
 
     device = resolve_device(args.device)
     cells = probe(
@@ -118,7 +118,7 @@ def _probe(args: argparse.Namespace) -> int:
         header = (f"{dtype} size", *(f"N={n}" for n in args.batch_sizes), "max|Δ|")
         print(format_columns(header, rows), file=out)
     if args.json:
-        from core.report import write_json
+        from .report import write_json
 
         write_json({"device": device, "cells": [asdict(c) for c in cells]}, args.json)
     return EXIT_OK

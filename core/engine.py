@@ -9,19 +9,19 @@ from dataclasses import replace
 
 import torch
 
-from core.assemble import group_results
-from core.comparison import (
+from .assemble import group_results
+from .comparison import (
     Comparison,
     Decomposition,
     ReferenceErrors,
     TextResult,
 )
-from core.errors import Cancelled, InputError, ModelLoadError, ResourceError
-from core.metrics import block_elements, max_abs_diff
-from core.models import LoadedModel, first_line, load_model
-from core.runner import BatchedChunk, PassOutput, Runner
-from core.settings import Settings
-from core.texts import validate_texts
+from .errors import Cancelled, InputError, ModelLoadError, ResourceError
+from .metrics import block_elements, max_abs_diff
+from .models import LoadedModel, first_line, load_model
+from .runner import BatchedChunk, PassOutput, Runner
+from .settings import Settings
+from .texts import validate_texts
 
 ProgressFn = Callable[[int, int], None]
 CancelledFn = Callable[[], bool]

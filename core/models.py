@@ -8,10 +8,10 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.builtin_models import BUILTIN_MODELS, builtin_path
-from core.errors import BatchtuiError, InputError, ModelLoadError
-from core.hf_compat import dtype_kwarg
-from core.settings import Settings
+from .builtin_models import BUILTIN_MODELS, builtin_path
+from .errors import BatchtuiError, InputError, ModelLoadError
+from .hf_compat import dtype_kwarg
+from .settings import Settings
 
 
 @dataclass

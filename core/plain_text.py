@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import unicodedata
 
-from core.comparison import Comparison, TextResult
+from .comparison import Comparison, TextResult
 
 
 def literal(text: str, width: int | None = None) -> str:

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from core.comparison import Comparison
-from core.errors import InputError
-from core.models import resolve_device
-from core.settings import Settings
+from .comparison import Comparison
+from .errors import InputError
+from .models import resolve_device
+from .settings import Settings
 
 BATCH_INVARIANT_HINT = (
     "pip install git+https://github.com/thinking-machines-lab/batch_invariant_ops (CUDA only); "

@@ -10,7 +10,7 @@ import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
-from core.comparison import Comparison, LayerMetrics, PositionMetrics, TextResult, TopToken
+from .comparison import Comparison, LayerMetrics, PositionMetrics, TextResult, TopToken
 
 
 def _number(value: float) -> float | None:

@@ -12,8 +12,8 @@ from functools import partial
 
 import torch
 
-from core.hf_compat import module_output
-from core.models import LoadedModel
+from .hf_compat import module_output
+from .models import LoadedModel
 
 EMBEDDINGS = "embed"
 

@@ -13,7 +13,7 @@ import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from core.settings import Settings
+from .settings import Settings
 
 VERSION = 1
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
-from core.errors import InputError
+from .errors import InputError
 
 DTYPES = ("auto", "float32", "bfloat16", "float16", "float64")
 PADDING_SIDES = ("left", "right")

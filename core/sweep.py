@@ -6,8 +6,8 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from core.errors import BatchtuiError, Cancelled
-from core.settings import Settings
+from .errors import BatchtuiError, Cancelled
+from .settings import Settings
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.errors import InputError
+from .errors import InputError
 
 # The seed's own case plus two sentences of different lengths, so padding shows.
 DEFAULT_TEXTS = (

@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from core import DEFAULT_TEXTS, Settings
-from core.views import divergent_cells
-from tui.app import BatchtuiApp
+from batchtui.core import DEFAULT_TEXTS, Settings
+from batchtui.core.views import divergent_cells
+from batchtui.tui.app import BatchtuiApp
 
 HERE = Path(__file__).parent
 SETTINGS = Settings(dtype="bfloat16", positions="arange")

@@ -30,8 +30,8 @@ def rss_mib() -> float:
 async def soak(edits: int, same_length: bool) -> None:
     # Typing x, x, backspace grows the text (every run a new shape); x, backspace keeps its length.
     period = 2 if same_length else 3
-    from core import DEFAULT_TEXTS, Settings
-    from tui.app import BatchtuiApp
+    from batchtui.core import DEFAULT_TEXTS, Settings
+    from batchtui.tui.app import BatchtuiApp
 
     app = BatchtuiApp(list(DEFAULT_TEXTS), Settings(dtype="bfloat16", decompose=True, modules=True))
     async with app.run_test(size=(120, 40)) as pilot:

@@ -24,8 +24,8 @@ KEY_P95_LIMIT_S = 0.100
 
 CHILD = """
 import asyncio, sys, time
-from tui.app import BatchtuiApp
-from core import DEFAULT_TEXTS, Settings
+from batchtui.tui.app import BatchtuiApp
+from batchtui.core import DEFAULT_TEXTS, Settings
 
 async def main():
     app = BatchtuiApp(list(DEFAULT_TEXTS), Settings())
@@ -43,9 +43,9 @@ def first_frame_seconds() -> float:
 
 
 async def key_latencies(presses: int, n_texts: int) -> tuple[list[float], bool]:
-    from core import Settings
-    from tui.app import BatchtuiApp
-    from tui.heatmap import HeatmapPlot
+    from batchtui.core import Settings
+    from batchtui.tui.app import BatchtuiApp
+    from batchtui.tui.heatmap import HeatmapPlot
 
     frames = []
     render = HeatmapPlot.render

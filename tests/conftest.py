@@ -22,6 +22,6 @@ def pytest_configure(config):
 
 @pytest.fixture(scope="session")
 def tiny_path():
-    from core.builtin_models import builtin_path
+    from batchtui.core.builtin_models import builtin_path
 
     return builtin_path("tiny")

@@ -5,10 +5,10 @@ import torch
 from bad_models import not_a_causal_lm, tokenizer_without_pad_or_eos
 from tui_helpers import make_app, settle
 
-from core import Settings, compare
-from core.cli_check import run_check
-from core.errors import ResourceError
-from core.models import load_model
+from batchtui.core import Settings, compare
+from batchtui.core.cli_check import run_check
+from batchtui.core.errors import ResourceError
+from batchtui.core.models import load_model
 
 TEXTS = ["first text", "a second, longer text"]
 

@@ -2,10 +2,10 @@
 
 import json
 
-from core.bench import workload
-from core.cli_bench import run_bench
-from core.models import load_model
-from core.settings import Settings
+from batchtui.core.bench import workload
+from batchtui.core.cli_bench import run_bench
+from batchtui.core.models import load_model
+from batchtui.core.settings import Settings
 
 
 def test_bench_json_has_ratios_and_targets(tmp_path):

@@ -8,9 +8,9 @@ import sys
 import pytest
 from conftest import MIXED_TEXTS
 
-from core.cli import main as core_main
-from core.cli_check import run_check
-from tui.launcher import main as batchtui_main
+from batchtui.core.cli import main as core_main
+from batchtui.core.cli_check import run_check
+from batchtui.tui.launcher import main as batchtui_main
 
 POSITION_FIELDS = {
     "index",
@@ -111,7 +111,8 @@ def test_python_dash_m_core_runs_check_without_the_tui():
     # A bare GPU box has torch + transformers only; block textual to prove core never needs it.
     blocker = (
         "import sys, runpy; sys.modules['textual'] = None; "
-        "sys.argv = ['core', 'check', '--batch-size', '1', 'hi']; runpy.run_module('core', run_name='__main__')"
+        "sys.argv = ['batchtui.core', 'check', '--batch-size', '1', 'hi']; "
+        "runpy.run_module('batchtui.core', run_name='__main__')"
     )
     done = subprocess.run([sys.executable, "-c", blocker], capture_output=True, text=True, env=os.environ, timeout=300)
     assert done.returncode == 0, done.stderr

@@ -4,8 +4,8 @@ import pytest
 from conftest import MIXED_TEXTS
 from transformers import AutoTokenizer
 
-from core import Cancelled, InputError, Settings, compare
-from core.engine import describe_progress, total_passes
+from batchtui.core import Cancelled, InputError, Settings, compare
+from batchtui.core.engine import describe_progress, total_passes
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
@@ -105,7 +105,7 @@ def test_bad_input_raises_a_clear_error(texts, settings, message):
 def test_ordered_topk_breaks_ties_by_token_id():
     import torch
 
-    from core.metrics import ordered_topk
+    from batchtui.core.metrics import ordered_topk
 
     x = torch.tensor([[1.0, 3.0, 2.0, 3.0, 2.0, 2.0, 0.5], [5.0, 5.0, 5.0, 5.0, 5.0, 1.0, 9.0]])
     values, ids = ordered_topk(x, 4)

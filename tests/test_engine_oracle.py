@@ -7,7 +7,7 @@ import torch
 from conftest import MIXED_TEXTS
 from oracle import seed_compare
 
-from core import Settings, compare
+from batchtui.core import Settings, compare
 
 
 @pytest.mark.parametrize("positions", ["mask", "arange"])

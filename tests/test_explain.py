@@ -5,8 +5,8 @@ import torch
 from conftest import MIXED_TEXTS
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from core import Settings, compare
-from core.metrics import ulp
+from batchtui.core import Settings, compare
+from batchtui.core.metrics import ulp
 
 
 def _hooked_outputs(model, names):

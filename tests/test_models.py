@@ -4,9 +4,9 @@ import json
 
 import transformers
 
-from core import Settings
-from core.builtin_models import BUILTIN_MODELS, builtin_path, cache_root
-from core.models import load_model
+from batchtui.core import Settings
+from batchtui.core.builtin_models import BUILTIN_MODELS, builtin_path, cache_root
+from batchtui.core.models import load_model
 
 
 def test_builtin_tiny_is_written_once_under_xdg_cache(tiny_path):
@@ -45,7 +45,7 @@ def test_tokenizer_without_pad_token_pads_with_eos_and_says_so(tiny_path, tmp_pa
 
     from transformers import AutoTokenizer
 
-    from core import compare
+    from batchtui.core import compare
 
     local = tmp_path / "no-pad"
     shutil.copytree(tiny_path, local)
@@ -59,7 +59,7 @@ def test_tokenizer_without_pad_token_pads_with_eos_and_says_so(tiny_path, tmp_pa
 
 
 def test_device_map_loads_through_accelerate_and_gives_the_same_numbers():
-    from core import compare
+    from batchtui.core import compare
 
     texts = ["short", "a longer text with padding"]
     plain = compare(texts, Settings(dtype="float32", modules=True))

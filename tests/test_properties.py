@@ -3,8 +3,8 @@
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core import Settings, compare
-from core.models import load_model
+from batchtui.core import Settings, compare
+from batchtui.core.models import load_model
 
 # Any printable text, emoji, CJK, right-to-left, combining marks, control characters, markup-like brackets.
 texts = st.text(min_size=1, max_size=40).filter(lambda t: t.strip())

@@ -7,10 +7,10 @@ import pytest
 import torch
 from conftest import MIXED_TEXTS
 
-from core import Settings, compare
-from core.cli_check import run_check
-from core.cli_sweep import run_probe, run_sweep
-from core.remedies import REMEDIES, applied, compare_remedies
+from batchtui.core import Settings, compare
+from batchtui.core.cli_check import run_check
+from batchtui.core.cli_sweep import run_probe, run_sweep
+from batchtui.core.remedies import REMEDIES, applied, compare_remedies
 
 
 def _global_flags():

@@ -9,9 +9,9 @@ import time
 
 from tui_helpers import settle
 
-from core import session as session_file
-from core.settings import Settings
-from tui.launcher import build_app
+from batchtui.core import session as session_file
+from batchtui.core.settings import Settings
+from batchtui.tui.launcher import build_app
 
 
 def test_save_and_load_round_trip(tmp_path):
@@ -70,7 +70,7 @@ def test_sigkill_loses_nothing_typed(tmp_path):
     env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "100", "LINES": "30"}
     pid, fd = pty.fork()
     if pid == 0:  # the child: the app itself, in a pseudo-terminal
-        os.execvpe(sys.executable, [sys.executable, "-m", "tui", "--session", str(path), "first"], env)
+        os.execvpe(sys.executable, [sys.executable, "-m", "batchtui.tui", "--session", str(path), "first"], env)
     try:
         _wait_for(lambda: path.exists(), fd, "the first save")
         _pause(fd, 2.0)  # the terminal driver settles before keys are read
@@ -125,7 +125,7 @@ def test_sigterm_exits_cleanly_with_the_session_saved(tmp_path):
     pid, fd = pty.fork()
     if pid == 0:
         env = {**os.environ, "TERM": "xterm-256color"}
-        os.execvpe(sys.executable, [sys.executable, "-m", "tui", "--session", str(path), "kept"], env)
+        os.execvpe(sys.executable, [sys.executable, "-m", "batchtui.tui", "--session", str(path), "kept"], env)
     try:
         _wait_for(lambda: path.exists(), fd, "the first save")
         os.kill(pid, signal.SIGTERM)

@@ -7,7 +7,7 @@ kernels; the run time in the status line is pinned, being the one thing that var
 import pytest
 from tui_helpers import make_app, settle
 
-from tui.status_line import StatusLine
+from batchtui.tui.status_line import StatusLine
 
 
 def app_for_snapshot():

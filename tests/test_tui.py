@@ -4,11 +4,11 @@ import json
 
 from tui_helpers import MIXED, detail_title, make_app, settle
 
-from core.views import divergent_cells, next_divergent
-from tui.heatmap import Heatmap
-from tui.help_screen import HelpScreen
-from tui.messages import ComparisonReady
-from tui.summary_table import SummaryTable
+from batchtui.core.views import divergent_cells, next_divergent
+from batchtui.tui.heatmap import Heatmap
+from batchtui.tui.help_screen import HelpScreen
+from batchtui.tui.messages import ComparisonReady
+from batchtui.tui.summary_table import SummaryTable
 
 
 async def test_first_frame_comes_before_results_then_results_appear():

@@ -3,9 +3,9 @@
 from textual.widgets import Checkbox, DataTable
 from tui_helpers import MIXED, make_app, settle
 
-from tui.layers import LayersPane
-from tui.remedies_screen import RemediesScreen
-from tui.sweep_screen import SWEEP_BATCH_SIZES, SWEEP_DTYPES, SweepScreen
+from batchtui.tui.layers import LayersPane
+from batchtui.tui.remedies_screen import RemediesScreen
+from batchtui.tui.sweep_screen import SWEEP_BATCH_SIZES, SWEEP_DTYPES, SweepScreen
 
 
 async def _wait_for(pilot, condition, what: str) -> None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from core import Settings
-from tui.app import BatchtuiApp
+from batchtui.core import Settings
+from batchtui.tui.app import BatchtuiApp
 
 MIXED = ["a", "b", "The quick brown fox jumps over the lazy dog.", "Hello, world!"]
 

@@ -17,21 +17,21 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Footer, TextArea
 from textual.worker import get_current_worker
 
-from core import session as session_file
-from core.comparison import Comparison
-from core.errors import BatchtuiError, Cancelled
-from core.settings import DTYPES, PADDING_SIDES, Settings
-from core.views import clamp_cell, next_divergent
-from tui.detail import DetailPane
-from tui.engine_calls import failure_message
-from tui.heatmap import Heatmap
-from tui.help_screen import HelpScreen
-from tui.layers import LayersPane
-from tui.messages import ComparisonReady, RunFailed, RunProgress
-from tui.settings_panel import BATCH_SIZES, SettingsPanel
-from tui.status_line import StatusLine
-from tui.summary_table import SummaryTable
-from tui.texts_editor import TextsEditor
+from ..core import session as session_file
+from ..core.comparison import Comparison
+from ..core.errors import BatchtuiError, Cancelled
+from ..core.settings import DTYPES, PADDING_SIDES, Settings
+from ..core.views import clamp_cell, next_divergent
+from .detail import DetailPane
+from .engine_calls import failure_message
+from .heatmap import Heatmap
+from .help_screen import HelpScreen
+from .layers import LayersPane
+from .messages import ComparisonReady, RunFailed, RunProgress
+from .settings_panel import BATCH_SIZES, SettingsPanel
+from .status_line import StatusLine
+from .summary_table import SummaryTable
+from .texts_editor import TextsEditor
 
 EDIT_DEBOUNCE_S = 0.5
 
@@ -151,8 +151,8 @@ class BatchtuiApp(App[None]):
             return worker.is_cancelled or generation != self.generation
 
         try:
-            from core.engine import compare, describe_progress, passes_per_text  # torch loads here, off the UI thread
-            from core.models import load_model
+            from ..core.engine import compare, describe_progress, passes_per_text  # torch loads here, off the UI thread
+            from ..core.models import load_model
 
             _leave_a_core_for_the_ui()
 
@@ -308,7 +308,7 @@ class BatchtuiApp(App[None]):
         if self.comparison is None:
             self.notify("no comparison to save yet", severity="warning")
             return
-        from core.report import to_json_dict, write_json
+        from ..core.report import to_json_dict, write_json
 
         path = self.output_dir / f"batchtui-report-{time.strftime('%Y%m%d-%H%M%S')}.json"
         try:
@@ -334,13 +334,13 @@ class BatchtuiApp(App[None]):
             self.select(*self.selected)
 
     def action_remedies(self) -> None:
-        from tui.remedies_screen import RemediesScreen
+        from .remedies_screen import RemediesScreen
 
         texts, _ = self.query_one(TextsEditor).texts()
         self.push_screen(RemediesScreen(texts, self.settings))
 
     def action_sweep(self) -> None:
-        from tui.sweep_screen import SweepScreen
+        from .sweep_screen import SweepScreen
 
         texts, _ = self.query_one(TextsEditor).texts()
         self.push_screen(SweepScreen(texts, self.settings))

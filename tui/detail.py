@@ -9,8 +9,8 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
-from core.comparison import Comparison, PositionMetrics, TextResult, TopToken
-from core.plain_text import format_float, literal
+from ..core.comparison import Comparison, PositionMetrics, TextResult, TopToken
+from ..core.plain_text import format_float, literal
 
 
 def detail_title(text: int, position: int) -> str:

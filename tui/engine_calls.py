@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from textual.app import App
 
-from core.errors import BatchtuiError, Cancelled
+from ..core.errors import BatchtuiError, Cancelled
 
 
 def failure_message(exc: BaseException) -> str:

@@ -6,11 +6,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from core import session as session_file
-from core.cli import COMMANDS, EXIT_BAD_INPUT, run_command
-from core.cli_options import OneLineParser, add_common_options, settings_from_args, texts_from_args
-from core.errors import BatchtuiError
-from core.settings import Settings
+from ..core import session as session_file
+from ..core.cli import COMMANDS, EXIT_BAD_INPUT, run_command
+from ..core.cli_options import OneLineParser, add_common_options, settings_from_args, texts_from_args
+from ..core.errors import BatchtuiError
+from ..core.settings import Settings
 
 # Settings a session restores; the model, device and trust flag always come from the command line.
 LIVE_SETTINGS = (
@@ -73,7 +73,7 @@ def build_app(argv: list[str]):
         if restored.session is not None:
             texts = restored.session.texts
             settings = _restored_settings(parser, args, settings, restored.session.settings)
-    from tui.app import BatchtuiApp
+    from .app import BatchtuiApp
 
     return BatchtuiApp(texts, settings, session_path=path, startup_notice=notice)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from textual_plotext import PlotextPlot
 
-from core.comparison import Comparison
-from core.views import decade_ticks, layer_curve
+from ..core.comparison import Comparison
+from ..core.views import decade_ticks, layer_curve
 
 
 def short_layer_name(name: str) -> str:

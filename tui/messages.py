@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from textual.message import Message
 
-from core.comparison import Comparison
+from ..core.comparison import Comparison
 
 
 class RunProgress(Message):

@@ -10,9 +10,9 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, SelectionList, Static
 from textual.worker import get_current_worker
 
-from core.plain_text import format_float
-from core.settings import Settings
-from tui.engine_calls import call_engine
+from ..core.plain_text import format_float
+from ..core.settings import Settings
+from .engine_calls import call_engine
 
 
 class RemediesScreen(Screen[None]):
@@ -35,8 +35,8 @@ class RemediesScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        from core.models import resolve_device
-        from core.remedies import REMEDIES
+        from ..core.models import resolve_device
+        from ..core.remedies import REMEDIES
 
         device = resolve_device(self.settings.device)
         choices = self.query_one(SelectionList)
@@ -64,8 +64,8 @@ class RemediesScreen(Screen[None]):
     @work(thread=True, exclusive=True)
     def _measure(self, names: list[str]) -> None:
         worker = get_current_worker()
-        from core.engine import compare
-        from core.remedies import compare_remedies
+        from ..core.engine import compare
+        from ..core.remedies import compare_remedies
 
         def compare_fn(texts, settings):
             return compare(texts, settings, cancelled=lambda: worker.is_cancelled)

@@ -8,8 +8,8 @@ from textual.markup import escape
 from textual.message import Message
 from textual.widgets import Checkbox, Input, Label, Select
 
-from core.plain_text import literal
-from core.settings import DTYPES, PADDING_SIDES, POSITION_MODES, Settings
+from ..core.plain_text import literal
+from ..core.settings import DTYPES, PADDING_SIDES, POSITION_MODES, Settings
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
 TOP_KS = (1, 3, 5, 10, 20)

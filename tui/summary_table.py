@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import DataTable
 
-from core.comparison import Comparison
-from core.plain_text import format_float, literal
+from ..core.comparison import Comparison
+from ..core.plain_text import format_float, literal
 
 COLUMNS = ("#", "text", "tok", "max|Δ|", "KL", "flips", "allclose")
 # On screens narrower than this the text and token-count columns go (the editor's lines show the

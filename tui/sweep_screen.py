@@ -11,10 +11,10 @@ from textual.widgets import DataTable, Footer, ProgressBar, Static
 from textual.worker import get_current_worker
 from textual_plotext import PlotextPlot
 
-from core.plain_text import sweep_row
-from core.settings import Settings
-from core.views import decade_ticks, sweep_series
-from tui.engine_calls import call_engine
+from ..core.plain_text import sweep_row
+from ..core.settings import Settings
+from ..core.views import decade_ticks, sweep_series
+from .engine_calls import call_engine
 
 SWEEP_DTYPES = ("bfloat16", "float16", "float32")
 SWEEP_BATCH_SIZES = (1, 2, 4, 8, 16)
@@ -54,8 +54,8 @@ class SweepScreen(Screen[None]):
     @work(thread=True, exclusive=True)
     def _run(self) -> None:
         worker = get_current_worker()
-        from core.engine import compare
-        from core.sweep import sweep, sweep_grid
+        from ..core.engine import compare
+        from ..core.sweep import sweep, sweep_grid
 
         grid = sweep_grid(
             self.settings,
