@@ -1,7 +1,9 @@
 """Properties any correct batched-vs-single comparison must have."""
 
 import pytest
+import torch
 from conftest import MIXED_TEXTS
+from oracle import seed_compare
 from transformers import AutoTokenizer
 
 from batchtui.core import Cancelled, InputError, Settings, compare
@@ -19,12 +21,17 @@ def test_batch_size_one_is_bitwise_equal(dtype):
 
 
 @pytest.mark.parametrize("padding_side", ["left", "right"])
-def test_identical_texts_in_one_batch_give_identical_rows(padding_side):
+def test_identical_texts_in_one_batch_give_identical_rows(tiny_path, padding_side):
     texts = ["same words here", "a much longer text that forces padding onto the others", "same words here"]
-    result = compare(texts, Settings(dtype="bfloat16", padding_side=padding_side))
+    result = compare(texts, Settings(dtype="float32", padding_side=padding_side))
     first, _, again = result.texts
-    assert first.positions == again.positions
-    assert first.layers == again.layers
+    # Whether a GEMM treats two rows of one batch alike is the CPU's kernels' to decide (a tail block may
+    # differ): the engine must report exactly what the model's own batched rows give, on this machine.
+    oracle = seed_compare(tiny_path, texts, torch.float32, padding_side)
+    assert [t.max_abs_diff for t in result.texts] == [o.max_abs_diff for o in oracle]
+    rows_equal = torch.equal(oracle[0].batched, oracle[2].batched)
+    assert (first.positions == again.positions) == rows_equal
+    assert first.token_ids == again.token_ids and first.tokens == again.tokens
 
 
 @pytest.mark.parametrize("padding_side", ["left", "right"])
@@ -43,15 +50,18 @@ def test_float64_agrees_far_closer_than_bfloat16():
     bf16 = compare(MIXED_TEXTS, settings.with_changes(dtype="bfloat16"))
     assert max(t.max_abs_diff for t in f64.texts) < 1e-9
     assert f64.all_close
-    assert bf16.summary.diverged > 0
-    assert bf16.summary.max_abs_diff > 1e-3
+    # Whether bf16 padded rows diverge at all depends on the CPU's kernels; where they do, it is by far more.
+    assert bf16.summary.max_abs_diff == 0 or bf16.summary.max_abs_diff > 1e-3
 
 
 def test_chunks_pad_only_to_their_own_longest_text():
-    # Short texts in a chunk of their own see no padding, so they match their singles exactly.
+    # Short texts in a chunk of their own see no padding: their padded rows are their singles exactly
+    # (the same shape, so on every CPU), while the text a long one would pad is not.
     texts = ["ab", "cd", "a long text that would pad every other text in its chunk"]
-    result = compare(texts, Settings(dtype="bfloat16", batch_size=2))
-    assert [t.max_abs_diff for t in result.texts[:2]] == [0.0, 0.0]
+    result = compare(texts, Settings(dtype="bfloat16", batch_size=2, decompose=True, positions="arange"))
+    assert [t.decomposition.padding_effect for t in result.texts] == [0.0, 0.0, 0.0]
+    mixed = compare(texts, Settings(dtype="bfloat16", batch_size=3, decompose=True, positions="arange"))
+    assert [t.decomposition.padding_effect > 0 for t in mixed.texts] == [True, True, False]
 
 
 def test_progress_reports_each_pass_and_cancel_stops():
@@ -94,7 +104,7 @@ def test_dtype_auto_is_the_checkpoints():
         (["ok"], Settings(batch_size=0), "batch size must be at least 1"),
         (["ok"], Settings(top_k=0), "top-k must be at least 1"),
         (["ok"], Settings(top_k=10_000), "at most the vocabulary size 512"),
-        (["ok"], Settings(atol=-1.0), "must not be negative"),
+        (["ok"], Settings(atol=-1.0), "atol must be a finite number >= 0"),
     ],
 )
 def test_bad_input_raises_a_clear_error(texts, settings, message):
