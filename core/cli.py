@@ -2,24 +2,39 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 
 from .errors import BatchtuiError
 
 EXIT_OK, EXIT_DIVERGED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+# What a shell reports for a tool stopped by SIGPIPE: the reader of our output went away (`check | head`).
+EXIT_BROKEN_PIPE = 128 + 13
 
 
 def guarded(body: Callable[[], int]) -> int:
     """Run a command's body: bad input is one line and exit 2, anything else one line and exit 3."""
     try:
-        return body()
+        code = body()
+        sys.stdout.flush()  # here, so that a reader gone away is seen inside the guard
+        return code
+    except BrokenPipeError:
+        _discard_stdout()
+        return EXIT_BROKEN_PIPE
     except BatchtuiError as exc:
         print(f"batchtui: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except Exception as exc:  # noqa: BLE001 - the user gets one line, never a traceback
         print(f"batchtui: internal error: {type(exc).__name__}: {exc}".splitlines()[0], file=sys.stderr)
         return EXIT_INTERNAL
+
+
+def _discard_stdout() -> None:
+    """Quietly, as Unix tools do: the interpreter's last flush must not complain about the closed pipe."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def parsed_and_guarded(parser, argv: list[str], body: Callable) -> int:

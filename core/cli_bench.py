@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from .cli import EXIT_DIVERGED, EXIT_OK, parsed_and_guarded
-from .cli_options import OneLineParser
+from .cli_options import OneLineParser, check_report_destination
 from .errors import InputError
 from .plain_text import format_columns
 from .settings import DEFAULT_MODEL, DTYPES, PADDING_SIDES, POSITION_MODES, Settings
@@ -45,6 +45,7 @@ def _bench(args: argparse.Namespace) -> int:
         positions=args.positions,
         trust_remote_code=args.trust_remote_code,
     ).validated()
+    check_report_destination(args.json)
     from .bench import bench, workload
     from .models import load_model
 

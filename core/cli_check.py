@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+from functools import partial
 
 from .cli import EXIT_DIVERGED, EXIT_OK, parsed_and_guarded
-from .cli_options import OneLineParser, add_common_options, settings_from_args, texts_from_args
+from .cli_options import (
+    OneLineParser,
+    add_common_options,
+    check_report_destination,
+    settings_from_args,
+    texts_from_args,
+)
 
 
 def check_parser(prog: str) -> OneLineParser:
@@ -34,7 +41,8 @@ def run_check(argv: list[str], prog: str = "batchtui check") -> int:
 
 def _check(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
-    texts = texts_from_args(args)
+    numbered = texts_from_args(args)
+    check_report_destination(args.json)
     from .engine import compare  # torch loads only once the arguments are known good
     from .plain_text import format_localization, format_table, verdict
     from .report import to_json_dict, write_json
@@ -43,10 +51,10 @@ def _check(args: argparse.Namespace) -> int:
     if args.remedy:
         from .remedies import compare_remedies
 
-        outcomes = compare_remedies(texts, settings, args.remedy, compare)
+        outcomes = compare_remedies(numbered.texts, settings, args.remedy, partial(compare, lines=numbered.lines))
         comparison = outcomes[0].comparison
     else:
-        comparison = compare(texts, settings)
+        comparison = compare(numbered.texts, settings, lines=numbered.lines)
     if args.json:
         report = to_json_dict(comparison)
         if outcomes:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import copy
 
 from .errors import InputError
+from .safe_files import check_writable_file
 from .settings import DEFAULT_ATOL, DEFAULT_MODEL, DEFAULT_RTOL, DTYPES, PADDING_SIDES, POSITION_MODES, Settings
-from .texts import DEFAULT_TEXTS, read_texts_file
+from .texts import DEFAULT_TEXTS, NumberedTexts, read_texts_file, validate_texts
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -66,11 +68,32 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     ).validated()
 
 
-def texts_from_args(args: argparse.Namespace) -> list[str]:
-    """Texts from the command line, then --texts-file; the default set when neither gives any."""
-    texts = list(args.texts)
+def texts_from_args(args: argparse.Namespace) -> NumberedTexts:
+    """Texts from the command line (numbered by position), then --texts-file (numbered by file line);
+    the default set when neither gives any. Checked here, before any model loads."""
+    texts, lines = list(args.texts), list(range(1, len(args.texts) + 1))
     if args.texts_file:
-        texts += read_texts_file(args.texts_file)
-        if not texts:
+        from_file = read_texts_file(args.texts_file)
+        if not from_file.texts and not texts:
             raise InputError(f"texts file {args.texts_file!r} has no texts")
-    return texts or list(DEFAULT_TEXTS)
+        texts += from_file.texts
+        lines += from_file.lines
+    if not texts:
+        texts, lines = list(DEFAULT_TEXTS), list(range(1, len(DEFAULT_TEXTS) + 1))
+    validate_texts(texts, lines)
+    return NumberedTexts(texts, lines)
+
+
+def given_options(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
+    """The destinations of the options `argv` gives explicitly, even when given at their default value
+    (`--batch-size 8` must beat a session's 4, though 8 is the default)."""
+    not_given = object()  # not a string, so argparse never runs it through an option's type
+    probe = copy.deepcopy(parser)
+    probe.set_defaults(**{action.dest: not_given for action in probe._actions})
+    return {dest for dest, value in vars(probe.parse_args(argv)).items() if value is not not_given}
+
+
+def check_report_destination(path: str | None) -> None:
+    """Refuse a --json destination that could not be written, before the run rather than after it."""
+    if path:
+        check_writable_file(path, "cannot write the report to")

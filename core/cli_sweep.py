@@ -7,9 +7,19 @@ import sys
 from dataclasses import asdict
 
 from .cli import EXIT_OK, parsed_and_guarded
-from .cli_options import OneLineParser, add_common_options, settings_from_args, texts_from_args
+from .cli_options import (
+    OneLineParser,
+    add_common_options,
+    check_report_destination,
+    settings_from_args,
+    texts_from_args,
+)
 from .errors import InputError
 from .plain_text import SWEEP_HEADER, format_columns, format_float, sweep_row
+from .settings import Settings
+
+# Floating-point types a Linear layer computes in; integer types have no matmul to probe.
+PROBE_DTYPES = ("bfloat16", "float16", "float32", "float64")
 
 
 def _names(value: str) -> list[str]:
@@ -50,7 +60,8 @@ def run_sweep(argv: list[str], prog: str = "batchtui sweep") -> int:
 
 def _sweep(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
-    texts = texts_from_args(args)
+    texts = texts_from_args(args).texts
+    check_report_destination(args.json)
     from .sweep import sweep, sweep_grid
 
     grid = sweep_grid(settings, args.dtypes, args.batch_sizes, args.attns, args.padding_sides)
@@ -90,6 +101,11 @@ def run_probe(argv: list[str], prog: str = "batchtui probe") -> int:
 def _probe(args: argparse.Namespace) -> int:
     if args.repeats < 1 or min(args.sizes) < 1 or min(args.batch_sizes) < 2:
         raise InputError("repeats and sizes must be at least 1, batch sizes at least 2")
+    unknown = [d for d in args.dtypes if d not in PROBE_DTYPES]
+    if unknown:
+        raise InputError(f"probe dtypes must be among {', '.join(PROBE_DTYPES)}, not {', '.join(unknown)}")
+    Settings(device=args.device, atol=args.atol, rtol=args.rtol).validated()
+    check_report_destination(args.json)
     from .models import resolve_device
     from .probe import probe
 

@@ -156,6 +156,7 @@ class TextResult:
     modules: tuple[LayerMetrics, ...] = ()
     decomposition: Decomposition | None = None
     reference: ReferenceErrors | None = None
+    line: int = 0  # the line the text came from (texts file, editor, argument position); 1-based
 
     @cached_property
     def positions(self) -> tuple[PositionMetrics, ...]:

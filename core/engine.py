@@ -16,7 +16,7 @@ from .comparison import (
     ReferenceErrors,
     TextResult,
 )
-from .errors import Cancelled, InputError, ModelLoadError, ResourceError
+from .errors import BatchtuiError, Cancelled, InputError, ModelLoadError, ResourceError
 from .metrics import block_elements, max_abs_diff
 from .models import LoadedModel, first_line, load_model
 from .runner import BatchedChunk, PassOutput, Runner
@@ -57,36 +57,64 @@ def compare(
     settings: Settings,
     progress: ProgressFn | None = None,
     cancelled: CancelledFn | None = None,
+    lines: list[int] | None = None,
 ) -> Comparison:
-    """Run every text batched (in chunks of batch_size) and alone, and measure how they differ."""
+    """Run every text batched (in chunks of batch_size) and alone, and measure how they differ.
+
+    `lines`: the line each text came from (a texts file's, the editor's), reported as `TextResult.line`;
+    by default 1, 2, 3...
+    """
     started = time.perf_counter()
     settings = settings.validated()
-    texts = validate_texts(texts)
+    texts = validate_texts(texts, lines)
+    lines = list(lines) if lines else list(range(1, len(texts) + 1))
+    if len(lines) != len(texts):
+        raise ValueError(f"{len(lines)} line numbers for {len(texts)} texts")
     loaded = load_model(settings)
-    if settings.top_k > loaded.vocab_size:
-        raise InputError(f"top-k must be at most the vocabulary size {loaded.vocab_size}, not {settings.top_k}")
+    check_fits_model(settings, loaded)
     reference = load_reference_model(settings) if settings.reference else None
     failure = None
     try:
-        results = _run(texts, settings, loaded, reference, progress, cancelled)
-    except torch.OutOfMemoryError as exc:
-        failure = ResourceError(
-            f"out of memory on {loaded.device} ({first_line(exc)}): lower the batch size or the text length "
-            "(--batch-size, --max-tokens); the run was stopped and its memory released"
-        )
+        results = _run(texts, lines, settings, loaded, reference, progress, cancelled)
     except RuntimeError as exc:
-        if "not implemented for" not in str(exc) and "not supported" not in str(exc):
+        failure = _failure(exc, loaded)
+        if failure is None:
             raise
-        failure = InputError(f"dtype {loaded.dtype} is not usable on {loaded.device} here: {first_line(exc)}")
     if failure is not None:  # raised here, outside the handler, so the run's tensors are already freed
         _release_memory(loaded.device)
         raise failure
     return Comparison(
         config=_config(settings, loaded),
-        texts=tuple(results),
+        texts=tuple(replace(result, line=line) for result, line in zip(results, lines)),
         notes=loaded.notes,
         elapsed_s=time.perf_counter() - started,
     )
+
+
+def check_fits_model(settings: Settings, loaded: LoadedModel) -> None:
+    """Settings the loaded model cannot honour, refused before any pass runs."""
+    if settings.top_k > loaded.vocab_size:
+        raise InputError(f"top-k must be at most the vocabulary size {loaded.vocab_size}, not {settings.top_k}")
+    if settings.max_tokens is not None and settings.max_tokens > loaded.max_tokens:
+        raise InputError(
+            f"max tokens {settings.max_tokens} is above the context of {loaded.name} ({loaded.max_tokens} "
+            "positions): refused, as positions past it are not what the model was built for"
+        )
+
+
+def _failure(exc: RuntimeError, loaded: LoadedModel) -> BatchtuiError | None:
+    """The user-facing error for a run that failed for want of memory or of dtype support; None otherwise."""
+    message = str(exc)
+    # CUDA raises OutOfMemoryError; the CPU allocator a plain RuntimeError ("can't allocate memory").
+    out_of_memory = "can't allocate memory" in message or "out of memory" in message
+    if isinstance(exc, torch.OutOfMemoryError) or out_of_memory:
+        return ResourceError(
+            f"out of memory on {loaded.device} ({first_line(exc)}): lower the batch size or the text length "
+            "(--batch-size, --max-tokens); the run was stopped and its memory released"
+        )
+    if "not implemented for" in message or "not supported" in message:
+        return InputError(f"dtype {loaded.dtype} is not usable on {loaded.device} here: {first_line(exc)}")
+    return None
 
 
 def _release_memory(device: str) -> None:
@@ -95,7 +123,7 @@ def _release_memory(device: str) -> None:
         torch.cuda.empty_cache()
 
 
-def _run(texts, settings, loaded, reference, progress, cancelled) -> list[TextResult]:
+def _run(texts, lines, settings, loaded, reference, progress, cancelled) -> list[TextResult]:
     total = total_passes(len(texts), settings.batch_size, passes_per_text(settings))
     done = 0
 
@@ -125,7 +153,7 @@ def _run(texts, settings, loaded, reference, progress, cancelled) -> list[TextRe
                 own_ids, truncated = runner.tokenize(text)
                 if chunk.real_rows(chunk.input_ids, row).tolist() != own_ids:
                     raise ModelLoadError(
-                        f"text {start + row + 1}: the tokenizer gives other tokens inside a batch than alone"
+                        f"text {lines[start + row]}: the tokenizer gives other tokens inside a batch than alone"
                     )
                 single = runner.single(own_ids)
                 step()

@@ -1,19 +1,11 @@
-"""Plain-text rendering for terminals: literal strings, numbers, aligned tables, the check's output."""
+"""Plain-text rendering for terminals: numbers, aligned tables, the check's output."""
 
 from __future__ import annotations
 
 import math
-import unicodedata
 
 from .comparison import Comparison, TextResult
-
-
-def literal(text: str, width: int | None = None) -> str:
-    """`text` made safe for one line of a terminal: control characters shown as escapes."""
-    shown = "".join(repr(ch)[1:-1] if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") else ch for ch in text)
-    if width is not None and len(shown) > width:
-        shown = shown[: width - 1] + "…"
-    return shown
+from .visible import literal
 
 
 def format_float(value: float) -> str:
@@ -39,7 +31,7 @@ def format_columns(header: tuple[str, ...], rows: list[tuple[str, ...]], left: s
 
 def _text_row(t: TextResult, comparison: Comparison) -> tuple[str, ...]:
     row = (
-        str(t.index + 1),
+        str(t.line),
         literal(t.text, 32),
         f"{len(t.token_ids)} cut" if t.truncated else str(len(t.token_ids)),
         format_float(t.max_abs_diff),
@@ -74,12 +66,12 @@ def format_localization(comparison: Comparison) -> str:
     for t in comparison.texts:
         first = t.first_divergent_module or t.first_divergent_layer
         where = f"first divergent module {first.layer}" if first else "every module bitwise equal"
-        lines.append(f"text {t.index + 1}: {where}")
+        lines.append(f"text {t.line}: {where}")
     worst = max(comparison.texts, key=lambda t: t.max_abs_diff)
     modules = worst.modules or worst.layers
     first = next((i for i, m in enumerate(modules) if not m.bitwise_equal), None)
     if first is not None:
-        lines.append(f"growth in text {worst.index + 1} from {modules[first].layer} to the logits:")
+        lines.append(f"growth in text {worst.line} from {modules[first].layer} to the logits:")
         rows = [(m.layer, format_float(m.max_abs_diff), format_float(m.rel_l2)) for m in modules[first:]]
         rows.append(("logits", format_float(worst.max_abs_diff), ""))
         lines.append(format_columns(("module", "max|Δ|", "rel L2"), rows, left={0}))

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
+import re
 import sys
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
 from .comparison import Comparison, LayerMetrics, PositionMetrics, TextResult, TopToken
+from .safe_files import write_new, write_text
 
 
 def _number(value: float) -> float | None:
@@ -72,6 +72,7 @@ def _text(t: TextResult) -> dict:
         }
     return {
         "index": t.index,
+        "line": t.line,
         "text": t.text,
         "tokens": list(t.tokens),
         "token_ids": list(t.token_ids),
@@ -110,18 +111,25 @@ def to_json_dict(comparison: Comparison) -> dict:
 
 
 def write_json(data: dict, path: str | Path) -> Path:
-    """Write a report atomically (temp file + rename): a reader never sees half a report. '-' is stdout."""
-    text = json.dumps(data, ensure_ascii=False, indent=1)
+    """Write a report atomically (a reader never sees half a report); '-' is stdout."""
+    text = _json_text(data)
     if str(path) == "-":
-        sys.stdout.write(text + "\n")
+        sys.stdout.write(text)
         return Path("-")
-    path = Path(path)
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text + "\n")
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_text(path, text)
+
+
+def write_new_json(data: dict, directory: Path, stem: str) -> Path:
+    """Write a report under a fresh name in `directory` (`stem.json`, `stem-2.json`...), never over another."""
+    return write_new(directory, stem, ".json", _json_text(data))
+
+
+# json escapes C0 controls itself; these it writes raw, and a terminal showing the report would act on them.
+_UNSAFE_IN_JSON = re.compile("[\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def _json_text(data: dict) -> str:
+    """Readable UTF-8 JSON in which no character a terminal acts on appears raw (only inside strings can
+    they occur, where a \\u escape means the same)."""
+    text = json.dumps(data, ensure_ascii=False, indent=1)
+    return _UNSAFE_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text) + "\n"

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+import math
+from dataclasses import asdict, dataclass, fields, replace
 
 from .errors import InputError
 
@@ -38,11 +39,15 @@ class Settings:
     reference: bool = False  # also run each text alone in float64 on the CPU
 
     def validated(self) -> Settings:
-        """Return self, or raise InputError naming the first unusable setting."""
+        """Return self, or raise InputError naming the first unusable setting (a session file or a
+        caller may hand over values of any type, so types are checked too)."""
+        _check_types(self)
         if not self.model.strip():
             raise InputError("model must not be empty")
         if self.dtype not in DTYPES:
             raise InputError(f"dtype must be one of {', '.join(DTYPES)}, not {self.dtype!r}")
+        if self.device.split(":")[0].strip().lower() == "meta":
+            raise InputError("device 'meta' holds no data, so there are no logits to compare: use cpu, cuda, mps...")
         if self.padding_side not in PADDING_SIDES:
             raise InputError(f"padding side must be left or right, not {self.padding_side!r}")
         if self.positions not in POSITION_MODES:
@@ -53,8 +58,11 @@ class Settings:
             raise InputError(f"max tokens must be at least 1, not {self.max_tokens}")
         if self.top_k < 1:
             raise InputError(f"top-k must be at least 1, not {self.top_k}")
-        if self.atol < 0 or self.rtol < 0:
-            raise InputError(f"atol and rtol must not be negative (atol={self.atol}, rtol={self.rtol})")
+        for name in ("atol", "rtol"):
+            value = getattr(self, name)
+            # inf would make every text allclose and nan none: neither measures anything.
+            if not math.isfinite(value) or value < 0:
+                raise InputError(f"{name} must be a finite number >= 0, not {value}")
         return self
 
     def with_changes(self, **changes) -> Settings:
@@ -62,3 +70,36 @@ class Settings:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+# The type each field takes (None allowed where marked); bool is not accepted as a number.
+_FIELD_TYPES = {
+    "model": (str,),
+    "dtype": (str,),
+    "device": (str,),
+    "device_map": (str, None),
+    "batch_size": (int,),
+    "padding_side": (str,),
+    "positions": (str,),
+    "attn": (str, None),
+    "top_k": (int,),
+    "max_tokens": (int, None),
+    "atol": (float, int),
+    "rtol": (float, int),
+    "trust_remote_code": (bool,),
+    "modules": (bool,),
+    "decompose": (bool,),
+    "reference": (bool,),
+}
+
+
+def _check_types(settings: Settings) -> None:
+    for field in fields(settings):
+        value = getattr(settings, field.name)
+        allowed = _FIELD_TYPES[field.name]
+        if value is None and None in allowed:
+            continue
+        types = tuple(t for t in allowed if t is not None)
+        if isinstance(value, bool) and bool not in types or not isinstance(value, types):
+            names = " or ".join("none" if t is None else t.__name__ for t in allowed)
+            raise InputError(f"{field.name} must be {names}, not {value!r}")

@@ -25,8 +25,8 @@ CLI_CASES = [
     (["", "ok"], "text 1 is empty or whitespace only"),
     (["--max-tokens", "0", "ok"], "max tokens must be at least 1"),
     (["--top-k", "600", "ok"], "top-k must be at most the vocabulary size 512"),
-    (["--atol", "-1", "ok"], "atol and rtol must not be negative"),
-    (["--rtol", "-0.1", "ok"], "atol and rtol must not be negative"),
+    (["--atol", "-1", "ok"], "atol must be a finite number >= 0, not -1.0"),
+    (["--rtol", "-0.1", "ok"], "rtol must be a finite number >= 0, not -0.1"),
     (["--batch-size", "0", "ok"], "batch size must be at least 1"),
     (["--model", "not-causal", "ok"], "cannot load model"),
     (["--model", "no-pad-no-eos", "ok"], "has neither a pad nor an eos token"),
@@ -80,7 +80,7 @@ async def test_app_bad_tolerance_typed_is_refused_and_blank_lines_are_counted():
         field.value = "-1"
         await field.action_submit()
         await pilot.pause()
-        assert any("atol and rtol must not be negative" in n.message for n in app._notifications)
+        assert any("atol must be a finite number >= 0" in n.message for n in app._notifications)
         field.value = "abc"
         await field.action_submit()
         await pilot.pause()

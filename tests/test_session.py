@@ -2,11 +2,9 @@
 
 import json
 import os
-import pty
 import signal
-import sys
-import time
 
+from terminal import pause, start_app, wait_exit, wait_for
 from tui_helpers import settle
 
 from batchtui.core import session as session_file
@@ -24,14 +22,24 @@ def test_save_and_load_round_trip(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["s.json"]  # no temp file left behind
 
 
-def test_corrupt_session_is_set_aside_with_a_notice(tmp_path):
+def test_damaged_session_of_ours_is_set_aside_with_a_notice(tmp_path):
     path = tmp_path / "s.json"
-    path.write_text("{not json")
+    path.write_text('{"version": 1, "saved_at": 17, "text": "cut off by a full disk')
     loaded = session_file.load(path)
     assert loaded.session is None and "set aside" in loaded.notice
     assert not path.exists() and len(list(tmp_path.glob("s.json.corrupt-*"))) == 1
-    path.write_text(json.dumps({"text": "x", "settings": {"batch_size": -4}}))
-    assert session_file.load(path).session is None  # settings that do not validate are damage too
+
+
+def test_unusable_session_values_are_dropped_one_by_one(tmp_path):
+    path = tmp_path / "s.json"
+    settings = {"batch_size": 2.5, "atol": float("nan"), "rtol": 0.5, "dtype": "float32", "top_k": True}
+    path.write_text(json.dumps({"version": 1, "text": "x\ny", "settings": settings}))  # NaN, as json writes it
+    loaded = session_file.load(path)
+    assert loaded.session.texts == ["x", "y"]
+    assert loaded.session.settings == Settings(rtol=0.5, dtype="float32")  # the usable ones are kept
+    for dropped in ("batch_size=2.5", "atol=nan", "top_k=True"):
+        assert dropped in loaded.notice
+    assert path.exists()  # nothing set aside: the file is ours and readable
 
 
 async def test_app_restores_texts_and_settings_and_saves_each_edit(tmp_path):
@@ -56,7 +64,7 @@ async def test_app_restores_texts_and_settings_and_saves_each_edit(tmp_path):
 
 async def test_corrupt_session_notice_in_the_app(tmp_path):
     path = tmp_path / "session.json"
-    path.write_text("\x00garbage")
+    path.write_text('{"version": 1, \x00garbage')
     app = build_app(["--session", str(path)])
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(pilot, app)
@@ -67,19 +75,16 @@ async def test_corrupt_session_notice_in_the_app(tmp_path):
 def test_sigkill_loses_nothing_typed(tmp_path):
     """Start the real app in a terminal, type, kill it with SIGKILL, start again: the texts are back."""
     path = tmp_path / "session.json"
-    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "100", "LINES": "30"}
-    pid, fd = pty.fork()
-    if pid == 0:  # the child: the app itself, in a pseudo-terminal
-        os.execvpe(sys.executable, [sys.executable, "-m", "batchtui.tui", "--session", str(path), "first"], env)
+    pid, fd = start_app(["--session", str(path), "first"])
     try:
-        _wait_for(lambda: path.exists(), fd, "the first save")
-        _pause(fd, 2.0)  # the terminal driver settles before keys are read
+        wait_for(lambda: path.exists(), fd, "the first save")
+        pause(fd, 2.0)  # the terminal driver settles before keys are read
         os.write(fd, b"e")  # the editor, cursor at the start of the first line
-        _pause(fd, 0.5)
+        pause(fd, 0.5)
         for char in b"typed before the kill ":
             os.write(fd, bytes([char]))
-            _pause(fd, 0.01)
-        _wait_for(lambda: "typed before the kill first" in path.read_text(), fd, "the typed text")
+            pause(fd, 0.01)
+        wait_for(lambda: "typed before the kill first" in path.read_text(), fd, "the typed text")
     finally:
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
@@ -88,55 +93,13 @@ def test_sigkill_loses_nothing_typed(tmp_path):
     assert app.initial_texts == ["typed before the kill first"]
 
 
-def _wait_for(condition, fd, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        _drain(fd)
-        try:
-            if condition():
-                return
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def _pause(fd, seconds: float) -> None:
-    """Wait while reading the app's output: a full terminal buffer would block the app."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        _drain(fd)
-        time.sleep(0.005)
-
-
-def _drain(fd) -> None:
-    import select
-
-    while select.select([fd], [], [], 0)[0]:
-        try:
-            if not os.read(fd, 65536):
-                return
-        except OSError:
-            return
-
-
 def test_sigterm_exits_cleanly_with_the_session_saved(tmp_path):
     path = tmp_path / "session.json"
-    pid, fd = pty.fork()
-    if pid == 0:
-        env = {**os.environ, "TERM": "xterm-256color"}
-        os.execvpe(sys.executable, [sys.executable, "-m", "batchtui.tui", "--session", str(path), "kept"], env)
+    pid, fd = start_app(["--session", str(path), "kept"])
     try:
-        _wait_for(lambda: path.exists(), fd, "the first save")
+        wait_for(lambda: path.exists(), fd, "the first save")
         os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 30
-        status = None
-        while time.monotonic() < deadline:
-            _drain(fd)
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                break
-            time.sleep(0.05)
+        status, _ = wait_exit(pid, fd, 30)
     finally:
         os.close(fd)
     assert status is not None and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0

@@ -4,6 +4,8 @@ Batch size 1 makes every difference bitwise zero, so the pictures do not depend 
 kernels; the run time in the status line is pinned, being the one thing that varies.
 """
 
+from pathlib import Path
+
 import pytest
 from tui_helpers import make_app, settle
 
@@ -11,7 +13,7 @@ from batchtui.tui.status_line import StatusLine
 
 
 def app_for_snapshot():
-    return make_app(batch_size=1)
+    return make_app(batch_size=1, tmp_path=Path("reports"))  # named on the help screen: fixed, not the cwd
 
 
 async def _ready(pilot) -> None:

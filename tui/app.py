@@ -20,8 +20,12 @@ from textual.worker import get_current_worker
 from ..core import session as session_file
 from ..core.comparison import Comparison
 from ..core.errors import BatchtuiError, Cancelled
+from ..core.safe_files import write_new
 from ..core.settings import DTYPES, PADDING_SIDES, Settings
+from ..core.texts import NumberedTexts
 from ..core.views import clamp_cell, next_divergent
+from ..core.visible import literal_lines
+from .daemon_executor import DaemonThreadExecutor
 from .detail import DetailPane
 from .engine_calls import failure_message
 from .heatmap import Heatmap
@@ -98,10 +102,12 @@ class BatchtuiApp(App[None]):
         self.settled_generation = 0  # of the latest run whose result or error is on screen
         self._debounce: Timer | None = None
         self._run_text: str | None = None  # the editor's text when the latest run started
+        self._session_unsaved = False  # the last session save failed (said once, until one succeeds)
 
     def notify(self, message: str, *, markup: bool = False, **kwargs) -> None:
-        # Messages quote texts, paths and engine errors: shown literally, never as markup.
-        super().notify(message, markup=markup, **kwargs)
+        # Messages quote texts, paths and engine errors: shown literally, never as markup, and with any
+        # control character escaped so that none reaches the terminal.
+        super().notify(literal_lines(message), markup=markup, **kwargs)
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="main"):
@@ -117,6 +123,8 @@ class BatchtuiApp(App[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        # Engine passes run on daemon threads: quitting mid-pass does not wait for the pass to end.
+        asyncio.get_running_loop().set_default_executor(DaemonThreadExecutor())
         if self.startup_notice:
             self.notify(self.startup_notice, severity="warning", timeout=15, markup=False)
         with contextlib.suppress(NotImplementedError, RuntimeError):  # no signals off the main thread
@@ -133,18 +141,19 @@ class BatchtuiApp(App[None]):
             self._debounce.stop()
         editor = self.query_one(TextsEditor)
         self._run_text = editor.text
-        texts, blank = editor.texts()
-        if not texts:
+        numbered, blank = editor.numbered()
+        if not numbered.texts:
             self.notify("no texts to compare: type one per line", severity="warning")
             return
         self.generation += 1
         status = self.query_one(StatusLine)
         status.set_skipped(blank)
         status.set_activity("starting run…")
-        self._compare(texts, self.settings, self.generation)
+        self._compare(numbered, self.settings, self.generation)
 
     @work(thread=True, exclusive=True, group="compare")
-    def _compare(self, texts: list[str], settings: Settings, generation: int) -> None:
+    def _compare(self, numbered: NumberedTexts, settings: Settings, generation: int) -> None:
+        texts = numbered.texts
         worker = get_current_worker()
 
         def stale() -> bool:
@@ -165,7 +174,7 @@ class BatchtuiApp(App[None]):
                 label = describe_progress(done, len(texts), settings.batch_size, passes_per_text(settings))
                 self.post_message(RunProgress(generation, label))
 
-            comparison = compare(texts, settings, progress=progress, cancelled=stale)
+            comparison = compare(texts, settings, progress=progress, cancelled=stale, lines=numbered.lines)
         except Cancelled:
             return
         except Exception as exc:  # noqa: BLE001 - the app must survive anything the engine raises
@@ -258,9 +267,21 @@ class BatchtuiApp(App[None]):
         if self.session_path is None:
             return
         try:
-            session_file.save(self.session_path, self.query_one(TextsEditor).text, self.settings)
+            session_file.save(self.session_path, self.query_one(TextsEditor).source(), self.settings)
         except OSError as exc:
-            self.notify(f"cannot save the session to {self.session_path}: {exc}", severity="error", markup=False)
+            if not self._session_unsaved:  # once, not on every keystroke; the app works on regardless
+                reason = exc.strerror or str(exc)
+                self.notify(
+                    f"cannot save the session to {self.session_path} ({reason}): edits are kept on screen "
+                    "but not on disk; ctrl+s still writes reports to the output folder",
+                    severity="error",
+                    timeout=20,
+                )
+            self._session_unsaved = True
+        else:
+            if self._session_unsaved:
+                self.notify(f"session saved again to {self.session_path}")
+            self._session_unsaved = False
 
     def _save_and_exit(self) -> None:
         self.save_session()
@@ -308,21 +329,22 @@ class BatchtuiApp(App[None]):
         if self.comparison is None:
             self.notify("no comparison to save yet", severity="warning")
             return
-        from ..core.report import to_json_dict, write_json
+        from ..core.report import to_json_dict, write_new_json
 
-        path = self.output_dir / f"batchtui-report-{time.strftime('%Y%m%d-%H%M%S')}.json"
+        stem = f"batchtui-report-{time.strftime('%Y%m%d-%H%M%S')}"
         try:
-            write_json(to_json_dict(self.comparison), path)
+            path = write_new_json(to_json_dict(self.comparison), self.output_dir, stem)
         except OSError as exc:
-            self.notify(f"cannot write {path}: {exc.strerror or exc}", severity="error")
+            self.notify(f"cannot write a report in {self.output_dir}: {exc.strerror or exc}", severity="error")
             return
         self.notify(f"report written to {path}", title="saved")
 
     def action_screenshot(self) -> None:
+        stem = f"batchtui-screenshot-{time.strftime('%Y%m%d-%H%M%S')}"
         try:
-            path = self.save_screenshot(path=str(self.output_dir))
+            path = write_new(self.output_dir, stem, ".svg", self.export_screenshot())
         except OSError as exc:
-            self.notify(f"cannot save screenshot: {exc.strerror or exc}", severity="error")
+            self.notify(f"cannot save a screenshot in {self.output_dir}: {exc.strerror or exc}", severity="error")
             return
         self.notify(f"screenshot saved to {path}", title="saved")
 
@@ -336,14 +358,12 @@ class BatchtuiApp(App[None]):
     def action_remedies(self) -> None:
         from .remedies_screen import RemediesScreen
 
-        texts, _ = self.query_one(TextsEditor).texts()
-        self.push_screen(RemediesScreen(texts, self.settings))
+        self.push_screen(RemediesScreen(self.query_one(TextsEditor).numbered()[0].texts, self.settings))
 
     def action_sweep(self) -> None:
         from .sweep_screen import SweepScreen
 
-        texts, _ = self.query_one(TextsEditor).texts()
-        self.push_screen(SweepScreen(texts, self.settings))
+        self.push_screen(SweepScreen(self.query_one(TextsEditor).numbered()[0].texts, self.settings))
 
     def action_toggle_layers(self) -> None:
         self.screen.toggle_class("-layers")
@@ -359,7 +379,8 @@ class BatchtuiApp(App[None]):
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen([(b.key_display or b.key, b.description) for b in self.BINDINGS]))
+            keys = [(b.key_display or b.key, b.description) for b in self.BINDINGS]
+            self.push_screen(HelpScreen(keys, self.output_dir))
 
     def get_system_commands(self, screen):
         yield from super().get_system_commands(screen)

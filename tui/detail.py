@@ -10,12 +10,13 @@ from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
 from ..core.comparison import Comparison, PositionMetrics, TextResult, TopToken
-from ..core.plain_text import format_float, literal
+from ..core.plain_text import format_float
+from ..core.visible import literal
 
 
-def detail_title(text: int, position: int) -> str:
-    """`text N · position M`: N as in the summary table (1-based), M the token index."""
-    return f"text {text + 1} · position {position}"
+def detail_title(line: int, position: int) -> str:
+    """`text N · position M`: N the text's line, as in the summary table and the editor; M the token index."""
+    return f"text {line} · position {position}"
 
 
 class DetailPane(Vertical):
@@ -38,8 +39,8 @@ class DetailPane(Vertical):
             topk.update("")
             return
         text, position = selected
-        self.border_title = detail_title(text, position)
         result = comparison.texts[text]
+        self.border_title = detail_title(result.line, position)
         metrics = result.positions[position]
         content = self._numbers(metrics) + self._causes(result)
         # Moving the selection must not re-lay-out the screen: sizes change only with the content's shape.

@@ -63,7 +63,8 @@ class Heatmap(Vertical, can_focus=True):
             self._window = None
         self._comparison = comparison
         self._selected = selected
-        self.border_subtitle = f"text {selected[0] + 1} · pos {selected[1]}" if comparison else ""
+        line = comparison.texts[selected[0]].line if comparison and comparison.texts else 0
+        self.border_subtitle = f"text {line} · pos {selected[1]}" if comparison else ""
         self.replot()
 
     def on_resize(self) -> None:
@@ -95,7 +96,7 @@ class Heatmap(Vertical, can_focus=True):
         text, position = self._selected
         n_texts = len(comparison.texts)
         # One canvas cell per (text, position): the canvas is the plot less the y labels and frame.
-        label_width = len(str(n_texts))
+        label_width = len(str(max(t.line for t in comparison.texts)))  # the y labels are editor lines
         columns = max(plot.size.width - label_width - 2, 2)
         rows = max(plot.size.height - 3, 2)
         window = self._fit_window(columns, rows)
@@ -119,7 +120,7 @@ class Heatmap(Vertical, can_focus=True):
         plt.ylim(first_text + 1, last_text + 1)
         plt.yreverse(True)
         shown_texts = range(first_text + 1, min(last_text + 1, n_texts) + 1)
-        plt.yticks(list(shown_texts))
+        plt.yticks(list(shown_texts), [str(comparison.texts[row - 1].line) for row in shown_texts])
         step = 10 if columns < 120 else 20
         plt.xticks(list(range(-(-first_pos // step) * step, last_pos + 1, step)))
         plot.redraw(marker=marker, rebuilt=True)

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from rich.table import Table
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
+
+from ..core.visible import literal
 
 # The heatmap's own keys live on the widget; listed here so the help covers them too.
 NAVIGATION = (
@@ -19,9 +24,10 @@ NAVIGATION = (
 class HelpScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,q,question_mark,f1", "dismiss", "Close help")]
 
-    def __init__(self, bindings: list[tuple[str, str]]) -> None:
+    def __init__(self, bindings: list[tuple[str, str]], output_dir: Path) -> None:
         super().__init__()
         self._keys = bindings
+        self._output_dir = output_dir
 
     def compose(self) -> ComposeResult:
         table = Table(box=None, padding=(0, 2), show_header=False)
@@ -32,4 +38,8 @@ class HelpScreen(ModalScreen[None]):
         with VerticalScroll(id="help"):
             yield Static("batchtui keys", id="help-title")
             yield Static(table)
+            yield Static(
+                Text(f"ctrl+s and f8 write to {literal(str(self._output_dir))} (--output-dir DIR sets it)."),
+                id="help-output",
+            )
             yield Static("All of these are also in the command palette (ctrl+p). escape closes.", id="help-hint")

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import argparse
+import os
 import sys
+import threading
 from pathlib import Path
 
 from ..core import session as session_file
 from ..core.cli import COMMANDS, EXIT_BAD_INPUT, run_command
-from ..core.cli_options import OneLineParser, add_common_options, settings_from_args, texts_from_args
+from ..core.cli_options import OneLineParser, add_common_options, given_options, settings_from_args, texts_from_args
 from ..core.errors import BatchtuiError
+from ..core.safe_files import check_output_dir
 from ..core.settings import Settings
 
 # Settings a session restores; the model, device and trust flag always come from the command line.
@@ -40,6 +42,9 @@ def app_parser() -> OneLineParser:
     parser = OneLineParser(prog="batchtui", description="Explore batched-vs-single logit differences live.")
     add_common_options(parser)
     parser.add_argument("--session", metavar="FILE", help="session file (default: under $XDG_STATE_HOME/batchtui)")
+    parser.add_argument(
+        "--output-dir", metavar="DIR", help="where ctrl+s reports and f8 screenshots go (default: the current folder)"
+    )
     return parser
 
 
@@ -47,12 +52,31 @@ def run_app(argv: list[str]) -> int:
     app = build_app(argv)
     if isinstance(app, int):
         return app
-    app.run()
-    return 0
+    lock = session_file.SessionLock(app.session_path)
+    try:
+        lock.acquire()
+    except BatchtuiError as exc:
+        print(f"batchtui: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        app.run()
+    finally:
+        lock.release()
+    if any(thread.name == "batchtui-worker" for thread in threading.enumerate()):
+        # A pass abandoned on quit: the session is saved and the terminal restored, so leave now rather
+        # than let the interpreter's teardown run beside it.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(app.return_code or 0)
+    return app.return_code or 0
 
 
 def build_app(argv: list[str]):
-    """The app the command line asks for, with the last session restored; or an exit code."""
+    """The app the command line asks for, with the last session restored; or an exit code.
+
+    Everything is checked here, before the first frame: a bad value or a session path that is not ours
+    to write ends with one line and exit code 2, with nothing written.
+    """
     parser = app_parser()
     try:
         args = parser.parse_args(argv)
@@ -60,33 +84,26 @@ def build_app(argv: list[str]):
         return int(exit_.code or 0)
     try:
         settings = settings_from_args(args)
-        given = bool(args.texts or args.texts_file)
-        texts = texts_from_args(args)
+        given = given_options(parser, argv)
+        numbered = texts_from_args(args)
+        output_dir = check_output_dir(args.output_dir) if args.output_dir else None
+        path = Path(args.session) if args.session else session_file.default_session_path()
+        restored = session_file.load(path)
     except BatchtuiError as exc:
         print(f"batchtui: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    path = Path(args.session) if args.session else session_file.default_session_path()
-    notice = None
-    if not given:  # no texts on the command line: the last session's come back
-        restored = session_file.load(path)
-        notice = restored.notice
-        if restored.session is not None:
-            texts = restored.session.texts
-            settings = _restored_settings(parser, args, settings, restored.session.settings)
+    texts = numbered.texts
+    if restored.session is not None and not ({"texts", "texts_file"} & given):
+        texts = restored.session.texts  # no texts on the command line: the last session's come back
+        settings = _restored_settings(given, settings, restored.session.settings)
     from .app import BatchtuiApp
 
-    return BatchtuiApp(texts, settings, session_path=path, startup_notice=notice)
+    return BatchtuiApp(texts, settings, output_dir=output_dir, session_path=path, startup_notice=restored.notice)
 
 
-def _restored_settings(
-    parser: argparse.ArgumentParser, args: argparse.Namespace, current: Settings, saved: Settings
-) -> Settings:
-    """The saved live settings, except those given explicitly now; none if the model differs."""
+def _restored_settings(given: set[str], current: Settings, saved: Settings) -> Settings:
+    """The saved live settings, except those given on the command line; none if the model differs."""
     if saved.model != current.model:
         return current
-    changes = {}
-    for name in LIVE_SETTINGS:
-        arg = ARG_OF_SETTING.get(name, name)
-        if getattr(args, arg) == parser.get_default(arg):
-            changes[name] = getattr(saved, name)
+    changes = {name: getattr(saved, name) for name in LIVE_SETTINGS if ARG_OF_SETTING.get(name, name) not in given}
     return current.with_changes(**changes)

@@ -42,6 +42,6 @@ class LayersPane(PlotextPlot):
         plt.yticks([floor, *ticks], ["=", *tick_labels])
         start = f"diverges from {curve.first_divergent}" if curve.first_divergent else "all bitwise equal"
         view = "modules" if per_module and comparison.texts[text].modules else "layers"
-        self.border_title = f"{view} · text {text + 1} · {start}"
+        self.border_title = f"{view} · text {comparison.texts[text].line} · {start}"
         self.border_subtitle = f"log10 max|Δ| per {view[:-1]} · = bitwise equal · m: layers/modules"
         self.refresh()

@@ -8,8 +8,9 @@ from textual.markup import escape
 from textual.message import Message
 from textual.widgets import Checkbox, Input, Label, Select
 
-from ..core.plain_text import literal
+from ..core.errors import InputError
 from ..core.settings import DTYPES, PADDING_SIDES, POSITION_MODES, Settings
+from ..core.visible import literal
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
 TOP_KS = (1, 3, 5, 10, 20)
@@ -91,8 +92,12 @@ class SettingsPanel(Grid):
     def _post_tolerance(self, field: Input) -> None:
         try:
             value = float(field.value)
-        except ValueError:
-            self.app.notify(f"{field.id} must be a number, not {field.value!r}", severity="error", markup=False)
+            self.settings.with_changes(**{field.id: value}).validated()  # nan, inf and negatives are refused
+        except (ValueError, InputError) as exc:
+            reason = exc if isinstance(exc, InputError) else f"{field.id} must be a number, not {field.value!r}"
+            self.app.notify(str(reason), severity="error", markup=False)
+            with self.prevent(Input.Changed):
+                field.value = f"{getattr(self.settings, field.id):g}"  # the value still in use
             return
         self._post(**{field.id: value})
 

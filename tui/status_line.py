@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from ..core.plain_text import literal
+from ..core.visible import literal
 
 
 class StatusLine(Static):

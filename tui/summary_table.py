@@ -6,7 +6,8 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from ..core.comparison import Comparison
-from ..core.plain_text import format_float, literal
+from ..core.plain_text import format_float
+from ..core.visible import literal
 
 COLUMNS = ("#", "text", "tok", "max|Δ|", "KL", "flips", "allclose")
 # On screens narrower than this the text and token-count columns go (the editor's lines show the
@@ -32,7 +33,7 @@ class SummaryTable(DataTable):
         bad = self.app.theme_variables.get("error", "red")
         for text in comparison.texts:
             cells = {
-                "#": Text(str(text.index + 1), justify="right"),
+                "#": Text(str(text.line), justify="right"),  # the editor's line number
                 "text": Text(literal(text.text, 12)),
                 "tok": Text(f"{len(text.token_ids)}{'✂' if text.truncated else ''}", justify="right"),
                 "max|Δ|": Text(format_float(text.max_abs_diff), justify="right"),

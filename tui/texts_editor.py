@@ -1,23 +1,49 @@
-"""The inputs: a multi-line editor, one text per line."""
+"""The inputs: a multi-line editor, one text per line.
+
+The editor holds each text in its editable form (control characters as `\\x1b`-style escapes), so no
+control character ever reaches the terminal from it, and a form feed or U+2028 stays inside its line;
+`source()` and `numbered()` give the texts back byte for byte.
+"""
 
 from __future__ import annotations
 
+from textual import events
 from textual.binding import Binding
 from textual.widgets import TextArea
+
+from ..core.texts import NumberedTexts, numbered_texts, split_lines
+from ..core.visible import from_editable, to_editable
 
 
 class TextsEditor(TextArea):
     BINDINGS = [Binding("escape", "leave", "Leave editor")]
 
     def __init__(self, texts: list[str], **kwargs) -> None:
-        super().__init__("\n".join(texts), soft_wrap=False, show_line_numbers=True, **kwargs)
+        super().__init__(_editable(texts), soft_wrap=False, show_line_numbers=True, **kwargs)
         self.border_title = "texts · one per line"
 
-    def texts(self) -> tuple[list[str], int]:
-        """The non-blank lines, and how many blank lines were skipped."""
-        lines = self.text.splitlines()
-        texts = [line for line in lines if line.strip()]
-        return texts, len(lines) - len(texts)
+    def source(self) -> str:
+        """Every line, blank ones included, as the texts it stands for, joined by newlines."""
+        return "\n".join(self._lines())
+
+    def numbered(self) -> tuple[NumberedTexts, int]:
+        """The non-blank lines with their editor line numbers, and how many blank lines were skipped."""
+        lines = self._lines()
+        numbered = numbered_texts(lines)
+        return numbered, len(lines) - len(numbered.texts)
+
+    def _lines(self) -> list[str]:
+        return [from_editable(line) for line in self.text.split("\n")]
+
+    async def _on_paste(self, event: events.Paste) -> None:
+        # Pasted control characters and separators go in as escapes, like everything the editor holds.
+        event.prevent_default()  # TextArea's own handler would insert the raw text as well
+        event.text = _editable(split_lines(event.text))
+        await super()._on_paste(event)
 
     def action_leave(self) -> None:
         self.app.action_focus_heatmap()
+
+
+def _editable(texts: list[str]) -> str:
+    return "\n".join(to_editable(text) for text in texts)

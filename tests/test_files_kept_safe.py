@@ -1,0 +1,167 @@
+"""Never destroy what is not ours: session paths, symlinks, two apps on one session, reports, read-only dirs."""
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from tui_helpers import make_app, settle
+
+from batchtui.core import session as session_file
+from batchtui.core.cli_check import run_check
+from batchtui.core.safe_files import write_new, write_text
+from batchtui.core.settings import Settings
+from batchtui.tui.launcher import build_app, run_app
+
+
+def _fingerprint(path):
+    """What must not change about a path batchtui refused: its type, inode and content."""
+    st = os.lstat(path)
+    content = path.read_bytes() if stat.S_ISREG(st.st_mode) else None
+    return stat.S_IFMT(st.st_mode), st.st_ino, content
+
+
+@pytest.fixture
+def refused_paths(tmp_path):
+    folder = tmp_path / "a-folder"
+    folder.mkdir()
+    fifo = tmp_path / "a-fifo"
+    os.mkfifo(fifo)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes, not a session\n")
+    other_json = tmp_path / "config.json"
+    other_json.write_text(json.dumps({"theme": "dark", "version": 3}))
+    binary = tmp_path / "data.bin"
+    binary.write_bytes(b"\x00\xff\xfe binary")
+    return {
+        "a folder": folder,
+        "a FIFO": fifo,
+        "a device": Path("/dev/null"),
+        "a text file": notes,
+        "another program's JSON": other_json,
+        "a binary file": binary,
+    }
+
+
+@pytest.mark.parametrize(
+    "kind", ["a folder", "a FIFO", "a device", "a text file", "another program's JSON", "a binary file"]
+)
+def test_session_path_that_is_not_ours_exits_2_untouched(kind, refused_paths, capsys):
+    path = refused_paths[kind]
+    before = _fingerprint(path)
+    for argv in (["--session", str(path)], ["--session", str(path), "a text given"]):
+        assert build_app(argv) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and err.startswith("batchtui: error: ")
+        assert _fingerprint(path) == before
+    assert not list(path.parent.glob("*.corrupt-*"))
+
+
+def test_session_dot_is_refused_not_a_crash(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert build_app(["--session", "."]) == 2
+    assert "is a directory" in capsys.readouterr().err
+
+
+async def test_session_symlink_is_written_through(tmp_path):
+    target = tmp_path / "real" / "session.json"
+    target.parent.mkdir()
+    session_file.save(target, "kept", Settings())
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    app = build_app(["--session", str(link), "new text"])
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot, app)
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert json.loads(target.read_text())["text"] == "new text"
+
+
+def test_a_second_app_on_one_session_is_refused_at_start(tmp_path, capsys):
+    path = tmp_path / "session.json"
+    session_file.save(path, "the first app's edits", Settings())
+    first = session_file.SessionLock(path)
+    assert first.acquire()
+    try:
+        assert run_app(["--session", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert f"in use by another batchtui (pid {os.getpid()})" in err and "--session" in err
+        assert json.loads(path.read_text())["text"] == "the first app's edits"
+    finally:
+        first.release()
+    again = session_file.SessionLock(path)
+    assert again.acquire()  # released with its holder
+    again.release()
+
+
+def test_reports_never_share_a_name_and_respect_the_umask(tmp_path):
+    old = os.umask(0o022)
+    try:
+        names = [write_new(tmp_path, "report", ".json", f"{i}\n") for i in range(3)]
+        rewritten = write_text(tmp_path / "plain.json", "x")
+        os.umask(0o077)
+        private = write_text(tmp_path / "private.json", "x")
+    finally:
+        os.umask(old)
+    assert [p.name for p in names] == ["report.json", "report-2.json", "report-3.json"]
+    assert [p.read_text() for p in names] == ["0\n", "1\n", "2\n"]
+    assert {stat.S_IMODE(p.stat().st_mode) for p in (*names, rewritten)} == {0o644}
+    assert stat.S_IMODE(private.stat().st_mode) == 0o600
+    assert not list(tmp_path.glob(".*"))  # no temporary file left behind
+
+
+def test_rewriting_keeps_an_existing_files_mode_and_writes_a_device_in_place(tmp_path):
+    shared = tmp_path / "shared.json"
+    shared.write_text("old")
+    shared.chmod(0o664)
+    write_text(shared, "new")
+    assert shared.read_text() == "new" and stat.S_IMODE(shared.stat().st_mode) == 0o664
+    before = _fingerprint(Path("/dev/null"))
+    write_text("/dev/null", "discarded")
+    assert _fingerprint(Path("/dev/null")) == before
+
+
+def test_json_report_to_a_device_is_written_in_place(capsys):
+    before = os.stat("/dev/null")
+    assert run_check(["--batch-size", "1", "--json", "/dev/null", "hi"]) == 0
+    after = os.stat("/dev/null")
+    assert stat.S_ISCHR(after.st_mode) and (after.st_ino, after.st_rdev) == (before.st_ino, before.st_rdev)
+
+
+async def test_app_reports_in_one_second_get_two_names_in_the_output_dir(tmp_path):
+    out = tmp_path / "reports"
+    app = build_app(["--session", str(tmp_path / "s.json"), "--output-dir", str(out), "one", "two"])
+    assert app.output_dir == out.resolve()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        await pilot.press("ctrl+s", "ctrl+s", "f8", "f8")
+        await pilot.pause()
+        await pilot.press("question_mark")
+        await pilot.pause()
+        help_text = " ".join(str(w.render()) for w in app.screen.query("#help-output"))
+        assert str(out.resolve()) in help_text
+    reports = sorted(p.name for p in out.glob("batchtui-report-*.json"))
+    shots = sorted(p.name for p in out.glob("batchtui-screenshot-*.svg"))
+    assert len(reports) == 2 and len(shots) == 2
+    assert all(json.loads((out / name).read_text())["summary"]["texts"] == 2 for name in reports)
+
+
+def test_output_dir_that_cannot_hold_reports_exits_2(tmp_path, capsys):
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    assert build_app(["--session", str(tmp_path / "s.json"), "--output-dir", str(a_file / "sub"), "t"]) == 2
+    assert "cannot use output folder" in capsys.readouterr().err
+
+
+async def test_unwritable_state_dir_gives_one_notice_and_the_app_works_on(tmp_path):
+    blocker = tmp_path / "state"
+    blocker.write_text("a file where the state folder should be")  # mkdir fails, even for root
+    app = make_app(texts=["one", "two"])
+    app.session_path = blocker / "batchtui" / "session.json"
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot, app)
+        await pilot.press("e", *"abc", "escape", "p")
+        await settle(pilot, app)
+        notices = [n.message for n in app._notifications if "cannot save the session" in n.message]
+        assert len(notices) == 1
+        assert [t.text for t in app.comparison.texts] == ["abcone", "two"] and app.is_running

@@ -1,0 +1,65 @@
+"""Installing never shadows another package: the wheel holds one import namespace, `batchtui`.
+
+Built from the checkout and installed into a fresh virtual environment (not the editable install the
+tests run from), where the engine's check runs without textual.
+"""
+
+import subprocess
+import sys
+import sysconfig
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(ROOT)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    return next(out.glob("batchtui-*.whl"))
+
+
+def test_wheel_installs_only_the_batchtui_namespace(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {name.split("/")[0] for name in names}
+    assert tops == {"batchtui", next(t for t in tops if t.endswith(".dist-info"))}
+    assert "batchtui/core/engine.py" in names and "batchtui/tui/app.py" in names
+    assert "batchtui/core/data/qwen2.5-1.5b-instruct.config.json" in names and "batchtui/tui/app.tcss" in names
+    entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
+    assert "batchtui = batchtui.tui.launcher:main" in entry_points
+
+
+def test_installed_wheel_runs_the_check_without_textual(wheel, tmp_path):
+    fresh = tmp_path / "fresh"
+    venv.create(fresh, with_pip=True)
+    python = fresh / "bin" / "python"
+    subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True)
+    # torch and transformers come from the test environment's site-packages as a plain path entry: its
+    # .pth files (the editable install's finder among them) are not processed, so only the wheel's
+    # `batchtui` can be imported; textual is blocked outright.
+    site = Path(
+        subprocess.check_output([python, "-c", "import site; print(site.getsitepackages()[0])"], text=True).strip()
+    )
+    (site / "test-dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    script = (
+        "import sys, runpy; sys.modules['textual'] = None; import batchtui.core; print(batchtui.core.__file__); "
+        "sys.argv = ['batchtui.core', 'check', '--batch-size', '1', 'hi']; "
+        "runpy.run_module('batchtui.core', run_name='__main__')"
+    )
+    done = subprocess.run([python, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr
+    where, *table = done.stdout.splitlines()
+    assert where.startswith(str(site)), where  # the installed copy, not the checkout
+    assert table[-1].startswith("OK: all 1 texts allclose")
+    for shadowed in ("core", "tui"):
+        probe = subprocess.run([python, "-c", f"import {shadowed}"], capture_output=True, cwd=tmp_path)
+        assert probe.returncode != 0  # no top-level `core` or `tui` is installed
