@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .comparison import LayerMetrics, PositionColumns, TextResult
+from .comparison import LayerMetrics, PositionColumns, RoutingChange, TextResult
 from .metrics import layer_stats, position_stats
 from .models import LoadedModel
 from .runner import BatchedChunk, PassOutput, Runner
@@ -51,16 +51,27 @@ def group_results(
     loaded.decode(torch.unique(torch.cat([ids, stats.topk_single_ids.flatten()])).tolist())
     columns = _columns_by_text(stats, lengths)
     layer_columns = [c.tolist() for c in (hidden.max_abs_diff, hidden.rel_l2, hidden.bitwise_equal)]
+    logits_rel_l2 = _per_text_rel_l2(stats.squared_diff, stats.squared_single, lengths)
     results = []
     for group_row, (row, text, ids) in enumerate(zip(rows, texts, token_ids)):
         col = columns[group_row]
+        max_abs = col["max_abs_diff"]
+        # The logits close the curve: a divergence no hooked module shows is placed in the head.
+        logits = LayerMetrics(
+            len(runner.names), "logits", max(max_abs), logits_rel_l2[group_row], max(max_abs) == 0, "logits"
+        )
         modules = tuple(
             LayerMetrics(
-                i, name, layer_columns[0][i][group_row], layer_columns[1][i][group_row], layer_columns[2][i][group_row]
+                i,
+                module.name,
+                layer_columns[0][i][group_row],
+                layer_columns[1][i][group_row],
+                layer_columns[2][i][group_row],
+                module.kind,
+                module.role,
             )
-            for i, name in enumerate(runner.names)
-        )
-        max_abs = col["max_abs_diff"]
+            for i, module in enumerate(runner.recorded)
+        ) + (logits,)
         results.append(
             TextResult(
                 index=start + row,
@@ -74,8 +85,9 @@ def group_results(
                 worst_position=max_abs.index(max(max_abs)),
                 max_abs_diff_ulp=max(col["max_abs_diff_ulp"]),
                 columns=PositionColumns(token_ids=tuple(ids), token_texts=loaded.token_texts, **col),
-                layers=tuple(modules[i] for i in runner.layer_indices),
+                layers=tuple(modules[i] for i in runner.layer_indices) + (logits,),
                 modules=modules if settings.modules else (),
+                routing_changes=_routing_changes(chunk, row, singles[group_row], runner),
             )
         )
     return results
@@ -112,3 +124,25 @@ def _columns_by_text(stats, lengths: list[int]) -> list[dict[str, tuple]]:
             text[name] = tuple(values[offset : offset + length])
             offset += length
     return per_text
+
+
+def _per_text_rel_l2(squared_diff: torch.Tensor, squared_single: torch.Tensor, lengths: list[int]) -> list[float]:
+    """||B - S|| / ||S|| of each text's logits, from per-position sums of squares."""
+    out = []
+    for diff, single in zip(squared_diff.split(lengths), squared_single.split(lengths)):
+        total = single.sum().item()
+        out.append((diff.sum().item() / total) ** 0.5 if total > 0 else 0.0)
+    return out
+
+
+def _routing_changes(chunk: BatchedChunk, row: int, single: PassOutput, runner: Runner) -> tuple[RoutingChange, ...]:
+    """Tokens whose router picked other experts in the batched row than in the single run, per MoE layer."""
+    changes = []
+    for (layer, name), batched_routes, single_routes in zip(runner.routers, chunk.output.routes, single.routes):
+        batched = chunk.real_rows(batched_routes, row).cpu()
+        alone = single_routes[0].cpu()
+        for position in (batched != alone).any(dim=-1).nonzero().flatten().tolist():
+            changes.append(
+                RoutingChange(position, layer, name, tuple(batched[position].tolist()), tuple(alone[position].tolist()))
+            )
+    return tuple(sorted(changes, key=lambda c: (c.position, c.layer)))

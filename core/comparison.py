@@ -44,13 +44,27 @@ class PositionMetrics:
 
 @dataclass(frozen=True)
 class LayerMetrics:
-    """Hidden-state divergence after one module (embeddings, a decoder layer, the final norm)."""
+    """Hidden-state divergence after one module (embeddings, a decoder layer, a sub-module, the final
+    norm) or of the logits themselves (the last entry, so no divergence goes unplaced)."""
 
     index: int
-    layer: str
+    layer: str  # the module's real dotted name ("model.layers.3.mlp", "transformer.ln_f"), or "logits"
     max_abs_diff: float
     rel_l2: float  # ||hB - hS|| / ||hS|| over the text's real positions
     bitwise_equal: bool
+    kind: str = "layer"  # "embedding", "layer", "sub" (inside a layer), "final", "logits"
+    role: str | None = None  # "attention", "MLP", "norm", "router" where the module says so
+
+
+@dataclass(frozen=True)
+class RoutingChange:
+    """A token whose MoE router chose other experts in the batched run than in the single run."""
+
+    position: int
+    layer: int  # the decoder layer's index
+    router: str  # the router's dotted name
+    experts_batched: tuple[int, ...]
+    experts_single: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -156,6 +170,7 @@ class TextResult:
     modules: tuple[LayerMetrics, ...] = ()
     decomposition: Decomposition | None = None
     reference: ReferenceErrors | None = None
+    routing_changes: tuple[RoutingChange, ...] = ()  # MoE: tokens routed to other experts in B than in S
     line: int = 0  # the line the text came from (texts file, editor, argument position); 1-based
 
     @cached_property

@@ -11,6 +11,17 @@ def dtype_kwarg() -> str:
     return "dtype" if Version(transformers.__version__) >= Version("4.56") else "torch_dtype"
 
 
+def experts_kwargs(dtype: str) -> dict:
+    """MoE checkpoints: transformers 5 picks a `grouped_mm` experts kernel that has no float64; the
+    eager experts loop computes every dtype."""
+    import transformers
+    from packaging.version import Version
+
+    if dtype == "float64" and Version(transformers.__version__) >= Version("5.0"):
+        return {"experts_implementation": "eager"}
+    return {}
+
+
 def module_output(output):
     """A decoder layer returns a tensor in 5.x and a tuple whose first item is it in 4.4x."""
     return output[0] if isinstance(output, tuple) else output

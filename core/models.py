@@ -10,8 +10,9 @@ from pathlib import Path
 
 from .builtin_models import BUILTIN_MODELS, builtin_path
 from .errors import BatchtuiError, InputError, ModelLoadError
-from .hf_compat import dtype_kwarg
+from .hf_compat import dtype_kwarg, experts_kwargs
 from .settings import Settings
+from .structure import Structure, discover
 
 
 @dataclass
@@ -27,6 +28,7 @@ class LoadedModel:
     pad_token_id: int
     vocab_size: int
     max_tokens: int  # the longest input the model takes (its context), the default cut for texts
+    structure: Structure  # layers, sub-modules, final norm and routers, as the probe pass saw them run
     notes: tuple[str, ...] = ()
     # Decoded strings of the ids seen so far: top-k asks for the same ids over and over.
     token_texts: dict[int, str] = field(default_factory=dict, repr=False)
@@ -94,6 +96,7 @@ def _load(settings: Settings, device: str) -> LoadedModel:
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust)
         kwargs = {dtype_kwarg(): "auto" if settings.dtype == "auto" else getattr(torch, settings.dtype)}
+        kwargs.update(experts_kwargs(settings.dtype))
         if settings.attn:
             kwargs["attn_implementation"] = settings.attn
         if settings.device_map:
@@ -113,6 +116,16 @@ def _load(settings: Settings, device: str) -> LoadedModel:
             model = model.to(device).eval()
         except (RuntimeError, AssertionError) as exc:
             raise InputError(f"cannot use device {device!r}: {first_line(exc)}") from exc
+    try:
+        structure = discover(model, device)
+    except Exception as exc:  # noqa: BLE001 - a model that cannot run a 6-token pass cannot be compared
+        dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+        raise ModelLoadError(f"cannot run model {settings.model!r} in {dtype} on {device}: {first_line(exc)}") from exc
+    if not structure.causal:
+        raise ModelLoadError(
+            f"model {settings.model!r} is not a causal LM: changing the last token changed the logits at "
+            "earlier positions (an encoder such as BERT?); batched-vs-single comparison needs a causal LM"
+        )
     notes = []
     pad_id = tokenizer.pad_token_id
     if pad_id is None:
@@ -131,6 +144,7 @@ def _load(settings: Settings, device: str) -> LoadedModel:
         pad_token_id=int(pad_id),
         vocab_size=int(model.get_output_embeddings().weight.shape[0]),
         max_tokens=_context_length(model, tokenizer),
+        structure=structure,
         notes=tuple(notes),
     )
 

@@ -65,17 +65,35 @@ def format_localization(comparison: Comparison) -> str:
     lines = []
     for t in comparison.texts:
         first = t.first_divergent_module or t.first_divergent_layer
-        where = f"first divergent module {first.layer}" if first else "every module bitwise equal"
+        where = f"first divergent module {module_label(first)}" if first else "every module bitwise equal"
         lines.append(f"text {t.line}: {where}")
+        if t.routing_changes:
+            lines.append(f"  {describe_routing(t)}")
     worst = max(comparison.texts, key=lambda t: t.max_abs_diff)
     modules = worst.modules or worst.layers
     first = next((i for i, m in enumerate(modules) if not m.bitwise_equal), None)
     if first is not None:
-        lines.append(f"growth in text {worst.line} from {modules[first].layer} to the logits:")
-        rows = [(m.layer, format_float(m.max_abs_diff), format_float(m.rel_l2)) for m in modules[first:]]
-        rows.append(("logits", format_float(worst.max_abs_diff), ""))
+        lines.append(f"growth in text {worst.line} from {module_label(modules[first])} to the logits:")
+        rows = [(module_label(m), format_float(m.max_abs_diff), format_float(m.rel_l2)) for m in modules[first:]]
         lines.append(format_columns(("module", "max|Δ|", "rel L2"), rows, left={0}))
     return "\n".join(lines)
+
+
+def module_label(module) -> str:
+    """`model.layers.3.mlp (MLP)`: the real name, and the role where it is known."""
+    return f"{module.layer} ({module.role})" if module.role else module.layer
+
+
+def describe_routing(text) -> str:
+    """The MoE routing changes of one text, in words: a discrete cause, not growth."""
+    changes = text.routing_changes
+    first = changes[0]
+    return (
+        f"expert routing changed at {len({c.position for c in changes})} token(s), first at position "
+        f"{first.position} in layer {first.layer} ({first.router}): experts {list(first.experts_batched)} "
+        f"batched vs {list(first.experts_single)} single. A discrete cause, not growth: from there the "
+        "token goes through other experts, so the difference jumps rather than grows"
+    )
 
 
 def verdict(comparison: Comparison) -> str:

@@ -49,6 +49,8 @@ def _hidden(metrics: tuple[LayerMetrics, ...], key: str) -> list[dict]:
             "max_abs_diff": _number(m.max_abs_diff),
             "rel_l2": _number(m.rel_l2),
             "bitwise_equal": m.bitwise_equal,
+            "kind": m.kind,
+            "role": m.role,
         }
         for m in metrics
     ]
@@ -86,6 +88,16 @@ def _text(t: TextResult) -> dict:
         "first_divergent_layer": first.layer if first else None,
         "positions": [_position(p) for p in t.positions],
         "layers": _hidden(t.layers, "layer"),
+        "routing_changes": [
+            {
+                "position": c.position,
+                "layer": c.layer,
+                "router": c.router,
+                "experts_batched": list(c.experts_batched),
+                "experts_single": list(c.experts_single),
+            }
+            for c in t.routing_changes
+        ],
         **extra,
     }
 

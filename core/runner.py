@@ -1,8 +1,9 @@
 """Forward passes exactly as DESIGN.md defines them: padded batches and unpadded singles.
 
 Every pass goes through `inputs_embeds = model.get_input_embeddings()(input_ids)`, like the
-user's own code, and records the hidden state after the embeddings, each decoder layer and
-the final norm with forward hooks.
+user's own code, and records with forward hooks the hidden state after the embeddings, each decoder
+layer (and its sub-modules) and the final norm, and the experts each MoE router chose, as the
+model's `Structure` names them.
 """
 
 from __future__ import annotations
@@ -14,16 +15,17 @@ import torch
 
 from .hf_compat import module_output
 from .models import LoadedModel
-
-EMBEDDINGS = "embed"
+from .structure import Module, chosen_experts
 
 
 @dataclass
 class PassOutput:
-    """One forward pass: logits [b, T, V] and one hidden state [b, T, H] per recorded module."""
+    """One forward pass: logits [b, T, V], one hidden state [b, T, H] per recorded module (H may differ
+    between modules), and per MoE router the experts chosen for each token, [b, T, k]."""
 
     logits: torch.Tensor
     hidden: list[torch.Tensor]
+    routes: list[torch.Tensor]
 
 
 @dataclass
@@ -55,30 +57,6 @@ def position_ids(attention_mask: torch.Tensor, mode: str) -> torch.Tensor:
     return ids.masked_fill(attention_mask == 0, 1)
 
 
-# Sub-modules of a Llama/Qwen-style decoder layer, in the order the layer runs them.
-SUBLAYERS = ("input_layernorm", "self_attn", "post_attention_layernorm", "mlp")
-
-
-def recorded_modules(model, per_module: bool = False) -> list[tuple[str, torch.nn.Module]]:
-    """Decoder layers (and with `per_module` their norms, attention and MLP) and the final norm.
-
-    In forward order; a decoder layer's own output is its residual stream after the MLP.
-    """
-    decoder = model.get_decoder() if hasattr(model, "get_decoder") else getattr(model, "model", None)
-    layers = getattr(decoder, "layers", None)
-    if layers is None:
-        return []
-    modules = []
-    for i, layer in enumerate(layers):
-        if per_module:
-            modules += [(f"layers.{i}.{name}", getattr(layer, name)) for name in SUBLAYERS if hasattr(layer, name)]
-        modules.append((f"layers.{i}", layer))
-    norm = getattr(decoder, "norm", None)
-    if isinstance(norm, torch.nn.Module):
-        modules.append(("norm", norm))
-    return modules
-
-
 class Runner:
     """Runs passes on one loaded model with one set of settings, hooks attached while in use."""
 
@@ -94,16 +72,22 @@ class Runner:
         self.max_tokens = max_tokens or loaded.max_tokens
         self.padding_side = padding_side
         self.positions = positions
-        self._modules = recorded_modules(loaded.model, per_module)
-        self.names = [EMBEDDINGS] + [name for name, _ in self._modules]
+        structure = loaded.structure
+        # What each recorded hidden state is: the embeddings first, then the hooked modules in run order.
+        self.recorded = [Module(structure.embedding, "embedding")] + structure.recorded(per_module)
+        self.names = [m.name for m in self.recorded]
         # Per-layer view: the embeddings, each decoder layer's output and the final norm.
-        self.layer_indices = [i for i, name in enumerate(self.names) if name.count(".") <= 1]
+        self.layer_indices = [i for i, m in enumerate(self.recorded) if m.kind != "sub"]
+        self.routers = list(structure.routers)
         self._captured: dict[str, torch.Tensor] = {}
         self._handles = []
 
     def __enter__(self) -> Runner:
-        for name, module in self._modules:
-            self._handles.append(module.register_forward_hook(partial(self._capture, name)))
+        modules = dict(self.loaded.model.named_modules())
+        for module in self.recorded[1:]:
+            self._handles.append(modules[module.name].register_forward_hook(partial(self._capture, module.name)))
+        for _, name in self.routers:
+            self._handles.append(modules[name].register_forward_hook(partial(self._capture_route, name)))
         return self
 
     def __exit__(self, *exc) -> None:
@@ -113,6 +97,9 @@ class Runner:
 
     def _capture(self, name: str, module, args, output) -> None:
         self._captured[name] = module_output(output)
+
+    def _capture_route(self, name: str, module, args, output) -> None:
+        self._captured[("route", name)] = chosen_experts(output, self.loaded.structure.experts_per_token)
 
     def tokenize(self, text: str) -> tuple[list[int], bool]:
         """The text's own tokens, cut to max_tokens, and whether they were cut."""
@@ -156,6 +143,9 @@ class Runner:
         ).logits
         captured, self._captured = self._captured, {}
         # A sharded model leaves hidden states on several devices: gather them where the logits are
-        # (a no-op on one device).
-        hidden = [h.to(logits.device) for h in [embeds] + [captured[name] for name, _ in self._modules]]
-        return PassOutput(logits, hidden)
+        # (a no-op on one device). Sub-modules may see tokens flattened to [b*T, H]: back to [b, T, H].
+        shape = input_ids.shape
+        hidden = [embeds] + [captured[name] for name in self.names[1:]]
+        hidden = [h.to(logits.device).reshape(*shape, -1) for h in hidden]
+        routes = [captured[("route", name)].to(logits.device).reshape(*shape, -1) for _, name in self.routers]
+        return PassOutput(logits, hidden, routes)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .comparison import Comparison, TextResult
+from .comparison import Comparison, LayerMetrics, RoutingChange, TextResult
 
 # Heatmap colour scale: bucket 0 is exactly zero, then one bucket per decade of max|Δ|.
 _DECADES = tuple(range(-6, 1))  # upper bounds 1e-6 .. 1e0
@@ -56,6 +56,14 @@ class LayerCurve:
     rel_l2: tuple[float, ...]
     first_divergent: str | None
     tick_indices: tuple[int, ...]  # where to label the x axis: embeddings, each layer's output, norm
+    tick_labels: tuple[str, ...]  # a short label per module: "emb", the layer's number, "norm", "out"
+
+
+def short_module_label(module: LayerMetrics) -> str:
+    """An x-axis label: the layer's own number for a layer, the last part of the name otherwise."""
+    if module.kind == "layer":
+        return module.layer.rsplit(".", 1)[-1]
+    return {"embedding": "emb", "final": "norm", "logits": "out"}.get(module.kind, module.layer.rsplit(".", 1)[-1])
 
 
 def layer_curve(text: TextResult, per_module: bool = False) -> LayerCurve:
@@ -66,8 +74,14 @@ def layer_curve(text: TextResult, per_module: bool = False) -> LayerCurve:
         log10_max_abs_diff=tuple(math.log10(m.max_abs_diff) if m.max_abs_diff > 0 else None for m in metrics),
         rel_l2=tuple(m.rel_l2 for m in metrics),
         first_divergent=first.layer if first else None,
-        tick_indices=tuple(i for i, m in enumerate(metrics) if m.layer.count(".") <= 1),
+        tick_indices=tuple(i for i, m in enumerate(metrics) if m.kind != "sub"),
+        tick_labels=tuple(short_module_label(m) for m in metrics),
     )
+
+
+def routing_changes_at(text: TextResult, position: int) -> tuple[RoutingChange, ...]:
+    """The MoE routing changes of one token of a text (one per layer whose router chose otherwise)."""
+    return tuple(change for change in text.routing_changes if change.position == position)
 
 
 def decade_ticks(log10_values) -> tuple[list[int], list[str]]:

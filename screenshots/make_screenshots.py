@@ -29,7 +29,7 @@ async def _settled(pilot, app: BatchtuiApp) -> None:
 
 
 async def shoot(name: str, size: tuple[int, int], keys: list[str]) -> Path:
-    app = BatchtuiApp(list(DEFAULT_TEXTS), SETTINGS, output_dir=HERE)
+    app = BatchtuiApp(list(DEFAULT_TEXTS), SETTINGS, output_dir=Path("reports"))  # as the help screen names it
     async with app.run_test(size=size) as pilot:
         await _settled(pilot, app)
         if "FLIP" in keys:  # jump to the first position whose top-1 token flips

@@ -11,7 +11,7 @@ from batchtui.core.metrics import ulp
 
 def _hooked_outputs(model, names):
     captured = {}
-    modules = dict(model.model.named_modules())
+    modules = dict(model.named_modules())
     handles = [
         modules[name].register_forward_hook(
             lambda m, a, out, name=name: captured.__setitem__(name, out[0] if isinstance(out, tuple) else out)
@@ -26,7 +26,7 @@ def test_first_divergent_module_truly_differs_and_all_before_are_equal(tiny_path
     result = compare(MIXED_TEXTS, settings)
     text = max(result.texts, key=lambda t: t.max_abs_diff)
     first = text.first_divergent_module
-    assert first is not None and first.layer.startswith("layers.")
+    assert first is not None and first.layer.startswith("model.layers.")
     names = [m.layer for m in text.modules[1 : first.index + 1]]  # everything after the embeddings
 
     # Independently: the seed's method with our own hooks on the same modules.
@@ -62,7 +62,7 @@ def test_module_view_contains_the_layer_view():
     for text in result.texts:
         by_name = {m.layer: m for m in text.modules}
         assert [by_name[layer.layer] == layer for layer in text.layers] == [True] * len(text.layers)
-        subs = [m.layer.split(".")[-1] for m in text.modules if m.layer.startswith("layers.0.")]
+        subs = [m.layer.split(".")[-1] for m in text.modules if m.layer.startswith("model.layers.0.")]
         assert subs == ["input_layernorm", "self_attn", "post_attention_layernorm", "mlp"]
 
 

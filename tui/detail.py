@@ -11,6 +11,7 @@ from textual_plotext import PlotextPlot
 
 from ..core.comparison import Comparison, PositionMetrics, TextResult, TopToken
 from ..core.plain_text import format_float
+from ..core.views import routing_changes_at
 from ..core.visible import literal
 
 
@@ -42,7 +43,7 @@ class DetailPane(Vertical):
         result = comparison.texts[text]
         self.border_title = detail_title(result.line, position)
         metrics = result.positions[position]
-        content = self._numbers(metrics) + self._causes(result)
+        content = self._numbers(metrics) + self._causes(result, position)
         # Moving the selection must not re-lay-out the screen: sizes change only with the content's shape.
         lines = len(content.split())
         topk_rows = len(metrics.topk_single) + 1
@@ -70,10 +71,16 @@ class DetailPane(Vertical):
             line.append("allclose", style=self._color("success"))
         return line
 
-    @staticmethod
-    def _causes(result: TextResult) -> Text:
-        """The text's batch-size vs padding split and its errors against float64, when measured."""
+    def _causes(self, result: TextResult, position: int) -> Text:
+        """MoE routing changes at this token, the text's batch-size vs padding split and its errors
+        against float64, when measured."""
         line = Text()
+        for change in routing_changes_at(result, position):
+            line.append(
+                f"\nexpert routing changed here: layer {change.layer} experts {list(change.experts_batched)}"
+                f" batched vs {list(change.experts_single)} single",
+                style=f"bold {self._color('warning')}",
+            )
         if result.truncated:
             line.append(f"\ntext cut to its first {len(result.token_ids)} tokens (--max-tokens)")
         if result.decomposition is not None:

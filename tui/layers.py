@@ -8,10 +8,6 @@ from ..core.comparison import Comparison
 from ..core.views import decade_ticks, layer_curve
 
 
-def short_layer_name(name: str) -> str:
-    return name.removeprefix("layers.")
-
-
 class LayersPane(PlotextPlot):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -38,7 +34,7 @@ class LayersPane(PlotextPlot):
             plt.plot([x for x, _ in diverged], [y for _, y in diverged], marker="hd", color="orange")
         if equal:
             plt.scatter(equal, [floor] * len(equal), marker="=", color="green")
-        plt.xticks(list(curve.tick_indices), [short_layer_name(curve.names[i]) for i in curve.tick_indices])
+        plt.xticks(list(curve.tick_indices), [curve.tick_labels[i] for i in curve.tick_indices])
         plt.yticks([floor, *ticks], ["=", *tick_labels])
         start = f"diverges from {curve.first_divergent}" if curve.first_divergent else "all bitwise equal"
         view = "modules" if per_module and comparison.texts[text].modules else "layers"

@@ -1,0 +1,150 @@
+"""Any causal LM, not one family: tiny random checkpoints of many architectures, each checked against
+an independent computation written here (the seed's method, and hooks of our own on every module)."""
+
+import pytest
+import torch
+from architectures import ARCHITECTURES, ATTENTION, build, build_encoder
+from oracle import seed_compare
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from batchtui.core import Settings, compare
+from batchtui.core.errors import ModelLoadError
+from batchtui.core.plain_text import format_localization
+
+# Lengths 1 to 30 tokens: left padding and arange positions (the seed's) make every padded text diverge,
+# whatever the CPU, and texts longer than the 6-token sliding windows exercise them.
+TEXTS = ["a", "The quick brown fox jumps over it", "hello world"]
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory, tiny_path):
+    folder = tmp_path_factory.mktemp("architectures")
+    return {name: build(name, folder / name, tiny_path) for name in [*ARCHITECTURES, "mixtral-near-tie"]}
+
+
+def _every_module_output(model, ids, mask, positions):
+    """Our own hooks on every module: (the order they finished, name -> output reshaped to [b, T, -1])."""
+    order, outputs = [], {}
+    names = {id(m): n for n, m in model.named_modules()}
+
+    def record(module, args, output):
+        order.append(names[id(module)])
+        tensor = output[0] if isinstance(output, tuple) else output
+        if isinstance(tensor, torch.Tensor) and tensor.numel() % ids.numel() == 0:
+            outputs[names[id(module)]] = tensor.reshape(*ids.shape, -1)
+
+    handles = [m.register_forward_hook(record) for m in model.modules()]
+    with torch.no_grad():
+        logits = model(
+            inputs_embeds=model.get_input_embeddings()(ids), attention_mask=mask, position_ids=positions
+        ).logits
+    for handle in handles:
+        handle.remove()
+    return list(dict.fromkeys(order)), outputs, logits
+
+
+def _batched_and_single(path, text_index, attn):
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation=attn).eval()
+    batch = tokenizer(TEXTS, return_tensors="pt", padding=True)
+    length = batch.input_ids.shape[1]
+    order, batched, _ = _every_module_output(
+        model, batch.input_ids, batch.attention_mask, torch.arange(length).expand(len(TEXTS), -1)
+    )
+    real = batch.attention_mask[text_index].bool()
+    ids = tokenizer(TEXTS[text_index], return_tensors="pt").input_ids
+    _, single, _ = _every_module_output(model, ids, torch.ones_like(ids), torch.arange(ids.shape[1])[None])
+    return order, {n: out[text_index][real] for n, out in batched.items()}, {n: out[0] for n, out in single.items()}
+
+
+@pytest.mark.parametrize("name", list(ARCHITECTURES))
+def test_numbers_and_localization_match_independent_hooks(name, checkpoints, tiny_path):
+    path, attn = checkpoints[name], ATTENTION.get(name)
+    settings = Settings(model=str(path), dtype="float32", positions="arange", modules=True, attn=attn)
+    result = compare(TEXTS, settings)
+    oracle = seed_compare(path, TEXTS, torch.float32, "left", positions="arange")
+    assert [t.max_abs_diff for t in result.texts] == [o.max_abs_diff for o in oracle]
+    assert [t.allclose for t in result.texts] == [o.allclose for o in oracle]
+
+    text = result.texts[0]  # "a", left-padded to 30 tokens with shifted positions: it diverges
+    assert text.max_abs_diff > 0 and text.first_divergent_module is not None
+    kinds = [m.kind for m in text.layers]
+    assert kinds == ["embedding", "layer", "layer", "final", "logits"]  # 2 layers and the final norm
+    subs = [m for m in text.modules if m.kind == "sub"]
+    assert {"attention", "MLP", "norm"} <= {m.role for m in subs}
+
+    order, batched, single = _batched_and_single(path, 0, attn)
+    hooked = [m.layer for m in text.modules if m.kind not in ("embedding", "logits")]
+    assert hooked == [n for n in order if n in hooked]  # the engine's order: the order outputs came
+    first = text.first_divergent_module
+    for module in text.modules[: first.index]:
+        if module.kind != "embedding":
+            assert torch.equal(batched[module.layer], single[module.layer]), module.layer
+    assert not torch.equal(batched[first.layer], single[first.layer])
+    assert (batched[first.layer] - single[first.layer]).abs().max().item() == first.max_abs_diff
+    lines = format_localization(result).splitlines()
+    for result_text in result.texts:  # never "bitwise equal" for a text whose logits differ
+        said = next(line for line in lines if line.startswith(f"text {result_text.line}:"))
+        assert ("every module bitwise equal" in said) == (result_text.max_abs_diff == 0), said
+
+
+@pytest.mark.parametrize("name", ["mixtral", "qwen3-moe", "mixtral-near-tie"])
+def test_router_swaps_match_independent_hooks(name, checkpoints):
+    path = checkpoints[name]
+    texts = ["a", "The quick brown fox jumps over the lazy dog again", "hello world", "xyz abc def ghi"]
+    result = compare(texts, Settings(model=str(path), dtype="bfloat16", modules=True))
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).eval()
+    chosen = {}
+    routers = [layer.mlp.gate for layer in model.model.layers]  # known here, independently of the engine
+    handles = [
+        r.register_forward_hook(lambda m, a, out, i=i: chosen.__setitem__(i, out[2].sort(-1).values))
+        for i, r in enumerate(routers)
+    ]
+    batch = tokenizer(texts, return_tensors="pt", padding=True)
+    mask = batch.attention_mask
+    positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
+    with torch.no_grad():
+        embed = model.get_input_embeddings()
+        model(inputs_embeds=embed(batch.input_ids), attention_mask=mask, position_ids=positions)
+        batched = {i: c.reshape(*mask.shape, -1) for i, c in chosen.items()}
+        for row, (text, result_text) in enumerate(zip(texts, result.texts)):
+            ids = tokenizer(text, return_tensors="pt").input_ids
+            model(
+                inputs_embeds=embed(ids),
+                attention_mask=torch.ones_like(ids),
+                position_ids=torch.arange(ids.shape[1])[None],
+            )
+            expected = sorted(
+                (p, i)
+                for i in range(len(routers))
+                for p in (batched[i][row][mask[row].bool()] != chosen[i]).any(-1).nonzero().flatten().tolist()
+            )
+            assert sorted((c.position, c.layer) for c in result_text.routing_changes) == expected
+    for handle in handles:
+        handle.remove()
+    if name == "mixtral-near-tie":  # rounding alone moves a token to another expert here
+        swapped = [t for t in result.texts if t.routing_changes]
+        assert swapped
+        assert "expert routing changed at" in format_localization(result)
+
+
+@pytest.mark.parametrize("name", ["mixtral", "qwen3-moe"])
+def test_float64_runs_on_moe(name, checkpoints):
+    result = compare(TEXTS, Settings(model=str(checkpoints[name]), dtype="float64", reference=True, batch_size=1))
+    assert result.config["dtype"] == "float64"
+    assert all(t.max_abs_diff == 0.0 and t.reference.single == 0.0 for t in result.texts)
+
+
+def test_an_encoder_is_refused(tmp_path, tiny_path):
+    with pytest.raises(ModelLoadError, match="is not a causal LM"):
+        compare(["a text"], Settings(model=str(build_encoder(tmp_path / "bert", tiny_path))))
+
+
+@pytest.mark.parametrize("name", list(ARCHITECTURES))
+def test_batch_size_one_is_bitwise_equal(name, checkpoints):
+    settings = Settings(model=str(checkpoints[name]), batch_size=1, attn=ATTENTION.get(name), modules=True)
+    result = compare(TEXTS, settings)
+    assert all(t.max_abs_diff == 0.0 and t.first_divergent_module is None for t in result.texts)
