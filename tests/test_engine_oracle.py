@@ -42,7 +42,7 @@ def test_position_metrics_match_direct_computation(tiny_path):
     for t, pos in enumerate(text.positions):
         assert pos.max_abs_diff == (b[t] - s[t]).abs().max().item()
         assert pos.mean_abs_diff == pytest.approx((b[t] - s[t]).abs().mean().item(), rel=1e-5)
-        assert pos.kl == pytest.approx(max(kl[t].item(), 0.0), rel=1e-5, abs=1e-12)
+        assert pos.kl == pytest.approx(max(kl[t].item(), 0.0), rel=2e-4, abs=1e-12)
         assert pos.margin == (top2[t, 0] - top2[t, 1]).item()
         assert pos.top1_flip == (b[t].argmax() != s[t].argmax()).item()
         # Top-k by logit descending, ties by token id ascending.
@@ -76,12 +76,12 @@ def test_kl_is_exact_far_below_float32_noise():
     ~1e-7 of rounding. Checked against the same sum in extended precision, computed independently."""
     import numpy as np
 
-    from batchtui.core.metrics import kl_divergence
+    from batchtui.core.metrics import position_stats
 
     generator = torch.Generator().manual_seed(0)
     single = torch.randn(4, 512, generator=generator) * 4
     batched = single + torch.randn(4, 512, generator=generator) * 2e-6
-    ours = kl_divergence(batched, single)
+    ours = position_stats(batched, single, top_k=2, atol=1e-5, rtol=1e-3).kl
 
     def log_softmax(x):
         top = x.max(-1, keepdims=True)
