@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import re
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -22,6 +23,8 @@ from .models import LoadedModel, first_line, load_model
 from .runner import BatchedChunk, PassOutput, Runner
 from .settings import Settings
 from .texts import validate_texts
+
+_DTYPE_REFUSED = re.compile(r"[Ee]xpected .*\bgot (Double|Float|Half|BFloat16)\b")
 
 ProgressFn = Callable[[int, int], None]
 CancelledFn = Callable[[], bool]
@@ -112,7 +115,8 @@ def _failure(exc: RuntimeError, loaded: LoadedModel) -> BatchtuiError | None:
             f"out of memory on {loaded.device} ({first_line(exc)}): lower the batch size or the text length "
             "(--batch-size, --max-tokens); the run was stopped and its memory released"
         )
-    if "not implemented for" in message or "not supported" in message:
+    # "... not implemented for 'BFloat16'", "Expected mat_a to be Float32 ... got Double": a kernel without this dtype.
+    if "not implemented for" in message or "not supported" in message or _DTYPE_REFUSED.search(message):
         return InputError(f"dtype {loaded.dtype} is not usable on {loaded.device} here: {first_line(exc)}")
     return None
 

@@ -148,3 +148,36 @@ def test_batch_size_one_is_bitwise_equal(name, checkpoints):
     settings = Settings(model=str(checkpoints[name]), batch_size=1, attn=ATTENTION.get(name), modules=True)
     result = compare(TEXTS, settings)
     assert all(t.max_abs_diff == 0.0 and t.first_divergent_module is None for t in result.texts)
+
+
+async def test_app_detail_says_expert_routing_changed_here(checkpoints):
+    from tui_helpers import make_app, settle
+
+    texts = ["a", "The quick brown fox jumps over the lazy dog again", "hello world", "xyz abc def ghi"]
+    app = make_app(texts=texts, model=str(checkpoints["mixtral-near-tie"]), positions="mask")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        text = next(t for t in app.comparison.texts if t.routing_changes)
+        change = text.routing_changes[0]
+        app.select(text.index, change.position)
+        await pilot.pause()
+        shown = str(app.query_one("#detail-numbers").render())
+        assert f"expert routing changed here: layer {change.layer}" in shown
+
+
+def test_a_kernel_without_the_dtype_is_bad_input_not_a_crash(checkpoints):
+    from batchtui.core.errors import InputError
+    from batchtui.core.models import load_model
+
+    settings = Settings(model=str(checkpoints["qwen3-moe"]), dtype="float64")
+    layer = load_model(settings).model.model.layers[0]
+
+    def grouped_mm_refuses(module, args):
+        raise RuntimeError("Expected mat_a to be Float32, BFloat16 or Float16 matrix, got Double")
+
+    handle = layer.register_forward_pre_hook(grouped_mm_refuses)
+    try:
+        with pytest.raises(InputError, match="dtype float64 is not usable on cpu"):
+            compare(TEXTS, settings)
+    finally:
+        handle.remove()
