@@ -6,7 +6,7 @@ import argparse
 import sys
 from dataclasses import asdict
 
-from .cli import EXIT_OK, parsed_and_guarded
+from .cli import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OK, parsed_and_guarded
 from .cli_options import (
     OneLineParser,
     add_common_options,
@@ -48,7 +48,11 @@ def _progress_bar(done: int, total: int, label: str) -> None:
 
 
 def run_sweep(argv: list[str], prog: str = "batchtui sweep") -> int:
-    parser = OneLineParser(prog=prog, description="Run the comparison over a grid of settings.")
+    parser = OneLineParser(
+        prog=prog,
+        description="Run the comparison over a grid of settings. Exit 0 when every cell is allclose, 1 when "
+        "a cell diverged, 2 on bad input or when a cell could not run.",
+    )
     add_common_options(parser)
     parser.add_argument("--dtypes", type=_names, default=["bfloat16", "float32"], help="default: bfloat16,float32")
     parser.add_argument("--batch-sizes", type=_ints, default=[1, 2, 4, 8], help="default: 1,2,4,8")
@@ -80,7 +84,9 @@ def _sweep(args: argparse.Namespace) -> int:
         from .report import write_json
 
         write_json({"config": settings.as_dict(), "texts": texts, "cells": [asdict(c) for c in cells]}, args.json)
-    return EXIT_OK
+    if any(cell.error for cell in cells):
+        return EXIT_BAD_INPUT
+    return EXIT_DIVERGED if any(cell.diverged for cell in cells) else EXIT_OK
 
 
 def run_probe(argv: list[str], prog: str = "batchtui probe") -> int:

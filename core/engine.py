@@ -40,19 +40,20 @@ def total_passes(n_texts: int, batch_size: int, per_text: int = 1) -> int:
     return -(-n_texts // batch_size) + n_texts * per_text
 
 
-def describe_progress(done: int, n_texts: int, batch_size: int, per_text: int = 1) -> str:
-    """'batched 1/2 · singles 3/5' after `done` passes (a chunk's pass, then its texts' own passes)."""
+def running_stage(done: int, n_texts: int, batch_size: int, per_text: int = 1) -> str:
+    """The pass that runs after `done` have finished: 'batched pass 2/3' or 'single passes 5/12' (the text
+    whose own passes run, of all texts). A chunk's batched pass comes first, then its texts' own passes."""
     n_chunks = -(-n_texts // batch_size)
-    chunks_done = singles_done = 0
     remaining = done
-    while remaining > 0 and chunks_done < n_chunks:
-        chunks_done += 1
+    for chunk in range(n_chunks):
+        if remaining == 0:
+            return f"batched pass {chunk + 1}/{n_chunks}"
         remaining -= 1
-        in_chunk = min(batch_size, n_texts - (chunks_done - 1) * batch_size)
-        step = min(remaining, in_chunk * per_text)
-        singles_done += step // per_text
-        remaining -= step
-    return f"batched {chunks_done}/{n_chunks} · singles {singles_done}/{n_texts}"
+        in_chunk = min(batch_size, n_texts - chunk * batch_size)
+        if remaining < in_chunk * per_text:
+            return f"single passes {chunk * batch_size + remaining // per_text + 1}/{n_texts}"
+        remaining -= in_chunk * per_text
+    return "measuring"
 
 
 def compare(

@@ -103,15 +103,27 @@ def divergent_cells(comparison: Comparison) -> list[tuple[int, int]]:
     ]
 
 
-def next_divergent(comparison: Comparison, text: int, position: int, forward: bool = True) -> tuple[int, int] | None:
-    """The next (or previous) divergent cell after (text, position), wrapping around; None if none."""
-    cells = divergent_cells(comparison)
+def flip_cells(comparison: Comparison) -> list[tuple[int, int]]:
+    """(text, position) of every top-1 flip, reading order."""
+    return [(t.index, i) for t in comparison.texts for i, flip in enumerate(t.columns.top1_flip) if flip]
+
+
+def next_flip(comparison: Comparison, text: int, position: int, forward: bool = True) -> tuple[int, int] | None:
+    """The next (or previous) top-1 flip after (text, position), across texts, wrapping; None if none."""
+    return _next_in(flip_cells(comparison), (text, position), forward)
+
+
+def _next_in(cells: list[tuple[int, int]], here: tuple[int, int], forward: bool) -> tuple[int, int] | None:
     if not cells:
         return None
-    here = (text, position)
     if forward:
         return next((cell for cell in cells if cell > here), cells[0])
     return next((cell for cell in reversed(cells) if cell < here), cells[-1])
+
+
+def next_divergent(comparison: Comparison, text: int, position: int, forward: bool = True) -> tuple[int, int] | None:
+    """The next (or previous) divergent cell after (text, position), wrapping around; None if none."""
+    return _next_in(divergent_cells(comparison), (text, position), forward)
 
 
 def clamp_cell(comparison: Comparison, text: int, position: int) -> tuple[int, int]:

@@ -7,7 +7,7 @@ from oracle import seed_compare
 from transformers import AutoTokenizer
 
 from batchtui.core import Cancelled, InputError, Settings, compare
-from batchtui.core.engine import describe_progress, total_passes
+from batchtui.core.engine import running_stage, total_passes
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
@@ -68,13 +68,24 @@ def test_progress_reports_each_pass_and_cancel_stops():
     calls = []
     compare(MIXED_TEXTS, Settings(batch_size=4), progress=lambda done, total: calls.append((done, total)))
     assert calls == [(i, 8) for i in range(1, 9)] and total_passes(6, 4) == 8
-    assert describe_progress(0, 6, 4) == "batched 0/2 · singles 0/6"
-    assert describe_progress(3, 6, 4) == "batched 1/2 · singles 2/6"
-    assert describe_progress(6, 6, 4) == "batched 2/2 · singles 4/6"
-    assert describe_progress(8, 6, 4) == "batched 2/2 · singles 6/6"
+    stages = [running_stage(done, 6, 4) for done in range(9)]
+    assert stages == [
+        "batched pass 1/2",
+        *(f"single passes {k}/6" for k in range(1, 5)),
+        "batched pass 2/2",
+        "single passes 5/6",
+        "single passes 6/6",
+        "measuring",
+    ]
     # With the padded-row pass too, each text takes two passes after its chunk's batched one.
-    assert describe_progress(5, 6, 4, per_text=2) == "batched 1/2 · singles 2/6"
-    assert describe_progress(14, 6, 4, per_text=2) == "batched 2/2 · singles 6/6"
+    assert [running_stage(done, 6, 4, per_text=2) for done in (0, 1, 2, 3, 9, 14)] == [
+        "batched pass 1/2",
+        "single passes 1/6",
+        "single passes 1/6",
+        "single passes 2/6",
+        "batched pass 2/2",
+        "measuring",
+    ]
     seen = []
     with pytest.raises(Cancelled):
         compare(MIXED_TEXTS, Settings(), progress=lambda d, t: seen.append(d), cancelled=lambda: len(seen) >= 2)

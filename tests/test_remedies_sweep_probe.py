@@ -60,8 +60,9 @@ def test_check_with_remedies_prints_before_after_and_json(tmp_path, capsys):
 def test_sweep_shape_and_json(tmp_path, capsys):
     out = tmp_path / "sweep.json"
     args = ["--dtypes", "bfloat16,float32", "--batch-sizes", "1,3", "--attns", "sdpa,eager", "--padding-sides", "left"]
-    assert run_sweep([*args, "--json", str(out), *MIXED_TEXTS]) == 0
+    code = run_sweep([*args, "--json", str(out), *MIXED_TEXTS])
     cells = json.loads(out.read_text())["cells"]
+    assert code == (1 if any(c["diverged"] for c in cells) else 0)  # 1: some cell diverged
     assert len(cells) == 2 * 2 * 2 * 1
     assert {(c["dtype"], c["batch_size"], c["attn"]) for c in cells} == {
         (d, b, a) for d in ("bfloat16", "float32") for b in (1, 3) for a in ("sdpa", "eager")
@@ -83,3 +84,17 @@ def test_probe_shape_and_json(tmp_path):
         assert 0 <= cell["bitwise_equal"] <= cell["allclose"] <= cell["repeats"] == 2
         assert (cell["bitwise_equal"] == 2) <= (cell["max_abs_diff"] == 0.0)
     assert run_probe(["--repeats", "0"]) == 2
+
+
+def test_sweep_exit_code_says_a_cell_could_not_run(capsys):
+    args = ["--dtypes", "float32", "--batch-sizes", "1", "--attns", "sdpa,no_such_attention", "--padding-sides", "left"]
+    assert run_sweep([*args, "one text"]) == 2
+    assert "no_such_attention" in capsys.readouterr().out
+
+
+def test_batchtui_help_lists_the_subcommands(capsys):
+    from batchtui.tui.launcher import main
+
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"batchtui {name}" in out for name in ("check", "sweep", "probe", "bench"))

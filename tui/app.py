@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import time
 from pathlib import Path
 
 from textual import on, work
@@ -17,13 +16,11 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Footer, TextArea
 from textual.worker import get_current_worker
 
-from ..core import session as session_file
 from ..core.comparison import Comparison
 from ..core.errors import BatchtuiError, Cancelled
-from ..core.safe_files import write_new
-from ..core.settings import DTYPES, PADDING_SIDES, Settings
+from ..core.settings import DTYPES, PADDING_SIDES, POSITION_MODES, Settings
 from ..core.texts import NumberedTexts
-from ..core.views import clamp_cell, next_divergent
+from ..core.views import clamp_cell, next_divergent, next_flip
 from ..core.visible import literal_lines
 from .daemon_executor import DaemonThreadExecutor
 from .detail import DetailPane
@@ -32,12 +29,15 @@ from .heatmap import Heatmap
 from .help_screen import HelpScreen
 from .layers import LayersPane
 from .messages import ComparisonReady, RunFailed, RunProgress
+from .output_actions import OutputActions, SessionSaver
 from .settings_panel import BATCH_SIZES, SettingsPanel
 from .status_line import StatusLine
 from .summary_table import SummaryTable
 from .texts_editor import TextsEditor
 
 EDIT_DEBOUNCE_S = 0.5
+# The attention choices `a` cycles through: the model's default, then the two every model has.
+ATTENTION_CHOICES = (None, "sdpa", "eager")
 
 
 def _leave_a_core_for_the_ui() -> None:
@@ -54,7 +54,7 @@ def _next_in(values, current):
     return values[(values.index(current) + 1) % len(values)] if current in values else values[0]
 
 
-class BatchtuiApp(App[None]):
+class BatchtuiApp(OutputActions, App[None]):
     CSS_PATH = "app.tcss"
     TITLE = "batchtui"
     # Screen classes the stylesheet uses to fit 80x24 as well as 120x40 and larger.
@@ -63,6 +63,8 @@ class BatchtuiApp(App[None]):
     BINDINGS = [
         Binding("n", "next_divergent", "Next divergent"),
         Binding("N", "previous_divergent", "Prev divergent", key_display="N", show=False),
+        Binding("f", "next_flip", "Next flip"),
+        Binding("F", "previous_flip", "Prev flip", key_display="F", show=False),
         Binding("right_square_bracket", "next_text", "Next text", key_display="]"),
         Binding("left_square_bracket", "previous_text", "Prev text", key_display="[", show=False),
         Binding("e", "focus_editor", "Edit texts"),
@@ -70,6 +72,8 @@ class BatchtuiApp(App[None]):
         Binding("d", "cycle_dtype", "dtype"),
         Binding("p", "toggle_padding", "Padding side"),
         Binding("b", "cycle_batch_size", "Batch size"),
+        Binding("o", "toggle_positions", "Positions", show=False),
+        Binding("a", "cycle_attention", "Attention", show=False),
         Binding("L", "toggle_layers", "Detail/layers", key_display="L"),
         Binding("m", "toggle_module_view", "Layers/modules"),
         Binding("R", "remedies", "Remedies", key_display="R"),
@@ -92,6 +96,7 @@ class BatchtuiApp(App[None]):
         super().__init__()
         self.settings = settings
         self.session_path = session_path  # None: nothing is saved (tests, screenshots)
+        self._session_saver = SessionSaver(self.notify)
         self.startup_notice = startup_notice
         self.initial_texts = texts
         self.output_dir = output_dir or Path.cwd()
@@ -102,7 +107,6 @@ class BatchtuiApp(App[None]):
         self.settled_generation = 0  # of the latest run whose result or error is on screen
         self._debounce: Timer | None = None
         self._run_text: str | None = None  # the editor's text when the latest run started
-        self._session_unsaved = False  # the last session save failed (said once, until one succeeds)
 
     def notify(self, message: str, *, markup: bool = False, **kwargs) -> None:
         # Messages quote texts, paths and engine errors: shown literally, never as markup, and with any
@@ -148,7 +152,8 @@ class BatchtuiApp(App[None]):
         self.generation += 1
         status = self.query_one(StatusLine)
         status.set_skipped(blank)
-        status.set_activity("starting run…")
+        status.set_activity("starting run")
+        status.start_run()
         self._compare(numbered, self.settings, self.generation)
 
     @work(thread=True, exclusive=True, group="compare")
@@ -160,20 +165,21 @@ class BatchtuiApp(App[None]):
             return worker.is_cancelled or generation != self.generation
 
         try:
-            from ..core.engine import compare, describe_progress, passes_per_text  # torch loads here, off the UI thread
+            from ..core.engine import compare, passes_per_text, running_stage  # torch loads here, off the UI thread
             from ..core.models import load_model
 
             _leave_a_core_for_the_ui()
 
-            self.post_message(RunProgress(generation, f"loading {settings.model}…"))
+            self.post_message(RunProgress(generation, f"loading the model {settings.model}"))
             load_model(settings)
             if stale():
                 return
 
             def progress(done: int, total: int) -> None:
-                label = describe_progress(done, len(texts), settings.batch_size, passes_per_text(settings))
-                self.post_message(RunProgress(generation, label))
+                stage = running_stage(done, len(texts), settings.batch_size, passes_per_text(settings))
+                self.post_message(RunProgress(generation, stage))
 
+            progress(0, 0)
             comparison = compare(texts, settings, progress=progress, cancelled=stale, lines=numbered.lines)
         except Cancelled:
             return
@@ -189,7 +195,10 @@ class BatchtuiApp(App[None]):
     def on_run_failed(self, message: RunFailed) -> None:
         if message.generation == self.generation:
             self.settled_generation = message.generation
-            self.query_one(StatusLine).set_activity("failed")
+            status = self.query_one(StatusLine)
+            status.end_run()
+            status.set_activity("failed")
+            status.set_error(message.message)  # stays until a run succeeds
             self.notify(message.message, title="comparison failed", severity="error", timeout=10)
 
     def on_comparison_ready(self, message: ComparisonReady) -> None:
@@ -199,6 +208,8 @@ class BatchtuiApp(App[None]):
         self.comparison = comparison
         self.settled_generation = message.generation
         status = self.query_one(StatusLine)
+        status.end_run()
+        status.clear_error()
         self._show_setup(comparison.config["dtype"], comparison.config["device"])
         summary = comparison.summary
         status.set_activity(f"{summary.diverged}/{summary.texts} texts diverge · {summary.top1_flips} flips")
@@ -233,20 +244,27 @@ class BatchtuiApp(App[None]):
         if event.data_table.has_focus and event.cursor_row != self.selected[0]:
             self.select(event.cursor_row, self.selected[1])
 
-    def _jump_divergent(self, forward: bool) -> None:
+    def _jump(self, finder, forward: bool, none_found: str) -> None:
+        """Select the next (or previous) cell `finder` gives after the selection, or say there is none."""
         if self.comparison is None:
             return
-        cell = next_divergent(self.comparison, *self.selected, forward=forward)
+        cell = finder(self.comparison, *self.selected, forward=forward)
         if cell is None:
-            self.notify("no divergent position: every position is allclose with no top-1 flip")
+            self.notify(none_found)
         else:
             self.select(*cell)
 
-    def action_next_divergent(self) -> None:
-        self._jump_divergent(True)
+    def action_next_flip(self, forward: bool = True) -> None:
+        self._jump(next_flip, forward, "no top-1 flip: every position predicts the same token batched and alone")
+
+    def action_previous_flip(self) -> None:
+        self.action_next_flip(forward=False)
+
+    def action_next_divergent(self, forward: bool = True) -> None:
+        self._jump(next_divergent, forward, "no divergent position: every position is allclose with no top-1 flip")
 
     def action_previous_divergent(self) -> None:
-        self._jump_divergent(False)
+        self.action_next_divergent(forward=False)
 
     def action_next_text(self) -> None:
         self.select(self.selected[0] + 1, self.selected[1])
@@ -264,24 +282,8 @@ class BatchtuiApp(App[None]):
 
     def save_session(self) -> None:
         """Texts and settings to the session file; called on every edit, so a kill loses nothing typed."""
-        if self.session_path is None:
-            return
-        try:
-            session_file.save(self.session_path, self.query_one(TextsEditor).source(), self.settings)
-        except OSError as exc:
-            if not self._session_unsaved:  # once, not on every keystroke; the app works on regardless
-                reason = exc.strerror or str(exc)
-                self.notify(
-                    f"cannot save the session to {self.session_path} ({reason}): edits are kept on screen "
-                    "but not on disk; ctrl+s still writes reports to the output folder",
-                    severity="error",
-                    timeout=20,
-                )
-            self._session_unsaved = True
-        else:
-            if self._session_unsaved:
-                self.notify(f"session saved again to {self.session_path}")
-            self._session_unsaved = False
+        if self.session_path is not None:
+            self._session_saver.save(self.session_path, self.query_one(TextsEditor).source(), self.settings)
 
     def _save_and_exit(self) -> None:
         self.save_session()
@@ -319,34 +321,19 @@ class BatchtuiApp(App[None]):
         side = _next_in(PADDING_SIDES, self.settings.padding_side)
         self._apply_settings(self.settings.with_changes(padding_side=side))
 
+    def action_toggle_positions(self) -> None:
+        positions = _next_in(POSITION_MODES, self.settings.positions)
+        self._apply_settings(self.settings.with_changes(positions=positions))
+
+    def action_cycle_attention(self) -> None:
+        attn = _next_in(ATTENTION_CHOICES, self.settings.attn)
+        self._apply_settings(self.settings.with_changes(attn=attn))
+
     def action_cycle_batch_size(self) -> None:
         size = _next_in(BATCH_SIZES, self.settings.batch_size)
         self._apply_settings(self.settings.with_changes(batch_size=size))
 
     # -- output --------------------------------------------------------------------------
-
-    def action_save_report(self) -> None:
-        if self.comparison is None:
-            self.notify("no comparison to save yet", severity="warning")
-            return
-        from ..core.report import to_json_dict, write_new_json
-
-        stem = f"batchtui-report-{time.strftime('%Y%m%d-%H%M%S')}"
-        try:
-            path = write_new_json(to_json_dict(self.comparison), self.output_dir, stem)
-        except OSError as exc:
-            self.notify(f"cannot write a report in {self.output_dir}: {exc.strerror or exc}", severity="error")
-            return
-        self.notify(f"report written to {path}", title="saved")
-
-    def action_screenshot(self) -> None:
-        stem = f"batchtui-screenshot-{time.strftime('%Y%m%d-%H%M%S')}"
-        try:
-            path = write_new(self.output_dir, stem, ".svg", self.export_screenshot())
-        except OSError as exc:
-            self.notify(f"cannot save a screenshot in {self.output_dir}: {exc.strerror or exc}", severity="error")
-            return
-        self.notify(f"screenshot saved to {path}", title="saved")
 
     def action_toggle_module_view(self) -> None:
         self.module_view = not self.module_view

@@ -64,7 +64,12 @@ class DetailPane(Vertical):
             f"\n= {p.max_abs_diff_ulp:.3g} ulp  KL {format_float(p.kl)}  margin {format_float(p.margin)}\n",
         )
         if p.top1_flip:
-            line.append("TOP-1 FLIP: the batched run predicts another token", style=f"bold {self._color('error')}")
+            batched, single = p.topk_batch[0], p.topk_single[0]
+            line.append(
+                f"TOP-1 FLIP:\nbatched → {literal(repr(batched.token))} {batched.logit:.4g}"
+                f" · single → {literal(repr(single.token))} {single.logit:.4g}",
+                style=f"bold {self._color('error')}",
+            )
         elif not p.allclose:
             line.append("not allclose (top-1 unchanged)", style=self._color("warning"))
         else:

@@ -24,7 +24,13 @@ class Heatmap(Vertical, can_focus=True):
         Binding("right,l", "move(0, 1)", "Position →", show=False),
         Binding("up,k", "move(-1, 0)", "Text ↑", show=False),
         Binding("down,j", "move(1, 0)", "Text ↓", show=False),
+        Binding("home,g", "move(0, -1_000_000_000)", "First position", show=False),
+        Binding("end,G", "move(0, 1_000_000_000)", "Last position", show=False),
+        Binding("pageup", "page(-1)", "Page ←", show=False),
+        Binding("pagedown", "page(1)", "Page →", show=False),
     ]
+    # Positions a page key moves when the heatmap has not been drawn yet.
+    DEFAULT_PAGE = 50
 
     class Move(Message):
         def __init__(self, texts: int, positions: int) -> None:
@@ -54,6 +60,12 @@ class Heatmap(Vertical, can_focus=True):
 
     def action_move(self, texts: int, positions: int) -> None:
         self.post_message(self.Move(texts, positions))
+
+    def action_page(self, pages: int) -> None:
+        """A page is the positions the heatmap shows at once."""
+        plot = self.query_one(HeatmapPlot)
+        columns = plot.size.width - len(str(len(self._comparison.texts) if self._comparison else 1)) - 2
+        self.post_message(self.Move(0, pages * (columns if columns > 2 else self.DEFAULT_PAGE)))
 
     def show(self, comparison: Comparison | None, selected: tuple[int, int]) -> None:
         plot = self.query_one(HeatmapPlot)

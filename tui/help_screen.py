@@ -18,6 +18,8 @@ from ..core.visible import literal
 NAVIGATION = (
     ("← → / h l", "previous / next token position"),
     ("↑ ↓ / k j", "previous / next text"),
+    ("Home End / g G", "first / last position of the text"),
+    ("PgUp PgDn", "a screenful of positions back / on"),
 )
 
 

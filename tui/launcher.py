@@ -39,7 +39,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def app_parser() -> OneLineParser:
-    parser = OneLineParser(prog="batchtui", description="Explore batched-vs-single logit differences live.")
+    parser = OneLineParser(
+        prog="batchtui",
+        description="Explore batched-vs-single logit differences live. Without a subcommand it starts the app.",
+        epilog="subcommands: batchtui check (table, JSON, exit code for CI) · batchtui sweep (a grid of settings) · "
+        "batchtui probe (one Linear layer) · batchtui bench (cost against the bare passes); "
+        "each has its own --help",
+    )
     add_common_options(parser)
     parser.add_argument("--session", metavar="FILE", help="session file (default: under $XDG_STATE_HOME/batchtui)")
     parser.add_argument(

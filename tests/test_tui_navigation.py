@@ -1,0 +1,95 @@
+"""Flips first, long texts in a few keys, and honest state: driven through Pilot on the built-in model."""
+
+from tui_helpers import make_app, settle
+
+from batchtui.core.views import flip_cells, next_flip
+from batchtui.tui.status_line import StatusLine
+
+LONG = "The quick brown fox jumps over the lazy dog. " * 12  # 540 tokens on the byte-level model
+FLIPPING = ["a", LONG, "Hello, world! How are you today?", "xyz"]
+
+
+def _status(app) -> str:
+    return str(app.query_one(StatusLine).render())
+
+
+async def test_flip_keys_walk_every_flip_across_texts_and_say_it_in_words():
+    app = make_app(texts=FLIPPING)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        flips = flip_cells(app.comparison)
+        assert len(flips) >= 2 and len({text for text, _ in flips}) >= 1
+        seen = []
+        for _ in flips:
+            await pilot.press("f")
+            seen.append(app.selected)
+        assert seen == flips  # in reading order, across texts
+        await pilot.press("f")
+        assert app.selected == flips[0]  # wraps
+        await pilot.press("F")
+        assert app.selected == flips[-1] == next_flip(app.comparison, *flips[0], forward=False)
+        position = app.comparison.texts[app.selected[0]].positions[app.selected[1]]
+        shown = str(app.query_one("#detail-numbers").render())
+        batched, single = position.topk_batch[0], position.topk_single[0]
+        assert f"TOP-1 FLIP:\nbatched → {batched.token!r} {batched.logit:.4g}" in shown
+        assert f"single → {single.token!r} {single.logit:.4g}" in shown
+
+
+async def test_no_flip_is_said_not_silent():
+    app = make_app(texts=["one", "two"], batch_size=1)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        await pilot.press("f")
+        assert app.selected == (0, 0)
+        assert any("no top-1 flip" in n.message for n in app._notifications)
+
+
+async def test_home_end_and_pages_within_a_long_text():
+    app = make_app(texts=["a", LONG])
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        last = len(app.comparison.texts[1].positions) - 1
+        await pilot.press("j", "end")
+        assert app.selected == (1, last)
+        await pilot.press("home")
+        assert app.selected == (1, 0)
+        await pilot.press("G")
+        assert app.selected == (1, last)
+        await pilot.press("g", "pagedown")
+        page = app.selected[1]
+        assert 20 < page < last  # a screenful of positions, not one
+        await pilot.press("pagedown", "pageup")
+        assert app.selected == (1, page)
+        await pilot.press("pageup", "pageup")
+        assert app.selected == (1, 0)  # clamped at the start
+
+
+async def test_positions_and_attention_keys_change_the_run():
+    app = make_app(texts=["one", "two three"])
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        assert app.settings.positions == "arange"
+        await pilot.press("o")
+        await settle(pilot, app)
+        assert app.settings.positions == "mask" and app.comparison.config["positions"] == "mask"
+        await pilot.press("a")
+        await settle(pilot, app)
+        assert app.settings.attn == "sdpa" and app.comparison.config["attn"] == "sdpa"
+        await pilot.press("a")
+        await settle(pilot, app)
+        assert app.comparison.config["attn"] == "eager"
+
+
+async def test_the_last_error_stays_until_a_run_succeeds():
+    app = make_app(texts=["one", "two"], top_k=600)  # more than the vocabulary: the run fails
+    async with app.run_test(size=(160, 40)) as pilot:
+        await settle(pilot, app)
+        assert "last run failed: top-k must be at most the vocabulary size 512" in _status(app)
+        app.clear_notifications()
+        await pilot.pause(1.2)  # the toast is gone; the line is not
+        assert "last run failed" in _status(app)
+        settings_panel = app.query_one("#settings")
+        settings_panel._post(top_k=5)
+        await settle(pilot, app)
+        assert app.comparison is not None and "last run failed" not in _status(app)
+        assert " s · " not in _status(app).split("last run")[0]  # no elapsed time once the run is over
