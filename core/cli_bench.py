@@ -14,19 +14,19 @@ from .settings import DEFAULT_MODEL, DTYPES, PADDING_SIDES, POSITION_MODES, Sett
 
 def run_bench(argv: list[str], prog: str = "batchtui bench") -> int:
     parser = OneLineParser(prog=prog, description="Time compare() against the bare forward passes it compares.")
-    parser.add_argument("--model", default=DEFAULT_MODEL)
-    parser.add_argument("--dtype", default="auto", choices=DTYPES)
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--device-map", metavar="MAP")
-    parser.add_argument("--attn", metavar="IMPL")
-    parser.add_argument("--padding-side", default="left", choices=PADDING_SIDES)
-    parser.add_argument("--positions", default="mask", choices=POSITION_MODES)
-    parser.add_argument("--texts", type=int, default=16, metavar="N", help="number of texts (default 16)")
-    parser.add_argument("--min-tokens", type=int, default=32)
-    parser.add_argument("--max-tokens", type=int, default=128)
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--trust-remote-code", action="store_true")
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="built-in name, local path or Hub id")
+    parser.add_argument("--dtype", default="auto", choices=DTYPES, help="weights' dtype")
+    parser.add_argument("--device", default="auto", help="cuda, mps, cpu...")
+    parser.add_argument("--device-map", metavar="MAP", help="'auto': shard across this host's GPUs")
+    parser.add_argument("--attn", metavar="IMPL", help="attn_implementation (default: the model's)")
+    parser.add_argument("--padding-side", default="left", choices=PADDING_SIDES, help="side the padding goes")
+    parser.add_argument("--positions", default="mask", choices=POSITION_MODES, help="position ids")
+    parser.add_argument("--texts", type=int, default=16, metavar="N", help="number of texts")
+    parser.add_argument("--min-tokens", type=int, default=32, help="shortest text")
+    parser.add_argument("--max-tokens", type=int, default=128, help="longest text")
+    parser.add_argument("--batch-size", type=int, default=8, help="texts per batched pass")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds; medians are printed")
+    parser.add_argument("--trust-remote-code", action="store_true", help="run the checkpoint's own Python code")
     parser.add_argument("--json", metavar="PATH", help="write the figures to PATH ('-' for stdout)")
     return parsed_and_guarded(parser, argv, _bench)
 
@@ -58,7 +58,9 @@ def _bench(args: argparse.Namespace) -> int:
         file=out,
     )
     rows = [(name, f"{seconds * 1000:.1f}") for name, seconds in result.seconds.items()]
-    print(format_columns(("method", "ms"), rows, left={0}), file=out)
+    print(format_columns(("method", "ms (median)"), rows, left={0}), file=out)
+    ratios = [(name, f"{value:.3f}") for name, value in result.ratios.items()]
+    print(format_columns(("ratio", "value"), ratios, left={0}), file=out)
     print(
         "peak memory above the weights: "
         + ", ".join(f"{name} {b / 2**20:.1f} MiB" for name, b in result.peak_bytes.items()),

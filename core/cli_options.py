@@ -11,8 +11,24 @@ from .settings import DEFAULT_ATOL, DEFAULT_MODEL, DEFAULT_RTOL, DTYPES, PADDING
 from .texts import DEFAULT_TEXTS, NumberedTexts, read_texts_file, validate_texts
 
 
+class _DefaultsShown(argparse.HelpFormatter):
+    """Adds `(default: X)` to an option's help unless it says its default already (or has none)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if not action.option_strings or "default" in text or action.default in (None, False, argparse.SUPPRESS):
+            return text
+        default = ",".join(map(str, action.default)) if isinstance(action.default, list) else action.default
+        return f"{text} (default: {default})" if text else f"default: {default}"
+
+
 class OneLineParser(argparse.ArgumentParser):
-    """Usage errors as one line and exit code 2, never a traceback or a usage dump."""
+    """Usage errors as one line and exit code 2, never a traceback or a usage dump; --help shows every
+    option's default."""
+
+    def __init__(self, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", _DefaultsShown)
+        super().__init__(**kwargs)
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
@@ -28,7 +44,7 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
         "--device-map", metavar="MAP", help="'auto': shard the model across this host's GPUs (needs accelerate)"
     )
     parser.add_argument("--batch-size", type=int, default=8, metavar="N", help="texts per batched pass (default: 8)")
-    parser.add_argument("--padding-side", default="left", choices=PADDING_SIDES)
+    parser.add_argument("--padding-side", default="left", choices=PADDING_SIDES, help="side the padding goes")
     parser.add_argument("--positions", default="mask", choices=POSITION_MODES, help="position ids (default: mask)")
     parser.add_argument("--attn", metavar="IMPL", help="attn_implementation: sdpa, eager, flash_attention_2...")
     parser.add_argument(

@@ -93,13 +93,13 @@ def run_probe(argv: list[str], prog: str = "batchtui probe") -> int:
     from .settings import DEFAULT_ATOL, DEFAULT_RTOL
 
     parser = OneLineParser(prog=prog, description="Row 0 of a batch vs the same row alone, through one Linear layer.")
-    parser.add_argument("--sizes", type=_ints, default=[256, 512, 1024, 1536, 2048, 4096])
-    parser.add_argument("--batch-sizes", type=_ints, default=[2, 4, 8, 16, 32, 64])
-    parser.add_argument("--dtypes", type=_names, default=["bfloat16", "float16", "float32"])
-    parser.add_argument("--repeats", type=int, default=3, metavar="R")
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--atol", type=float, default=DEFAULT_ATOL)
-    parser.add_argument("--rtol", type=float, default=DEFAULT_RTOL)
+    parser.add_argument("--sizes", type=_ints, default=[256, 512, 1024, 1536, 2048, 4096], help="layer widths")
+    parser.add_argument("--batch-sizes", type=_ints, default=[2, 4, 8, 16, 32, 64], help="rows in the batch")
+    parser.add_argument("--dtypes", type=_names, default=["bfloat16", "float16", "float32"], help="dtypes")
+    parser.add_argument("--repeats", type=int, default=3, metavar="R", help="fresh seeded inputs per cell")
+    parser.add_argument("--device", default="auto", help="cuda, mps, cpu...")
+    parser.add_argument("--atol", type=float, default=DEFAULT_ATOL, help="allclose tolerance")
+    parser.add_argument("--rtol", type=float, default=DEFAULT_RTOL, help="allclose tolerance")
     parser.add_argument("--json", metavar="PATH", help="write every cell to PATH ('-' for stdout)")
     return parsed_and_guarded(parser, argv, _probe)
 
@@ -127,14 +127,17 @@ def _probe(args: argparse.Namespace) -> int:
         progress=lambda done, total: _progress_bar(done, total, "cells"),
     )
     out = sys.stderr if args.json == "-" else sys.stdout
-    print(f"bitwise-equal runs of {args.repeats} (row 0 of batch N vs alone) on {device}; * = not repeatable", file=out)
+    print(
+        f"runs of {args.repeats} bitwise equal / allclose (row 0 of batch N vs alone) on {device}; * = not repeatable",
+        file=out,
+    )
     for dtype in args.dtypes:
         rows = []
         for size in args.sizes:
             row = [str(size)]
             for n in args.batch_sizes:
                 c = next(c for c in cells if (c.dtype, c.size, c.batch_size) == (dtype, size, n))
-                row.append(f"{c.bitwise_equal}/{c.repeats}{'' if c.repeatable else '*'}")
+                row.append(f"{c.bitwise_equal}/{c.allclose}/{c.repeats}{'' if c.repeatable else '*'}")
             worst = max(c.max_abs_diff for c in cells if (c.dtype, c.size) == (dtype, size))
             rows.append((*row, format_float(worst)))
         header = (f"{dtype} size", *(f"N={n}" for n in args.batch_sizes), "max|Δ|")

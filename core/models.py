@@ -13,6 +13,7 @@ from .errors import BatchtuiError, InputError, ModelLoadError
 from .hf_compat import dtype_kwarg, experts_kwargs
 from .settings import Settings
 from .structure import Structure, discover
+from .token_text import token_label
 
 
 @dataclass
@@ -38,8 +39,11 @@ class LoadedModel:
         missing = [i for i in token_ids if i not in self.token_texts]
         if missing:
             decoded = self.tokenizer.batch_decode([[i] for i in missing])
+            pieces = self.tokenizer.convert_ids_to_tokens(missing)
             # Ids past the tokenizer's vocabulary (padded embedding rows) decode to nothing.
-            self.token_texts.update((i, text or f"<id {i}>") for i, text in zip(missing, decoded))
+            self.token_texts.update(
+                (i, token_label(text, piece) or f"<id {i}>") for i, text, piece in zip(missing, decoded, pieces)
+            )
 
 
 _lock = threading.Lock()

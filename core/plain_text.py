@@ -119,7 +119,9 @@ def format_remedies(outcomes) -> str:
             rows.append((o.name, "no", "-", "-", "-", o.note))
             continue
         s = o.comparison.summary
-        rows.append((o.name, "yes", f"{s.diverged}/{s.texts}", format_float(s.max_abs_diff), str(s.top1_flips), o.note))
+        applied = "baseline" if o.name == "none" else "yes"
+        numbers = (f"{s.diverged}/{s.texts}", format_float(s.max_abs_diff), str(s.top1_flips))
+        rows.append((o.name, applied, *numbers, o.note))
     return format_columns(("remedy", "applied", "diverged", "max|Δ|", "flips", "note"), rows, left={0, 1, 5})
 
 

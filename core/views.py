@@ -103,6 +103,18 @@ def divergent_cells(comparison: Comparison) -> list[tuple[int, int]]:
     ]
 
 
+def describe_outcome(comparison: Comparison, batch_size: int) -> str:
+    """The status line's account of a run: how many texts diverge and flip, the batch size actually used
+    when there are fewer texts than it, and what usually reveals a divergence when none showed."""
+    summary = comparison.summary
+    parts = [f"{summary.diverged}/{summary.texts} texts diverge · {summary.top1_flips} flips"]
+    if batch_size > summary.texts:
+        parts.append(f"effective batch size {summary.texts} (of {batch_size}: {summary.texts} texts)")
+    if summary.diverged == 0 and summary.top1_flips == 0:
+        parts.append("no divergence: right padding (p), arange positions (o) or another dtype (d) usually shows one")
+    return " · ".join(parts)
+
+
 def flip_cells(comparison: Comparison) -> list[tuple[int, int]]:
     """(text, position) of every top-1 flip, reading order."""
     return [(t.index, i) for t in comparison.texts for i, flip in enumerate(t.columns.top1_flip) if flip]

@@ -93,3 +93,15 @@ async def test_the_last_error_stays_until_a_run_succeeds():
         await settle(pilot, app)
         assert app.comparison is not None and "last run failed" not in _status(app)
         assert " s · " not in _status(app).split("last run")[0]  # no elapsed time once the run is over
+
+
+async def test_status_says_the_effective_batch_size_and_what_reveals_a_divergence():
+    app = make_app(texts=["one", "two"], batch_size=1, positions="mask")
+    async with app.run_test(size=(200, 40)) as pilot:
+        await settle(pilot, app)
+        assert "no divergence: right padding (p), arange positions (o)" in _status(app)
+        assert "effective batch size" not in _status(app)
+        await pilot.press("b", "b", "b")  # batch size 1 -> 2 -> 4 -> 8
+        await settle(pilot, app)
+        assert app.settings.batch_size == 8
+        assert "effective batch size 2 (of 8: 2 texts)" in _status(app)

@@ -20,7 +20,7 @@ from ..core.comparison import Comparison
 from ..core.errors import BatchtuiError, Cancelled
 from ..core.settings import DTYPES, PADDING_SIDES, POSITION_MODES, Settings
 from ..core.texts import NumberedTexts
-from ..core.views import clamp_cell, next_divergent, next_flip
+from ..core.views import clamp_cell, describe_outcome, next_divergent, next_flip
 from ..core.visible import literal_lines
 from .daemon_executor import DaemonThreadExecutor
 from .detail import DetailPane
@@ -211,8 +211,7 @@ class BatchtuiApp(OutputActions, App[None]):
         status.end_run()
         status.clear_error()
         self._show_setup(comparison.config["dtype"], comparison.config["device"])
-        summary = comparison.summary
-        status.set_activity(f"{summary.diverged}/{summary.texts} texts diverge · {summary.top1_flips} flips")
+        status.set_activity(describe_outcome(comparison, comparison.config["batch_size"]))
         status.set_last_run(comparison.elapsed_s)
         for note in comparison.notes:
             self.notify(note, severity="warning")

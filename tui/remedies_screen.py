@@ -81,7 +81,13 @@ class RemediesScreen(Screen[None]):
                 table.add_row(o.name, "no", "-", "-", "-", Text(o.note))
                 continue
             s = o.comparison.summary
+            applied = "baseline" if o.name == "none" else "yes"
             table.add_row(
-                o.name, "yes", f"{s.diverged}/{s.texts}", format_float(s.max_abs_diff), str(s.top1_flips), Text(o.note)
+                o.name,
+                applied,
+                f"{s.diverged}/{s.texts}",
+                format_float(s.max_abs_diff),
+                str(s.top1_flips),
+                Text(o.note),
             )
         self.query_one("#remedy-status", Static).update(Text("before/after on the current texts:"))
