@@ -28,23 +28,25 @@ def bucket_of(max_abs_diff: float) -> int:
 
 @dataclass(frozen=True)
 class HeatmapSeries:
-    """All cells of one colour bucket: x = token position, y = text number (1-based)."""
+    """All cells of one colour bucket, top-1 flips apart: x = token position, y = text row (1-based)."""
 
     bucket: int
     positions: tuple[int, ...]
     texts: tuple[int, ...]
+    flips: bool = False  # these cells are top-1 flips (drawn with their own glyph)
 
 
 def heatmap_series(comparison: Comparison, first_position: int = 0, last_position: int | None = None):
-    """Cells grouped by bucket, restricted to positions [first_position, last_position]."""
-    cells: dict[int, tuple[list[int], list[int]]] = {}
+    """Cells grouped by bucket and by whether they flip, restricted to positions [first_position, last_position]."""
+    cells: dict[tuple[int, bool], tuple[list[int], list[int]]] = {}
     stop = None if last_position is None else last_position + 1
     for text in comparison.texts:  # from the columns: no per-position objects are built
-        for index, max_abs_diff in enumerate(text.columns.max_abs_diff[first_position:stop], start=first_position):
-            xs, ys = cells.setdefault(bucket_of(max_abs_diff), ([], []))
+        window = zip(text.columns.max_abs_diff[first_position:stop], text.columns.top1_flip[first_position:stop])
+        for index, (max_abs_diff, flip) in enumerate(window, start=first_position):
+            xs, ys = cells.setdefault((bucket_of(max_abs_diff), flip), ([], []))
             xs.append(index)
             ys.append(text.index + 1)
-    return [HeatmapSeries(bucket, tuple(xs), tuple(ys)) for bucket, (xs, ys) in sorted(cells.items())]
+    return [HeatmapSeries(bucket, tuple(xs), tuple(ys), flip) for (bucket, flip), (xs, ys) in sorted(cells.items())]
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,21 @@ def describe_outcome(comparison: Comparison, batch_size: int) -> str:
     if summary.diverged == 0 and summary.top1_flips == 0:
         parts.append("no divergence: right padding (p), arange positions (o) or another dtype (d) usually shows one")
     return " · ".join(parts)
+
+
+# The summary's orders: the texts' own, then worst first by each measure.
+SUMMARY_ORDERS = ("text", "max|Δ|", "flips", "KL")
+
+
+def summary_order(comparison: Comparison, order: str) -> list[int]:
+    """Text indices in the order the summary lists them (worst first; ties keep the texts' order)."""
+    key = {
+        "text": lambda t: 0,
+        "max|Δ|": lambda t: -t.max_abs_diff,
+        "flips": lambda t: -t.top1_flips,
+        "KL": lambda t: -t.kl_max,
+    }[order]
+    return [t.index for t in sorted(comparison.texts, key=lambda t: (key(t), t.index))]
 
 
 def flip_cells(comparison: Comparison) -> list[tuple[int, int]]:

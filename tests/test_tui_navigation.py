@@ -105,3 +105,44 @@ async def test_status_says_the_effective_batch_size_and_what_reveals_a_divergenc
         await settle(pilot, app)
         assert app.settings.batch_size == 8
         assert "effective batch size 2 (of 8: 2 texts)" in _status(app)
+
+
+async def test_flips_are_marked_on_the_heatmap_and_in_its_legend():
+    from batchtui.core.views import heatmap_series
+    from batchtui.tui.heatmap import FLIP_MARKER, HeatmapPlot
+
+    app = make_app(texts=FLIPPING)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        flips = flip_cells(app.comparison)
+        marked = sorted(
+            (y - 1, x) for s in heatmap_series(app.comparison) if s.flips for x, y in zip(s.positions, s.texts)
+        )
+        assert marked == flips and flips
+        await pilot.press("f")  # the heatmap's window moves to the first flip
+        await pilot.pause()
+        assert FLIP_MARKER in str(app.query_one(HeatmapPlot).render())
+        assert f"{FLIP_MARKER}\u00a0flip" in str(app.query_one("#legend").render())
+
+
+async def test_summary_sorts_worst_first_and_a_row_selects_its_text():
+    from batchtui.tui.summary_table import SummaryTable
+
+    app = make_app(texts=FLIPPING)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        table = app.query_one(SummaryTable)
+        lines = [t.line for t in app.comparison.texts]
+        assert [int(str(table.get_row_at(r)[0])) for r in range(table.row_count)] == lines
+        await pilot.press("s")  # worst max|Δ| first
+        by_max = sorted(app.comparison.texts, key=lambda t: (-t.max_abs_diff, t.index))
+        assert [int(str(table.get_row_at(r)[0])) for r in range(table.row_count)] == [t.line for t in by_max]
+        assert "worst max|Δ| first" in str(table.border_title)
+        table.focus()
+        await pilot.pause()
+        table.move_cursor(row=0)
+        await pilot.pause()
+        assert app.selected[0] == by_max[0].index  # the top row is the worst text, and selects it
+        await pilot.press("s")  # flips
+        by_flips = sorted(app.comparison.texts, key=lambda t: (-t.top1_flips, t.index))
+        assert [int(str(table.get_row_at(r)[0])) for r in range(table.row_count)] == [t.line for t in by_flips]

@@ -20,7 +20,7 @@ from ..core.comparison import Comparison
 from ..core.errors import BatchtuiError, Cancelled
 from ..core.settings import DTYPES, PADDING_SIDES, POSITION_MODES, Settings
 from ..core.texts import NumberedTexts
-from ..core.views import clamp_cell, describe_outcome, next_divergent, next_flip
+from ..core.views import SUMMARY_ORDERS, clamp_cell, describe_outcome, next_divergent, next_flip
 from ..core.visible import literal_lines
 from .daemon_executor import DaemonThreadExecutor
 from .detail import DetailPane
@@ -75,6 +75,7 @@ class BatchtuiApp(OutputActions, App[None]):
         Binding("o", "toggle_positions", "Positions", show=False),
         Binding("a", "cycle_attention", "Attention", show=False),
         Binding("L", "toggle_layers", "Detail/layers", key_display="L"),
+        Binding("s", "cycle_summary_order", "Sort summary", show=False),
         Binding("m", "toggle_module_view", "Layers/modules"),
         Binding("R", "remedies", "Remedies", key_display="R"),
         Binding("S", "sweep", "Sweep", key_display="S"),
@@ -103,6 +104,7 @@ class BatchtuiApp(OutputActions, App[None]):
         self.comparison: Comparison | None = None
         self.selected = (0, 0)
         self.module_view = settings.modules  # the layers pane shows per-module divergence
+        self.summary_order = "text"  # or worst first by one of SUMMARY_ORDERS
         self.generation = 0  # of the latest run started; older runs are stale
         self.settled_generation = 0  # of the latest run whose result or error is on screen
         self._debounce: Timer | None = None
@@ -215,7 +217,7 @@ class BatchtuiApp(OutputActions, App[None]):
         status.set_last_run(comparison.elapsed_s)
         for note in comparison.notes:
             self.notify(note, severity="warning")
-        self.query_one(SummaryTable).show(comparison, self.selected[0])
+        self.query_one(SummaryTable).show(comparison, self.selected[0], self.summary_order)
         self.select(*self.selected)
 
     def _show_setup(self, dtype: str, device: str) -> None:
@@ -240,8 +242,9 @@ class BatchtuiApp(OutputActions, App[None]):
     @on(DataTable.RowHighlighted, "#summary")
     def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         # Only the user's own moves in the table select; refilling it after a run moves its cursor too.
-        if event.data_table.has_focus and event.cursor_row != self.selected[0]:
-            self.select(event.cursor_row, self.selected[1])
+        text = self.query_one(SummaryTable).text_at(event.cursor_row)
+        if event.data_table.has_focus and text != self.selected[0]:
+            self.select(text, self.selected[1])
 
     def _jump(self, finder, forward: bool, none_found: str) -> None:
         """Select the next (or previous) cell `finder` gives after the selection, or say there is none."""
@@ -319,6 +322,12 @@ class BatchtuiApp(OutputActions, App[None]):
     def action_toggle_padding(self) -> None:
         side = _next_in(PADDING_SIDES, self.settings.padding_side)
         self._apply_settings(self.settings.with_changes(padding_side=side))
+
+    def action_cycle_summary_order(self) -> None:
+        """Texts in their order, or worst first by max|Δ|, flips or KL: the worst text is a row away."""
+        self.summary_order = _next_in(SUMMARY_ORDERS, self.summary_order)
+        if self.comparison is not None:
+            self.query_one(SummaryTable).show(self.comparison, self.selected[0], self.summary_order)
 
     def action_toggle_positions(self) -> None:
         positions = _next_in(POSITION_MODES, self.settings.positions)

@@ -16,6 +16,7 @@ from ..core.views import BUCKET_LEGEND, heatmap_series
 # 256-colour codes, one per bucket: grey for exactly zero, then cold to hot by decade.
 BUCKET_COLORS = (240, 24, 31, 37, 71, 178, 208, 196, 201)
 SELECTED_MARKER = "X"
+FLIP_MARKER = "▲"  # a top-1 flip, in its bucket's colour
 
 
 class Heatmap(Vertical, can_focus=True):
@@ -51,11 +52,12 @@ class Heatmap(Vertical, can_focus=True):
 
     @staticmethod
     def _legend() -> Text:
-        legend = Text("log10 max|Δ| ")
+        # No-break spaces inside an item: a narrow pane wraps the legend between items, never inside one.
+        legend = Text("log10\u00a0max|Δ| ")
         for label, color in zip(BUCKET_LEGEND, BUCKET_COLORS):
             legend.append("█", style=f"color({color})")
-            legend.append(f"{label} ")
-        legend.append(f"{SELECTED_MARKER} selected")
+            legend.append(f"\u00a0{label} ")
+        legend.append(f"{FLIP_MARKER}\u00a0flip {SELECTED_MARKER}\u00a0selected")
         return legend
 
     def action_move(self, texts: int, positions: int) -> None:
@@ -127,7 +129,8 @@ class Heatmap(Vertical, can_focus=True):
             cells = [(x, y) for x, y in zip(series.positions, series.texts) if first_text < y <= last_text + 1]
             if cells:
                 xs, ys = zip(*cells)
-                plt.scatter(list(xs), list(ys), marker="█", color=BUCKET_COLORS[series.bucket])
+                glyph = FLIP_MARKER if series.flips else "█"
+                plt.scatter(list(xs), list(ys), marker=glyph, color=BUCKET_COLORS[series.bucket])
         plt.xlim(first_pos, last_pos)
         plt.ylim(first_text + 1, last_text + 1)
         plt.yreverse(True)

@@ -7,6 +7,7 @@ from textual.widgets import DataTable
 
 from ..core.comparison import Comparison
 from ..core.plain_text import format_float
+from ..core.views import summary_order
 from ..core.visible import literal
 
 COLUMNS = ("#", "text", "tok", "max|Δ|", "KL", "flips", "allclose")
@@ -20,18 +21,21 @@ class SummaryTable(DataTable):
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
         self.border_title = "summary"
         self._columns = COLUMNS
+        self._order: list[int] = []  # the text index of each row
 
     def on_mount(self) -> None:
         if self.app.size.width < NARROW_SCREEN:
             self._columns = tuple(c for c in COLUMNS if c not in ("text", "tok"))
         self.add_columns(*self._columns)
 
-    def show(self, comparison: Comparison, selected_text: int) -> None:
+    def show(self, comparison: Comparison, selected_text: int, order: str = "text") -> None:
         columns = self._columns
         self.clear()
+        self._order = summary_order(comparison, order)
+        self.border_title = "summary" if order == "text" else f"summary · worst {order} first (s)"
         ok = self.app.theme_variables.get("success", "green")
         bad = self.app.theme_variables.get("error", "red")
-        for text in comparison.texts:
+        for text in (comparison.texts[i] for i in self._order):
             cells = {
                 "#": Text(str(text.line), justify="right"),  # the editor's line number
                 "text": Text(literal(text.text, 12)),
@@ -44,7 +48,11 @@ class SummaryTable(DataTable):
             self.add_row(*(cells[c] for c in columns))
         self.select_text(selected_text)
 
+    def text_at(self, row: int) -> int:
+        return self._order[row] if 0 <= row < len(self._order) else row
+
     def select_text(self, index: int) -> None:
-        if 0 <= index < self.row_count and self.cursor_row != index:
+        row = self._order.index(index) if index in self._order else index
+        if 0 <= row < self.row_count and self.cursor_row != row:
             with self.prevent(DataTable.RowHighlighted):
-                self.move_cursor(row=index)
+                self.move_cursor(row=row)
