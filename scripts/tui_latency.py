@@ -1,6 +1,8 @@
 """How fast the app answers: time to the first frame, and key-press latency while a comparison runs.
 
-    python scripts/tui_latency.py [--presses 60] [--texts 48]
+    python scripts/tui_latency.py [--presses 60] [--texts 48] [--tokens 270]
+
+e.g. many short prompts, `--texts 1000 --tokens 32`, or a few long ones, `--texts 8 --tokens 4000`.
 
 First frame: a child process starts the app (headless, 120x40) and reports the wall time at which
 its first frame was drawn; counted from just before the child was spawned, interpreter start included.
@@ -18,6 +20,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 FIRST_FRAME_LIMIT_S = 1.5
 KEY_P95_LIMIT_S = 0.100
@@ -25,10 +28,12 @@ KEY_P95_LIMIT_S = 0.100
 CHILD = """
 import asyncio, sys, time
 from batchtui.tui.app import BatchtuiApp
-from batchtui.core import DEFAULT_TEXTS, Settings
+from batchtui.core import Settings
+sys.path.insert(0, sys.argv[1])
+from tui_latency import workload
 
 async def main():
-    app = BatchtuiApp(list(DEFAULT_TEXTS), Settings())
+    app = BatchtuiApp(workload(int(sys.argv[2]), int(sys.argv[3])), Settings())
     async with app.run_test(size=(120, 40)):
         print(time.time(), flush=True)
 
@@ -36,13 +41,22 @@ asyncio.run(main())
 """
 
 
-def first_frame_seconds() -> float:
+def workload(n_texts: int, n_tokens: int) -> list[str]:
+    """`n_texts` texts of `n_tokens` tokens each on the built-in model (its tokenizer is byte-level)."""
+    phrase = "the quick brown fox jumps over the lazy dog "
+    return [(f"text number {i}: " + phrase * (n_tokens // len(phrase) + 1))[:n_tokens] for i in range(n_texts)]
+
+
+def first_frame_seconds(n_texts: int, n_tokens: int) -> float:
+    """From spawning a child that starts the app on the workload to its first frame."""
     started = time.time()
-    done = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, check=True)
+    here = str(Path(__file__).resolve().parent)
+    child = [sys.executable, "-c", CHILD, here, str(n_texts), str(n_tokens)]
+    done = subprocess.run(child, capture_output=True, text=True, check=True)
     return float(done.stdout.split()[0]) - started
 
 
-async def key_latencies(presses: int, n_texts: int) -> tuple[list[float], bool]:
+async def key_latencies(presses: int, n_texts: int, n_tokens: int) -> tuple[list[float], bool]:
     from batchtui.core import Settings
     from batchtui.tui.app import BatchtuiApp
     from batchtui.tui.heatmap import HeatmapPlot
@@ -56,7 +70,7 @@ async def key_latencies(presses: int, n_texts: int) -> tuple[list[float], bool]:
 
     HeatmapPlot.render = counted_render
 
-    texts = [f"text number {i}: " + "the quick brown fox jumps over the lazy dog " * 6 for i in range(n_texts)]
+    texts = workload(n_texts, n_tokens)
     app = BatchtuiApp(texts, Settings(dtype="float32", batch_size=4, modules=True, decompose=True))
     latencies = []
     async with app.run_test(size=(120, 40)) as pilot:
@@ -83,10 +97,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--presses", type=int, default=60)
     parser.add_argument("--texts", type=int, default=48)
+    parser.add_argument("--tokens", type=int, default=270, help="tokens per text")
     args = parser.parse_args()
-    frames = [first_frame_seconds() for _ in range(3)]
+    frames = [first_frame_seconds(args.texts, args.tokens) for _ in range(3)]
     first = statistics.median(frames)
-    latencies, still_running = asyncio.run(key_latencies(args.presses, args.texts))
+    latencies, still_running = asyncio.run(key_latencies(args.presses, args.texts, args.tokens))
     latencies.sort()
     p50 = statistics.median(latencies)
     p95 = latencies[max(0, int(round(0.95 * len(latencies))) - 1)]

@@ -96,8 +96,8 @@ def test_long_texts_are_cut_and_flagged(capsys):
     out = capsys.readouterr()
     assert '"truncated": true' in out.out and "16 cut" in out.err
     context = load_model(Settings()).max_tokens
-    assert context == 2048  # the tiny model's max_position_embeddings
-    assert compare(["y" * 2100], Settings()).texts[0].truncated
+    assert context == 8192  # the tiny model's max_position_embeddings
+    assert compare(["y" * 8200], Settings(batch_size=1)).texts[0].truncated
 
 
 def test_out_of_memory_stops_the_run_and_the_next_one_works():

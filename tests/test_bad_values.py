@@ -66,9 +66,9 @@ def test_probe_and_sweep_refuse_meta_and_nan(capsys):
 
 
 def test_max_tokens_above_the_context_is_refused(capsys):
-    assert run_check(["--max-tokens", "4096", "ok"]) == 2
+    assert run_check(["--max-tokens", "10000", "ok"]) == 2
     err = capsys.readouterr().err
-    assert "max tokens 4096 is above the context of tiny (2048 positions): refused" in err
+    assert "max tokens 10000 is above the context of tiny (8192 positions): refused" in err
 
 
 def test_cpu_out_of_memory_gets_the_same_advice_as_cuda(capsys):

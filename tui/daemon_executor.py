@@ -2,8 +2,21 @@
 
 from __future__ import annotations
 
+import atexit
 import threading
+import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
+
+# Worker threads still alive. `batchtui` itself leaves with os._exit while one runs, but a program that
+# embeds the app (tests, scripts) reaches the interpreter's teardown, which must not run beside a forward
+# pass in native code (it aborts): there the cancelled workers are waited for, each ending at its next check.
+_LIVE: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+
+
+@atexit.register
+def _wait_for_workers() -> None:
+    for thread in list(_LIVE):
+        thread.join()
 
 
 class DaemonThreadExecutor(ThreadPoolExecutor):
@@ -27,7 +40,9 @@ class DaemonThreadExecutor(ThreadPoolExecutor):
             else:
                 future.set_result(result)
 
-        threading.Thread(target=run, name="batchtui-worker", daemon=True).start()
+        thread = threading.Thread(target=run, name="batchtui-worker", daemon=True)
+        _LIVE.add(thread)
+        thread.start()
         return future
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
