@@ -31,8 +31,8 @@ async def test_flip_keys_walk_every_flip_across_texts_and_say_it_in_words():
         position = app.comparison.texts[app.selected[0]].positions[app.selected[1]]
         shown = str(app.query_one("#detail-numbers").render())
         batched, single = position.topk_batch[0], position.topk_single[0]
-        assert f"TOP-1 FLIP:\nbatched → {batched.token!r} {batched.logit:.4g}" in shown
-        assert f"single → {single.token!r} {single.logit:.4g}" in shown
+        assert f"TOP-1 FLIP: batched → {batched.token!r} {batched.logit:.4g}" in shown
+        assert f"single → {single.token!r} {single.logit:.4g}" in shown  # on the same line where it fits
 
 
 async def test_no_flip_is_said_not_silent():
@@ -146,3 +146,22 @@ async def test_summary_sorts_worst_first_and_a_row_selects_its_text():
         await pilot.press("s")  # flips
         by_flips = sorted(app.comparison.texts, key=lambda t: (-t.top1_flips, t.index))
         assert [int(str(table.get_row_at(r)[0])) for r in range(table.row_count)] == [t.line for t in by_flips]
+
+
+async def test_a_flip_at_80x24_shows_every_column():
+    app = make_app(texts=FLIPPING)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app)
+        await pilot.press("f")
+        await pilot.pause()
+        detail = app.query_one("#detail")
+        position = app.comparison.texts[app.selected[0]].positions[app.selected[1]]
+        shown = str(app.query_one("#detail-numbers").render())
+        assert f"TOP-1 FLIP: batched → {position.topk_batch[0].token!r}" in shown
+        lines = [line for line in shown.splitlines() if line.strip()]
+        assert all(len(line) <= detail.content_size.width for line in lines)  # nothing runs past the pane
+        table = app.query_one("#detail-topk")
+        assert table.content_size.width <= detail.content_size.width
+        screen = ["".join(segment.text for segment in strip) for strip in app.screen._compositor.render_strips()]
+        row = next(line for line in screen if line.rstrip().endswith(f"{position.topk_single[0].logit:.2f}"))
+        assert f"{position.topk_batch[0].logit:.2f}" in row  # rank 1: both runs' logits on screen, none cut

@@ -14,6 +14,9 @@ from ..core.plain_text import format_float
 from ..core.views import routing_changes_at
 from ..core.visible import literal
 
+# Content width below which the top-k table uses its compact form.
+NARROW_PANE = 50
+
 
 def detail_title(line: int, position: int) -> str:
     """`text N · position M`: N the text's line, as in the summary table and the editor; M the token index."""
@@ -65,11 +68,15 @@ class DetailPane(Vertical):
         )
         if p.top1_flip:
             batched, single = p.topk_batch[0], p.topk_single[0]
-            line.append(
-                f"TOP-1 FLIP:\nbatched → {literal(repr(batched.token))} {batched.logit:.4g}"
-                f" · single → {literal(repr(single.token))} {single.logit:.4g}",
-                style=f"bold {self._color('error')}",
+            said = (
+                f"batched → {literal(repr(batched.token))} {batched.logit:.4g}",
+                f"single → {literal(repr(single.token))} {single.logit:.4g}",
             )
+            # One line where the pane is wide enough, else the two runs one under the other: never cut.
+            flip = f"TOP-1 FLIP: {' · '.join(said)}"
+            if len(flip) > self.content_size.width:
+                flip = f"TOP-1 FLIP: {said[0]}\n{' ' * len('TOP-1 FLIP: ')}{said[1]}"
+            line.append(flip, style=f"bold {self._color('error')}")
         elif not p.allclose:
             line.append("not allclose (top-1 unchanged)", style=self._color("warning"))
         else:
@@ -103,21 +110,24 @@ class DetailPane(Vertical):
         return self.app.theme_variables.get(name, "white")
 
     def _topk_table(self, p: PositionMetrics) -> Table:
+        # At 80 columns the pane is ~38 wide: shorter tokens and logits keep every column on screen.
+        narrow = self.content_size.width < NARROW_PANE
         table = Table(box=None, padding=(0, 1), show_edge=False, expand=False)
         for header in ("#", "batched", "logit", "single", "logit"):
             table.add_column(header, justify="right" if header in ("#", "logit") else "left", no_wrap=True)
         for rank, (b, s) in enumerate(zip(p.topk_batch, p.topk_single)):
-            table.add_row(str(rank + 1), *self._cells(b, rank), *self._cells(s, rank))
+            table.add_row(str(rank + 1), *self._cells(b, rank, narrow), *self._cells(s, rank, narrow))
         return table
 
-    def _cells(self, token: TopToken, rank: int) -> tuple[Text, Text]:
+    def _cells(self, token: TopToken, rank: int, narrow: bool) -> tuple[Text, Text]:
         # A token whose rank differs in the other run (or that is absent there) is highlighted.
         moved = token.rank_in_other != rank
         style = f"bold {self._color('warning')}" if moved else ""
-        shown = Text(literal(repr(token.token)[1:-1], 8), style=style)
+        shown = Text(literal(repr(token.token)[1:-1], 5 if narrow else 8), style=style)
         if moved:
-            shown.append(" new" if token.rank_in_other is None else f" ({token.rank_in_other + 1})", style=style)
-        return shown, Text(f"{token.logit:.3f}", style=style)
+            other = "+" if token.rank_in_other is None else str(token.rank_in_other + 1)
+            shown.append(f" {other}" if narrow else (" new" if other == "+" else f" ({other})"), style=style)
+        return shown, Text(f"{token.logit:.2f}" if narrow else f"{token.logit:.3f}", style=style)
 
     def _chart(self, p: PositionMetrics) -> None:
         chart = self.query_one("#detail-chart", PlotextPlot)
