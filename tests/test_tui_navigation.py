@@ -165,3 +165,23 @@ async def test_a_flip_at_80x24_shows_every_column():
         screen = ["".join(segment.text for segment in strip) for strip in app.screen._compositor.render_strips()]
         row = next(line for line in screen if line.rstrip().endswith(f"{position.topk_single[0].logit:.2f}"))
         assert f"{position.topk_batch[0].logit:.2f}" in row  # rank 1: both runs' logits on screen, none cut
+
+
+async def test_resizing_to_80x24_refits_the_summary():
+    from batchtui.tui.summary_table import SummaryTable
+
+    app = make_app(texts=FLIPPING)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        table = app.query_one(SummaryTable)
+        assert [str(c.label) for c in table.columns.values()][:3] == ["#", "text", "tok"]
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause(0.3)
+        labels = [str(c.label) for c in table.columns.values()]
+        assert labels == ["#", "max|Δ|", "KL", "flips", "allclose"]
+        assert table.row_count == len(FLIPPING)
+        assert str(table.get_row_at(1)[3]) == str(app.comparison.texts[1].top1_flips)  # the flips column
+        assert table.virtual_size.width <= table.content_size.width  # nothing past the edge
+        await pilot.resize_terminal(120, 40)
+        await pilot.pause(0.3)
+        assert [str(c.label) for c in table.columns.values()][:3] == ["#", "text", "tok"]

@@ -12,7 +12,7 @@ from ..core.visible import literal
 
 COLUMNS = ("#", "text", "tok", "max|Δ|", "KL", "flips", "allclose")
 # On screens narrower than this the text and token-count columns go (the editor's lines show the
-# texts). Decided once, before any row: rebuilding a DataTable's columns under its rows garbles it.
+# texts). Columns change only with the table cleared (rebuilding them under rows garbles a DataTable).
 NARROW_SCREEN = 100
 
 
@@ -22,13 +22,28 @@ class SummaryTable(DataTable):
         self.border_title = "summary"
         self._columns = COLUMNS
         self._order: list[int] = []  # the text index of each row
+        self._shown: tuple[Comparison, int, str] | None = None  # what `show` last drew, to redraw on resize
+
+    @staticmethod
+    def _columns_for(width: int) -> tuple[str, ...]:
+        return tuple(c for c in COLUMNS if c not in ("text", "tok")) if width < NARROW_SCREEN else COLUMNS
 
     def on_mount(self) -> None:
-        if self.app.size.width < NARROW_SCREEN:
-            self._columns = tuple(c for c in COLUMNS if c not in ("text", "tok"))
+        self._columns = self._columns_for(self.app.size.width)
         self.add_columns(*self._columns)
 
+    def on_resize(self) -> None:
+        # 120x40 -> 80x24 must not leave flips and allclose past the edge: refit the columns.
+        columns = self._columns_for(self.app.size.width)
+        if columns != self._columns:
+            self._columns = columns
+            self.clear(columns=True)
+            self.add_columns(*columns)
+            if self._shown is not None:
+                self.show(*self._shown)
+
     def show(self, comparison: Comparison, selected_text: int, order: str = "text") -> None:
+        self._shown = (comparison, selected_text, order)
         columns = self._columns
         self.clear()
         self._order = summary_order(comparison, order)
