@@ -164,6 +164,11 @@ def clamp_cell(comparison: Comparison, text: int, position: int) -> tuple[int, i
     return text, min(max(position, 0), max(length - 1, 0))
 
 
+def log2_positions(batch_sizes) -> list[float]:
+    """Where batch sizes sit on a log2 axis: 1, 2, 4, 8... equally spaced."""
+    return [math.log2(b) for b in batch_sizes]
+
+
 def sweep_series(cells) -> dict[str, tuple[list[int], list[float | None]]]:
     """Per dtype: batch sizes and log10 of the largest max|Δ| over the other axes (None: all zero)."""
     worst: dict[str, dict[int, float]] = {}

@@ -74,6 +74,17 @@ async def test_sweep_screen_fills_the_matrix_and_chart():
         assert all(c.texts == len(MIXED) for c in screen.cells)
         await pilot.press("escape")
         assert not isinstance(app.screen, SweepScreen)
+        await pilot.press("S")  # reopened on the same texts and settings: the finished sweep, not a new one
+        await pilot.pause()
+        again = app.screen
+        assert isinstance(again, SweepScreen) and again.cells is screen.cells
+        assert not again.workers and again.query_one(DataTable).row_count == len(screen.cells)
+        await pilot.press("escape", "p")  # other settings: a sweep of its own
+        await settle(pilot, app)
+        await pilot.press("S")
+        fresh = app.screen
+        await _wait_for(pilot, lambda: fresh.cells is not None, "the new sweep")
+        assert fresh.cells is not screen.cells and {c.padding_side for c in fresh.cells} == {"right"}
 
 
 async def test_main_screen_keys_do_nothing_over_another_screen():

@@ -105,6 +105,7 @@ class BatchtuiApp(OutputActions, App[None]):
         self.selected = (0, 0)
         self.module_view = settings.modules  # the layers pane shows per-module divergence
         self.summary_order = "text"  # or worst first by one of SUMMARY_ORDERS
+        self._last_sweep: tuple[tuple, list] | None = None  # ((texts, settings), cells) of the last sweep
         self.generation = 0  # of the latest run started; older runs are stale
         self.settled_generation = 0  # of the latest run whose result or error is on screen
         self._debounce: Timer | None = None
@@ -358,7 +359,15 @@ class BatchtuiApp(OutputActions, App[None]):
     def action_sweep(self) -> None:
         from .sweep_screen import SweepScreen
 
-        self.push_screen(SweepScreen(self.query_one(TextsEditor).numbered()[0].texts, self.settings))
+        texts = self.query_one(TextsEditor).numbered()[0].texts
+        key = (tuple(texts), self.settings)
+        # A finished sweep of these texts and settings comes back as it was, not measured again.
+        finished = self._last_sweep[1] if self._last_sweep and self._last_sweep[0] == key else None
+
+        def keep(cells) -> None:
+            self._last_sweep = (key, cells)
+
+        self.push_screen(SweepScreen(texts, self.settings, finished=finished, on_finished=keep))
 
     def action_toggle_layers(self) -> None:
         self.screen.toggle_class("-layers")

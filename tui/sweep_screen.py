@@ -13,7 +13,7 @@ from textual_plotext import PlotextPlot
 
 from ..core.plain_text import sweep_row
 from ..core.settings import Settings
-from ..core.views import decade_ticks, sweep_series
+from ..core.views import decade_ticks, log2_positions, sweep_series
 from .engine_calls import call_engine
 
 SWEEP_DTYPES = ("bfloat16", "float16", "float32")
@@ -24,11 +24,13 @@ DTYPE_COLORS = {"bfloat16": "orange", "float16": "magenta", "float32": "cyan", "
 class SweepScreen(Screen[None]):
     BINDINGS = [Binding("escape", "dismiss", "Back")]
 
-    def __init__(self, texts: list[str], settings: Settings) -> None:
+    def __init__(self, texts: list[str], settings: Settings, finished=None, on_finished=None) -> None:
         super().__init__()
         self.texts = texts
         self.settings = settings
         self.cells = None
+        self._finished = finished  # a sweep of these texts and settings measured before: shown as it is
+        self._on_finished = on_finished  # called with the cells once a sweep completes
 
     def compose(self) -> ComposeResult:
         s = self.settings
@@ -46,7 +48,9 @@ class SweepScreen(Screen[None]):
         self.query_one(DataTable).add_columns(
             "dtype", "batch", "attn", "padding", "diverged", "max|Δ|", "flips", "error"
         )
-        if self.texts:
+        if self._finished is not None:
+            self._show(self._finished)
+        elif self.texts:
             self._run()
         else:
             self.notify("no texts to compare", severity="warning", markup=False)
@@ -80,6 +84,9 @@ class SweepScreen(Screen[None]):
 
     def _show(self, cells) -> None:
         self.cells = cells
+        if self._on_finished is not None:
+            self._on_finished(cells)
+        self.query_one(ProgressBar).update(total=1, progress=1)
         table = self.query_one(DataTable)
         for c in cells:
             table.add_row(*(Text(cell) for cell in sweep_row(c)))
@@ -92,9 +99,10 @@ class SweepScreen(Screen[None]):
         floor = (ticks[0] if ticks else 0) - 1
         for dtype, (batch_sizes, values) in series.items():
             ys = [floor if v is None else v for v in values]
-            plt.plot(batch_sizes, ys, marker="hd", color=DTYPE_COLORS.get(dtype, "white"), label=dtype)
-        plt.xticks(list(SWEEP_BATCH_SIZES))
+            xs = log2_positions(batch_sizes)
+            plt.plot(xs, ys, marker="hd", color=DTYPE_COLORS.get(dtype, "white"), label=dtype)
+        plt.xticks(log2_positions(SWEEP_BATCH_SIZES), [str(b) for b in SWEEP_BATCH_SIZES])
         plt.yticks([floor, *ticks], ["0", *labels])
-        plt.xlabel("batch size")
+        plt.xlabel("batch size (log2 axis)")
         plt.title("max|Δ| against batch size, per dtype (0 = bitwise equal)")
         chart.refresh()
