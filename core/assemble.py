@@ -128,11 +128,9 @@ def _columns_by_text(stats, lengths: list[int]) -> list[dict[str, tuple]]:
 
 def _per_text_rel_l2(squared_diff: torch.Tensor, squared_single: torch.Tensor, lengths: list[int]) -> list[float]:
     """||B - S|| / ||S|| of each text's logits, from per-position sums of squares."""
-    out = []
-    for diff, single in zip(squared_diff.split(lengths), squared_single.split(lengths)):
-        total = single.sum().item()
-        out.append((diff.sum().item() / total) ** 0.5 if total > 0 else 0.0)
-    return out
+    diff = torch.stack([part.sum() for part in squared_diff.split(lengths)])
+    single = torch.stack([part.sum() for part in squared_single.split(lengths)])
+    return torch.where(single > 0, (diff / single).sqrt(), 0.0).tolist()
 
 
 def _routing_changes(chunk: BatchedChunk, row: int, single: PassOutput, runner: Runner) -> tuple[RoutingChange, ...]:

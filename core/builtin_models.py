@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .hf_compat import dtype_kwarg
+from .token_text import bytes_to_unicode
 
 # Bump when the recipe below changes, so stale caches are not reused.
 RECIPE_VERSION = 2
@@ -109,26 +110,12 @@ def _build_model(spec: BuiltinModel):
     return model.eval()
 
 
-def _bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's reversible byte -> printable character map used by byte-level BPE."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
-    printable += list(range(ord("®"), ord("ÿ") + 1))
-    chars = printable[:]
-    extra = 0
-    for byte in range(256):
-        if byte not in printable:
-            printable.append(byte)
-            chars.append(256 + extra)
-            extra += 1
-    return dict(zip(printable, map(chr, chars)))
-
-
 def _build_tokenizer(config: dict):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     # Token id == byte value; no merges, so every byte is one token.
-    vocab = {char: byte for byte, char in _bytes_to_unicode().items()}
+    vocab = {char: byte for byte, char in bytes_to_unicode().items()}
     backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     backend.decoder = decoders.ByteLevel()

@@ -89,16 +89,22 @@ def discover(model, device: str) -> Structure:
     """Run the probe pass and read the model's structure off the hooks."""
     named = dict(model.named_modules())
     names_of = {id(module): name for name, module in named.items()}
-    started: list[str] = []  # pre-hook order: the order modules start running
-    finished: list[str] = []  # forward-hook order
+    started: list[str] = []  # the first pass's pre-hook order: the order modules start running
+    finished: list[str] = []  # the first pass's forward-hook order
     outputs: dict[str, list] = {}  # per module, its output in each probe pass
+    passes = 0
 
     def before(module, args):
-        started.append(names_of[id(module)])
+        nonlocal passes
+        name = names_of[id(module)]
+        passes += name == ""  # the model itself starts each pass
+        if passes == 1:
+            started.append(name)
 
     def after(module, args, output):
         name = names_of[id(module)]
-        finished.append(name)
+        if passes == 1:
+            finished.append(name)
         outputs.setdefault(name, []).append(output)
 
     handles = [m.register_forward_pre_hook(before) for m in named.values()]
@@ -115,16 +121,17 @@ def discover(model, device: str) -> Structure:
     head_name = names_of.get(id(head), "")
     embedding = names_of.get(id(model.get_input_embeddings()), "embed")
     n_experts, per_token = _experts(model.config)
+    run_order = _first_seen(started)
     roles = {}
     subs = []
     routers = []
     for index, layer_name in enumerate(layer_names):
         children = [f"{layer_name}.{child}" for child, module in named[layer_name].named_children()]
-        ran = [c for c in _first_seen(started) if c in children and _has_parameters(named[c])]
+        ran = [c for c in run_order if c in children and _has_parameters(named[c])]
         subs.append(tuple(ran))
         roles.update((c, _role(c, named[c])) for c in ran)
         if n_experts:
-            for name in _first_seen(started):
+            for name in run_order:
                 first_output = outputs.get(name, [None])[0]
                 if name.startswith(layer_name + ".") and _scores_experts(first_output, n_experts, named[name]):
                     routers.append((index, name))
@@ -133,7 +140,7 @@ def discover(model, device: str) -> Structure:
     final = _after_last_layer(finished, started, layer_names, head_name, named)
     # Where the first layer mixes tokens (attention) and before any router (an MoE layer groups a
     # batch's tokens per expert, which moves rounding), a causal model's earlier positions stay exact.
-    watched = [n for n in (subs[0] if subs else ()) if not any(n == r for _, r in routers)]
+    watched = list(subs[0] if subs else ())
     if routers and routers[0][0] == 0:
         router = routers[0][1]
         watched = [n for n in watched if started.index(n) < started.index(router) and not router.startswith(n + ".")]
@@ -201,22 +208,19 @@ def _decoder_layers(model, named: dict, started: list[str]) -> list[torch.nn.Mod
 
 
 def _after_last_layer(finished, started, layer_names, head_name, named) -> tuple[str, ...]:
-    """Modules with parameters that finish after the last layer and before the head starts, other than
-    the layers' own ancestors (the decoder that holds them finishes then too)."""
+    """Modules with parameters that finish after the last layer and start before the head, other than
+    the layers' own ancestors (the decoder that holds them finishes then too) and wrappers of another."""
     if not layer_names:
         return ()
-    last_end = len(finished) - 1 - finished[::-1].index(layer_names[-1])
-    head_start = started.index(head_name) if head_name in started else len(started)
-    head_started = set(started[:head_start])
+    before_head = set(started[: started.index(head_name)] if head_name in started else started)
     out = []
-    for name in finished[last_end + 1 :]:
-        if name not in head_started or name == head_name or not name:
+    for name in finished[finished.index(layer_names[-1]) + 1 :]:
+        if not name or name not in before_head or not _has_parameters(named[name]):
             continue
         if any(layer == name or layer.startswith(name + ".") for layer in layer_names):
             continue
-        if _has_parameters(named[name]) and not any(name.startswith(o + ".") for o in out):
+        if not any(name.startswith(o + ".") for o in out):
             out.append(name)
-    # A module that holds another one recorded (a wrapper around the final norm) is left out.
     return tuple(n for n in out if not any(o.startswith(n + ".") for o in out))
 
 

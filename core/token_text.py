@@ -14,18 +14,24 @@ from functools import cache
 _BYTE_PIECE = re.compile(r"<0x[0-9A-Fa-f]{2}>")
 
 
-@cache
-def _byte_of_stand_in() -> dict[str, int]:
-    """GPT-2's byte-to-unicode table, inverted: printable stand-in character -> byte value."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    chars = list(printable)
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible byte -> printable character map used by byte-level BPE."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+    printable += list(range(ord("®"), ord("ÿ") + 1))
+    chars = printable[:]
     extra = 0
     for byte in range(256):
         if byte not in printable:
             printable.append(byte)
             chars.append(256 + extra)
             extra += 1
-    return {chr(char): byte for byte, char in zip(printable, chars)}
+    return dict(zip(printable, map(chr, chars)))
+
+
+@cache
+def _byte_of_stand_in() -> dict[str, int]:
+    """The table inverted: printable stand-in character -> byte value."""
+    return {char: byte for byte, char in bytes_to_unicode().items()}
 
 
 def token_label(decoded: str, piece: str | None) -> str:

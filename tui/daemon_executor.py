@@ -13,6 +13,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 _LIVE: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
 
 
+def workers_running() -> bool:
+    return any(thread.is_alive() for thread in list(_LIVE))
+
+
 @atexit.register
 def _wait_for_workers() -> None:
     for thread in list(_LIVE):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 from pathlib import Path
 
 from ..core import session as session_file
@@ -13,6 +12,7 @@ from ..core.cli_options import OneLineParser, add_common_options, given_options,
 from ..core.errors import BatchtuiError
 from ..core.safe_files import check_output_dir
 from ..core.settings import Settings
+from .daemon_executor import workers_running
 
 # Settings a session restores; the model, device and trust flag always come from the command line.
 LIVE_SETTINGS = (
@@ -68,7 +68,7 @@ def run_app(argv: list[str]) -> int:
         app.run()
     finally:
         lock.release()
-    if any(thread.name == "batchtui-worker" for thread in threading.enumerate()):
+    if workers_running():
         # A pass abandoned on quit: the session is saved and the terminal restored, so leave now rather
         # than let the interpreter's teardown run beside it.
         sys.stdout.flush()
