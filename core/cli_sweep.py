@@ -17,23 +17,26 @@ from .cli_options import (
 from .errors import InputError
 from .plain_text import SWEEP_HEADER, format_columns, format_float, sweep_row
 from .settings import Settings
+from .sweep import parse_batch_sizes, parse_names
 
 # Floating-point types a Linear layer computes in; integer types have no matmul to probe.
 PROBE_DTYPES = ("bfloat16", "float16", "float32", "float64")
 
 
-def _names(value: str) -> list[str]:
-    items = [item.strip() for item in value.split(",") if item.strip()]
-    if not items:
-        raise argparse.ArgumentTypeError("expected a comma-separated list")
-    return items
+def _as_argument(parse):
+    """A core parser as an argparse type: its InputError becomes argparse's own message."""
+
+    def parsed(value: str):
+        try:
+            return parse(value)
+        except InputError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parsed
 
 
-def _ints(value: str) -> list[int]:
-    try:
-        return [int(item) for item in _names(value)]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, not {value!r}") from exc
+_names = _as_argument(parse_names)
+_ints = _as_argument(parse_batch_sizes)
 
 
 def _progress_bar(done: int, total: int, label: str) -> None:

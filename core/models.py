@@ -42,7 +42,7 @@ class LoadedModel:
             pieces = self.tokenizer.convert_ids_to_tokens(missing)
             # Ids past the tokenizer's vocabulary (padded embedding rows) decode to nothing.
             self.token_texts.update(
-                (i, token_label(text, piece) or f"<id {i}>") for i, text, piece in zip(missing, decoded, pieces)
+                (i, token_label(text, piece) or f"<id={i}>") for i, text, piece in zip(missing, decoded, pieces)
             )
 
 

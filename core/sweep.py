@@ -6,7 +6,7 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .errors import BatchtuiError, Cancelled
+from .errors import BatchtuiError, Cancelled, InputError
 from .settings import Settings
 
 
@@ -21,6 +21,25 @@ class SweepCell:
     max_abs_diff: float | None
     top1_flips: int | None
     error: str | None = None
+
+
+def parse_names(value: str) -> list[str]:
+    """A comma-separated list (`bfloat16,float32`), blanks dropped."""
+    items = [item.strip() for item in value.split(",") if item.strip()]
+    if not items:
+        raise InputError(f"expected a comma-separated list, not {value!r}")
+    return items
+
+
+def parse_batch_sizes(value: str) -> list[int]:
+    """Comma-separated batch sizes (`1,2,4,8`), each a positive integer."""
+    try:
+        sizes = [int(item) for item in parse_names(value)]
+    except ValueError:
+        raise InputError(f"batch sizes must be comma-separated integers, not {value!r}") from None
+    if any(size < 1 for size in sizes):
+        raise InputError(f"batch sizes must be 1 or more, not {value!r}")
+    return sizes
 
 
 def sweep_grid(settings: Settings, dtypes, batch_sizes, attns, padding_sides) -> list[Settings]:

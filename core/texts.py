@@ -58,6 +58,11 @@ def validate_texts(texts: list[str] | tuple[str, ...], lines: list[int] | None =
 
 def read_texts_file(path: str | Path) -> NumberedTexts:
     """One text per line (a UTF-8 BOM is dropped); blank lines are skipped but keep their numbers."""
+    return numbered_texts(read_text_lines(path))
+
+
+def read_text_lines(path: str | Path) -> list[str]:
+    """A texts file's lines, blank ones included, refusing files too large or not UTF-8."""
     try:
         with open(path, "rb") as handle:
             raw = handle.read(MAX_TEXTS_FILE_BYTES + 1)
@@ -69,4 +74,4 @@ def read_texts_file(path: str | Path) -> NumberedTexts:
         content = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(f"texts file {str(path)!r} is not valid UTF-8 (byte {exc.start})") from exc
-    return numbered_texts(split_lines(content.removeprefix("\ufeff")))
+    return split_lines(content.removeprefix("\ufeff"))

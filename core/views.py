@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .comparison import Comparison, LayerMetrics, RoutingChange, TextResult
+from .comparison import Comparison, LayerMetrics, PositionMetrics, RoutingChange, TextResult
 
 # Heatmap colour scale: bucket 0 is exactly zero, then one bucket per decade of max|Δ|.
 _DECADES = tuple(range(-6, 1))  # upper bounds 1e-6 .. 1e0
@@ -28,25 +28,99 @@ def bucket_of(max_abs_diff: float) -> int:
 
 @dataclass(frozen=True)
 class HeatmapSeries:
-    """All cells of one colour bucket, top-1 flips apart: x = token position, y = text row (1-based)."""
+    """All cells of one colour bucket, top-1 flips apart: x = a cell's first token position, y = text row
+    (1-based)."""
 
     bucket: int
     positions: tuple[int, ...]
     texts: tuple[int, ...]
-    flips: bool = False  # these cells are top-1 flips (drawn with their own glyph)
+    flips: bool = False  # these cells hold a top-1 flip (drawn with their own glyph)
 
 
-def heatmap_series(comparison: Comparison, first_position: int = 0, last_position: int | None = None):
-    """Cells grouped by bucket and by whether they flip, restricted to positions [first_position, last_position]."""
+def heatmap_series(comparison: Comparison, first_position: int = 0, last_position: int | None = None, span: int = 1):
+    """Cells grouped by bucket and by whether they flip, over positions [first_position, last_position].
+
+    With `span` > 1 a cell stands for `span` consecutive positions from `first_position` (the overview of a
+    text longer than the screen): its bucket is the largest max|Δ| among them, and it is a flip cell if any
+    of them flips, so no divergence or flip is averaged away."""
     cells: dict[tuple[int, bool], tuple[list[int], list[int]]] = {}
     stop = None if last_position is None else last_position + 1
     for text in comparison.texts:  # from the columns: no per-position objects are built
-        window = zip(text.columns.max_abs_diff[first_position:stop], text.columns.top1_flip[first_position:stop])
-        for index, (max_abs_diff, flip) in enumerate(window, start=first_position):
-            xs, ys = cells.setdefault((bucket_of(max_abs_diff), flip), ([], []))
-            xs.append(index)
+        diffs = text.columns.max_abs_diff[first_position:stop]
+        flips = text.columns.top1_flip[first_position:stop]
+        for offset in range(0, len(diffs), span):
+            cell = (bucket_of(max(diffs[offset : offset + span])), any(flips[offset : offset + span]))
+            xs, ys = cells.setdefault(cell, ([], []))
+            xs.append(first_position + offset)
             ys.append(text.index + 1)
     return [HeatmapSeries(bucket, tuple(xs), tuple(ys), flip) for (bucket, flip), (xs, ys) in sorted(cells.items())]
+
+
+def overview_span(longest: int, columns: int) -> int:
+    """Positions per heatmap cell so that a text of `longest` tokens fits `columns` cells (1: it fits)."""
+    return max(1, -(-longest // max(columns, 1)))
+
+
+@dataclass(frozen=True)
+class TopkRow:
+    """One token of the union of both runs' top-k at a position, with its probability in each run."""
+
+    token: str
+    p_single: float
+    p_batched: float
+    rank_single: int | None  # 0-based rank in the single run's top-k, None if not there
+    rank_batched: int | None
+
+
+def topk_union(position: PositionMetrics) -> list[TopkRow]:
+    """Every token either run ranks in its top-k, with its probability in both runs, most probable (in
+    either run) first; ties keep the single run's order, then the batched run's."""
+    rows = [
+        TopkRow(t.token, t.prob, t.prob_in_other, rank, t.rank_in_other) for rank, t in enumerate(position.topk_single)
+    ]
+    rows += [
+        TopkRow(t.token, t.prob_in_other, t.prob, None, rank)
+        for rank, t in enumerate(position.topk_batch)
+        if t.rank_in_other is None
+    ]
+    return sorted(rows, key=lambda row: -max(row.p_single, row.p_batched))
+
+
+@dataclass(frozen=True)
+class StripToken:
+    position: int
+    token: str
+    bucket: int  # the heatmap's colour bucket of the position's max|Δ|
+    flip: bool
+
+
+def token_strip(text: TextResult, position: int, width: int, shown=len) -> list[StripToken]:
+    """The text's tokens around `position` that fit `width` columns, the selected one as near the middle
+    as the text's ends allow. `shown(token)` is a token's width on screen (one space between tokens)."""
+    columns = text.columns
+    count = len(columns.token_ids)
+    if count == 0:
+        return []
+    position = min(max(position, 0), count - 1)
+
+    def cost(index: int) -> int:
+        return shown(text.tokens[index]) + 1
+
+    first = last = position
+    used = cost(position)
+    grew = True
+    while grew:  # add a token on each side in turn until neither fits
+        grew = False
+        for step in (-1, 1):
+            index = first - 1 if step < 0 else last + 1
+            if 0 <= index < count and used + cost(index) <= width:
+                used += cost(index)
+                first, last = min(first, index), max(last, index)
+                grew = True
+    return [
+        StripToken(i, text.tokens[i], bucket_of(columns.max_abs_diff[i]), columns.top1_flip[i])
+        for i in range(first, last + 1)
+    ]
 
 
 @dataclass(frozen=True)
@@ -59,6 +133,20 @@ class LayerCurve:
     first_divergent: str | None
     tick_indices: tuple[int, ...]  # where to label the x axis: embeddings, each layer's output, norm
     tick_labels: tuple[str, ...]  # a short label per module: "emb", the layer's number, "norm", "out"
+    marks: tuple[str, ...]  # a letter per module saying what it is (MODULE_MARKS), for the per-module view
+
+
+# The per-module view draws each module as a letter: what each point is, without a name per point.
+MODULE_MARKS = {"attention": "a", "MLP": "m", "norm": "n", "router": "r"}
+LAYER_MARKS = {"embedding": "e", "layer": "L", "final": "f", "logits": "o"}
+OTHER_MARK = "s"  # a sub-module of no known role
+MARK_LEGEND = "e emb · a attn · m MLP · n norm · r router · s other · L layer · f final norm · o logits"
+
+
+def module_mark(module: LayerMetrics) -> str:
+    if module.kind == "sub":
+        return MODULE_MARKS.get(module.role or "", OTHER_MARK)
+    return LAYER_MARKS.get(module.kind, OTHER_MARK)
 
 
 def short_module_label(module: LayerMetrics) -> str:
@@ -78,7 +166,23 @@ def layer_curve(text: TextResult, per_module: bool = False) -> LayerCurve:
         first_divergent=first.layer if first else None,
         tick_indices=tuple(i for i, m in enumerate(metrics) if m.kind != "sub"),
         tick_labels=tuple(short_module_label(m) for m in metrics),
+        marks=tuple(module_mark(m) for m in metrics),
     )
+
+
+def fitted_labels(positions: list[int], labels: list[str], points: int, columns: int) -> list[str]:
+    """Axis labels at `positions` (of `points` spread evenly over `columns` columns), left to right, each
+    blanked where it would touch the label kept before it: every tick stays, as many labels as fit are read."""
+    scale = (columns - 1) / max(points - 1, 1)
+    kept = []
+    free_from = None  # the first column after the last kept label and a space
+    for position, label in zip(positions, labels):
+        start = round(position * scale) - len(label) // 2
+        fits = free_from is None or start >= free_from
+        kept.append(label if fits else "")
+        if fits:
+            free_from = start + len(label) + 1
+    return kept
 
 
 def routing_changes_at(text: TextResult, position: int) -> tuple[RoutingChange, ...]:
@@ -140,6 +244,15 @@ def flip_cells(comparison: Comparison) -> list[tuple[int, int]]:
 def next_flip(comparison: Comparison, text: int, position: int, forward: bool = True) -> tuple[int, int] | None:
     """The next (or previous) top-1 flip after (text, position), across texts, wrapping; None if none."""
     return _next_in(flip_cells(comparison), (text, position), forward)
+
+
+def worst_flip(comparison: Comparison) -> tuple[int, int] | None:
+    """The top-1 flip with the largest max|Δ| over all texts (first in reading order on a tie); with no
+    flip, the divergent position with the largest max|Δ|; None when nothing diverges."""
+    cells = flip_cells(comparison) or divergent_cells(comparison)
+    if not cells:
+        return None
+    return max(cells, key=lambda cell: (comparison.texts[cell[0]].columns.max_abs_diff[cell[1]], -cell[0], -cell[1]))
 
 
 def _next_in(cells: list[tuple[int, int]], here: tuple[int, int], forward: bool) -> tuple[int, int] | None:

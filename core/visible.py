@@ -27,6 +27,12 @@ def literal(text: str, width: int | None = None) -> str:
     return shown
 
 
+def shown_token(token: str, width: int | None = None) -> str:
+    """One token for a table cell or an axis label: whitespace visible (`␣` for a space, `\\n` for a
+    newline), so ' the' and 'the' differ on screen; an empty token as `∅`."""
+    return literal(token.replace(" ", "␣"), width) if token else "∅"
+
+
 def literal_lines(text: str) -> str:
     """Like `literal`, keeping the line breaks (for multi-line messages)."""
     return "\n".join(literal(line) for line in text.split("\n"))

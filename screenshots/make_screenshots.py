@@ -11,7 +11,6 @@ import asyncio
 from pathlib import Path
 
 from batchtui.core import DEFAULT_TEXTS, Settings
-from batchtui.core.views import divergent_cells
 from batchtui.tui.app import BatchtuiApp
 
 HERE = Path(__file__).parent
@@ -28,14 +27,10 @@ async def _settled(pilot, app: BatchtuiApp) -> None:
     raise RuntimeError("no comparison arrived")
 
 
-async def shoot(name: str, size: tuple[int, int], keys: list[str]) -> Path:
-    app = BatchtuiApp(list(DEFAULT_TEXTS), SETTINGS, output_dir=Path("reports"))  # as the help screen names it
+async def shoot(name: str, size: tuple[int, int], keys: list[str], texts=DEFAULT_TEXTS) -> Path:
+    app = BatchtuiApp(list(texts), SETTINGS, output_dir=Path("reports"))  # as the help screen names it
     async with app.run_test(size=size) as pilot:
         await _settled(pilot, app)
-        if "FLIP" in keys:  # jump to the first position whose top-1 token flips
-            flips = [c for c in divergent_cells(app.comparison) if app.comparison.texts[c[0]].positions[c[1]].top1_flip]
-            app.select(*flips[0])
-            keys = [k for k in keys if k != "FLIP"]
         for key in keys:
             await pilot.press(key)
         await pilot.pause(0.3)
@@ -45,8 +40,8 @@ async def shoot(name: str, size: tuple[int, int], keys: list[str]) -> Path:
 async def main() -> None:
     shots = [
         ("main", (120, 40), ["n"]),
-        ("flip", (120, 40), ["FLIP"]),
-        ("small", (80, 24), ["n"]),
+        ("flip", (120, 40), ["w", "t"]),  # the worst flip, with its top-k chart
+        ("small", (80, 24), ["w"]),
         ("help", (100, 30), ["question_mark"]),
     ]
     for name, size, keys in shots:

@@ -1,14 +1,17 @@
-"""SVG snapshots of the main screen at 80x24 and 120x40 and of the help screen.
+"""SVG snapshots of the main screen at 80x24 and 120x40 (at rest, on a flip, on a long text) and of the
+help screen.
 
-Batch size 1 makes every difference bitwise zero, so the pictures do not depend on the CPU's
-kernels; the run time in the status line is pinned, being the one thing that varies.
+Batch size 1 makes every difference bitwise zero, and the flips are those of a deliberately batch-variant
+model in float64 (`batch_variant`), so the pictures do not depend on the CPU's kernels; the run time in
+the status line is pinned, being the one thing that varies.
 """
 
 from pathlib import Path
 
 import pytest
-from tui_helpers import make_app, settle
+from tui_helpers import batch_variant, make_app, settle
 
+from batchtui.core import DEFAULT_TEXTS, Settings
 from batchtui.tui.status_line import StatusLine
 
 
@@ -34,6 +37,38 @@ def test_main_screen_after_moving(snap_compare):
         await pilot.pause(0.2)
 
     assert snap_compare(app_for_snapshot(), terminal_size=(120, 40), run_before=move)
+
+
+LONG = "The quick brown fox jumps over the lazy dog. " * 14  # 630 tokens: wider than any heatmap
+
+
+def _on_the_worst_flip(*keys):
+    async def run_before(pilot):
+        await _ready(pilot)
+        await pilot.press("w", *keys)
+        await pilot.pause(0.3)
+
+    return run_before
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+def test_on_a_flip(snap_compare, size):
+    with batch_variant(Settings(dtype="float64")):
+        app = make_app(list(DEFAULT_TEXTS), tmp_path=Path("reports"), dtype="float64", positions="mask")
+        assert snap_compare(app, terminal_size=size, run_before=_on_the_worst_flip())
+
+
+def test_top_k_chart_on_a_flip(snap_compare):
+    with batch_variant(Settings(dtype="float64")):
+        app = make_app(list(DEFAULT_TEXTS), tmp_path=Path("reports"), dtype="float64", positions="mask")
+        assert snap_compare(app, terminal_size=(120, 40), run_before=_on_the_worst_flip("t"))
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+def test_on_a_long_text(snap_compare, size):
+    with batch_variant(Settings(dtype="float64")):
+        app = make_app(["a", LONG, "Hello, world!"], tmp_path=Path("reports"), dtype="float64", positions="mask")
+        assert snap_compare(app, terminal_size=size, run_before=_on_the_worst_flip())
 
 
 def test_help_screen(snap_compare):

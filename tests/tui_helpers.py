@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 from batchtui.core import Settings
 from batchtui.tui.app import BatchtuiApp
 
@@ -25,5 +27,38 @@ async def settle(pilot, app: BatchtuiApp, generation: int | None = None) -> None
     raise AssertionError("no comparison arrived")
 
 
+async def wait_for(pilot, condition, what: str) -> None:
+    """Wait until `condition()` holds (a screen's sweep, a file's run), or fail naming `what`."""
+    for _ in range(600):
+        await pilot.pause(0.05)
+        if condition():
+            await pilot.pause()
+            return
+    raise AssertionError(f"timed out waiting for {what}")
+
+
 def detail_title(app: BatchtuiApp) -> str:
     return str(app.query_one("#detail").border_title)
+
+
+@contextmanager
+def batch_variant(settings: Settings, amplitude: float = 1e-3):
+    """The built-in model, loaded as the app will load it, made batch-variant on purpose: rows of a batch
+    of two or more get a fixed ripple added to their embeddings. In float64 its flips are the ripple's
+    doing, not the CPU's rounding, so a picture of a flip is the same on every machine."""
+    import torch
+
+    from batchtui.core.models import load_model
+
+    def ripple(module, args, output):
+        if output.shape[0] > 1:
+            position = torch.arange(output.shape[1], dtype=output.dtype)[:, None]
+            feature = torch.arange(output.shape[2], dtype=output.dtype)[None, :]
+            return output + amplitude * torch.sin(0.37 * position + feature)
+        return None
+
+    handle = load_model(settings).model.get_input_embeddings().register_forward_hook(ripple)
+    try:
+        yield
+    finally:
+        handle.remove()

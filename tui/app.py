@@ -18,9 +18,9 @@ from textual.worker import get_current_worker
 
 from ..core.comparison import Comparison
 from ..core.errors import BatchtuiError, Cancelled
-from ..core.settings import DTYPES, PADDING_SIDES, POSITION_MODES, Settings
+from ..core.settings import Settings
 from ..core.texts import NumberedTexts
-from ..core.views import SUMMARY_ORDERS, clamp_cell, describe_outcome, next_divergent, next_flip
+from ..core.views import SUMMARY_ORDERS, clamp_cell, describe_outcome, next_divergent, next_flip, worst_flip
 from ..core.visible import literal_lines
 from .daemon_executor import DaemonThreadExecutor
 from .detail import DetailPane
@@ -30,14 +30,14 @@ from .help_screen import HelpScreen
 from .layers import LayersPane
 from .messages import ComparisonReady, RunFailed, RunProgress
 from .output_actions import OutputActions, SessionSaver
-from .settings_panel import BATCH_SIZES, SettingsPanel
+from .setting_keys import SettingKeys, next_in
+from .settings_panel import SettingsPanel
 from .status_line import StatusLine
 from .summary_table import SummaryTable
 from .texts_editor import TextsEditor
+from .topk_pane import TopkPane
 
 EDIT_DEBOUNCE_S = 0.5
-# The attention choices `a` cycles through: the model's default, then the two every model has.
-ATTENTION_CHOICES = (None, "sdpa", "eager")
 
 
 def _leave_a_core_for_the_ui() -> None:
@@ -49,12 +49,7 @@ def _leave_a_core_for_the_ui() -> None:
         torch.set_num_threads(cores - 1)
 
 
-def _next_in(values, current):
-    values = list(values)
-    return values[(values.index(current) + 1) % len(values)] if current in values else values[0]
-
-
-class BatchtuiApp(OutputActions, App[None]):
+class BatchtuiApp(SettingKeys, OutputActions, App[None]):
     CSS_PATH = "app.tcss"
     TITLE = "batchtui"
     # Screen classes the stylesheet uses to fit 80x24 as well as 120x40 and larger.
@@ -65,6 +60,7 @@ class BatchtuiApp(OutputActions, App[None]):
         Binding("N", "previous_divergent", "Prev divergent", key_display="N", show=False),
         Binding("f", "next_flip", "Next flip"),
         Binding("F", "previous_flip", "Prev flip", key_display="F", show=False),
+        Binding("w", "worst_flip", "Worst flip"),
         Binding("right_square_bracket", "next_text", "Next text", key_display="]"),
         Binding("left_square_bracket", "previous_text", "Prev text", key_display="[", show=False),
         Binding("e", "focus_editor", "Edit texts"),
@@ -74,9 +70,12 @@ class BatchtuiApp(OutputActions, App[None]):
         Binding("b", "cycle_batch_size", "Batch size"),
         Binding("o", "toggle_positions", "Positions", show=False),
         Binding("a", "cycle_attention", "Attention", show=False),
+        Binding("t", "toggle_topk", "Top-k chart"),
         Binding("L", "toggle_layers", "Detail/layers", key_display="L"),
         Binding("s", "cycle_summary_order", "Sort summary", show=False),
         Binding("m", "toggle_module_view", "Layers/modules"),
+        Binding("M", "switch_model", "Model…", key_display="M", show=False),
+        Binding("ctrl+o", "open_texts", "Open texts file…", show=False),
         Binding("R", "remedies", "Remedies", key_display="R"),
         Binding("S", "sweep", "Sweep", key_display="S"),
         Binding("ctrl+s", "save_report", "Save JSON"),
@@ -105,7 +104,7 @@ class BatchtuiApp(OutputActions, App[None]):
         self.selected = (0, 0)
         self.module_view = settings.modules  # the layers pane shows per-module divergence
         self.summary_order = "text"  # or worst first by one of SUMMARY_ORDERS
-        self._last_sweep: tuple[tuple, list] | None = None  # ((texts, settings), cells) of the last sweep
+        self._last_sweep: tuple[tuple, tuple] | None = None  # ((texts, settings), (dtypes, sizes, cells))
         self.generation = 0  # of the latest run started; older runs are stale
         self.settled_generation = 0  # of the latest run whose result or error is on screen
         self._debounce: Timer | None = None
@@ -126,6 +125,7 @@ class BatchtuiApp(OutputActions, App[None]):
                 yield Heatmap(id="heatmap")
                 yield DetailPane(id="detail")
                 yield LayersPane(id="layers")
+                yield TopkPane(id="topk")
         yield StatusLine(id="status")
         yield Footer()
 
@@ -235,6 +235,7 @@ class BatchtuiApp(OutputActions, App[None]):
         self.query_one(Heatmap).show(self.comparison, self.selected)
         self.query_one(DetailPane).show(self.comparison, self.selected)
         self.query_one(LayersPane).show(self.comparison, self.selected[0], self.module_view)
+        self.query_one(TopkPane).show(self.comparison, self.selected)
         self.query_one(SummaryTable).select_text(self.selected[0])
 
     def on_heatmap_move(self, message: Heatmap.Move) -> None:
@@ -259,6 +260,15 @@ class BatchtuiApp(OutputActions, App[None]):
 
     def action_next_flip(self, forward: bool = True) -> None:
         self._jump(next_flip, forward, "no top-1 flip: every position predicts the same token batched and alone")
+
+    def action_worst_flip(self) -> None:
+        """The flip with the largest max|Δ| in any text (or, with none, the worst divergent position)."""
+        if self.comparison is not None:
+            cell = worst_flip(self.comparison)
+            if cell is None:
+                self.notify("no divergent position: every position is allclose with no top-1 flip")
+            else:
+                self.select(*cell)
 
     def action_previous_flip(self) -> None:
         self.action_next_flip(forward=False)
@@ -317,30 +327,11 @@ class BatchtuiApp(OutputActions, App[None]):
         self.save_session()
         self.action_rerun()
 
-    def action_cycle_dtype(self) -> None:
-        self._apply_settings(self.settings.with_changes(dtype=_next_in(DTYPES, self.settings.dtype)))
-
-    def action_toggle_padding(self) -> None:
-        side = _next_in(PADDING_SIDES, self.settings.padding_side)
-        self._apply_settings(self.settings.with_changes(padding_side=side))
-
     def action_cycle_summary_order(self) -> None:
         """Texts in their order, or worst first by max|Δ|, flips or KL: the worst text is a row away."""
-        self.summary_order = _next_in(SUMMARY_ORDERS, self.summary_order)
+        self.summary_order = next_in(SUMMARY_ORDERS, self.summary_order)
         if self.comparison is not None:
             self.query_one(SummaryTable).show(self.comparison, self.selected[0], self.summary_order)
-
-    def action_toggle_positions(self) -> None:
-        positions = _next_in(POSITION_MODES, self.settings.positions)
-        self._apply_settings(self.settings.with_changes(positions=positions))
-
-    def action_cycle_attention(self) -> None:
-        attn = _next_in(ATTENTION_CHOICES, self.settings.attn)
-        self._apply_settings(self.settings.with_changes(attn=attn))
-
-    def action_cycle_batch_size(self) -> None:
-        size = _next_in(BATCH_SIZES, self.settings.batch_size)
-        self._apply_settings(self.settings.with_changes(batch_size=size))
 
     # -- output --------------------------------------------------------------------------
 
@@ -364,13 +355,21 @@ class BatchtuiApp(OutputActions, App[None]):
         # A finished sweep of these texts and settings comes back as it was, not measured again.
         finished = self._last_sweep[1] if self._last_sweep and self._last_sweep[0] == key else None
 
-        def keep(cells) -> None:
-            self._last_sweep = (key, cells)
+        def keep(finished) -> None:
+            self._last_sweep = (key, finished)
 
         self.push_screen(SweepScreen(texts, self.settings, finished=finished, on_finished=keep))
 
     def action_toggle_layers(self) -> None:
         self.screen.toggle_class("-layers")
+
+    def action_toggle_topk(self) -> None:
+        """The lower slot between the layers and the top-k chart; on a short screen, the chart in view."""
+        screen = self.screen
+        if screen.has_class("-short") and not screen.has_class("-layers"):
+            screen.add_class("-layers", "-topk")
+        else:
+            screen.toggle_class("-topk")
 
     def check_action(self, action: str, parameters) -> bool | None:
         # Over the remedies, sweep or help screen only the app-wide keys act.

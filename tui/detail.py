@@ -1,18 +1,19 @@
-"""The selected (text, position): its numbers and the top-k tokens of both runs side by side."""
+"""The selected (text, position): its numbers, the tokens around it, and the top-k tokens of both runs
+side by side."""
 
 from __future__ import annotations
 
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import Horizontal, Vertical
+from textual.containers import Vertical
 from textual.widgets import Static
-from textual_plotext import PlotextPlot
 
 from ..core.comparison import Comparison, PositionMetrics, TextResult, TopToken
 from ..core.plain_text import format_float
-from ..core.views import routing_changes_at
-from ..core.visible import literal
+from ..core.views import routing_changes_at, token_strip
+from ..core.visible import literal, shown_token
+from .heatmap import BUCKET_COLORS
 
 # Content width below which the top-k table uses its compact form.
 NARROW_PANE = 50
@@ -31,9 +32,8 @@ class DetailPane(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static(id="detail-numbers")
-        with Horizontal():
-            yield Static(id="detail-topk")
-            yield PlotextPlot(id="detail-chart")
+        yield Static(id="detail-strip")
+        yield Static(id="detail-topk")
 
     def show(self, comparison: Comparison | None, selected: tuple[int, int]) -> None:
         numbers = self.query_one("#detail-numbers", Static)
@@ -56,8 +56,22 @@ class DetailPane(Vertical):
             numbers.styles.height = lines
             topk.styles.height = topk_rows
         numbers.update(content, layout=resize)
+        self.query_one("#detail-strip", Static).update(self._strip(result, position))
         topk.update(self._topk_table(metrics), layout=resize)
-        self._chart(metrics)
+
+    def _strip(self, result: TextResult, position: int) -> Text:
+        """The text's tokens around the selection, each in its heatmap colour, flips marked, the selected
+        one reversed: where in the text this position is."""
+        strip = Text(no_wrap=True, overflow="crop")
+        for token in token_strip(result, position, self.content_size.width, lambda t: len(shown_token(t, 12))):
+            style = f"color({BUCKET_COLORS[token.bucket]})"
+            if token.position == position:
+                style += " bold reverse"
+            elif token.flip:
+                style += " underline"
+            strip.append(shown_token(token.token, 12), style=style)
+            strip.append(" ")
+        return strip
 
     def _numbers(self, p: PositionMetrics) -> Text:
         line = Text.assemble(
@@ -123,23 +137,8 @@ class DetailPane(Vertical):
         # A token whose rank differs in the other run (or that is absent there) is highlighted.
         moved = token.rank_in_other != rank
         style = f"bold {self._color('warning')}" if moved else ""
-        shown = Text(literal(repr(token.token)[1:-1], 5 if narrow else 8), style=style)
+        shown = Text(shown_token(token.token, 5 if narrow else 8), style=style)
         if moved:
             other = "+" if token.rank_in_other is None else str(token.rank_in_other + 1)
             shown.append(f" {other}" if narrow else (" new" if other == "+" else f" ({other})"), style=style)
         return shown, Text(f"{token.logit:.2f}" if narrow else f"{token.logit:.3f}", style=style)
-
-    def _chart(self, p: PositionMetrics) -> None:
-        chart = self.query_one("#detail-chart", PlotextPlot)
-        plt = chart.plt
-        plt.clear_figure()
-        # Ranks, not token strings, on the axis: the table beside names the tokens.
-        labels = [str(rank + 1) for rank in range(len(p.topk_single))]
-        plt.multiple_bar(
-            labels,
-            [[t.prob for t in p.topk_single], [t.prob_in_other for t in p.topk_single]],
-            labels=["S", "B"],
-            color=["blue", "orange"],
-        )
-        plt.title("p by rank: S single, B batched")
-        chart.refresh()

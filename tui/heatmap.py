@@ -1,4 +1,7 @@
-"""Texts x token positions, coloured by the decade of each position's max|Δ|; moves the selection."""
+"""Texts x token positions, coloured by the decade of each position's max|Δ|; moves the selection.
+
+A text longer than the pane is first shown whole, each cell the worst of a span of positions (an
+overview); `z` zooms to one position per cell around the selection and back."""
 
 from __future__ import annotations
 
@@ -11,12 +14,13 @@ from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
 from ..core.comparison import Comparison
-from ..core.views import BUCKET_LEGEND, heatmap_series
+from ..core.views import BUCKET_LEGEND, heatmap_series, overview_span
 
 # 256-colour codes, one per bucket: grey for exactly zero, then cold to hot by decade.
 BUCKET_COLORS = (240, 24, 31, 37, 71, 178, 208, 196, 201)
 SELECTED_MARKER = "X"
 FLIP_MARKER = "▲"  # a top-1 flip, in its bucket's colour
+TITLE = "max|Δ| per text (rows) and token position (columns)"
 
 
 class Heatmap(Vertical, can_focus=True):
@@ -29,6 +33,7 @@ class Heatmap(Vertical, can_focus=True):
         Binding("end,G", "move(0, 1_000_000_000)", "Last position", show=False),
         Binding("pageup", "page(-1)", "Page ←", show=False),
         Binding("pagedown", "page(1)", "Page →", show=False),
+        Binding("z", "zoom", "Zoom/overview"),
     ]
     # Positions a page key moves when the heatmap has not been drawn yet.
     DEFAULT_PAGE = 50
@@ -41,10 +46,12 @@ class Heatmap(Vertical, can_focus=True):
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
-        self.border_title = "max|Δ| per text (rows) and token position (columns)"
+        self.border_title = TITLE
         self._comparison: Comparison | None = None
         self._selected = (0, 0)
         self._window: tuple[int, int] | None = None  # (first position, first text) shown
+        self._span = 1  # positions per cell: above 1 in the overview of a text longer than the pane
+        self.zoomed = False  # one position per cell even where the longest text does not fit
 
     def compose(self) -> ComposeResult:
         yield HeatmapPlot()
@@ -61,13 +68,27 @@ class Heatmap(Vertical, can_focus=True):
         return legend
 
     def action_move(self, texts: int, positions: int) -> None:
-        self.post_message(self.Move(texts, positions))
+        # In the overview a step is a cell: the marker moves with every press.
+        self.post_message(self.Move(texts, positions * self._span if abs(positions) == 1 else positions))
 
     def action_page(self, pages: int) -> None:
-        """A page is the positions the heatmap shows at once."""
-        plot = self.query_one(HeatmapPlot)
-        columns = plot.size.width - len(str(len(self._comparison.texts) if self._comparison else 1)) - 2
+        """A page is the positions the zoomed heatmap shows at once (the overview's cells, one position each)."""
+        columns = self._columns()
         self.post_message(self.Move(0, pages * (columns if columns > 2 else self.DEFAULT_PAGE)))
+
+    def action_zoom(self) -> None:
+        self.zoomed = not self.zoomed
+        self._window = None
+        self.replot()
+
+    def _label_width(self) -> int:
+        """The y labels' width: they are editor lines."""
+        texts = self._comparison.texts if self._comparison else ()
+        return len(str(max((t.line for t in texts), default=1)))
+
+    def _columns(self) -> int:
+        """Canvas cells across: the plot less the y labels and the frame."""
+        return max(self.query_one(HeatmapPlot).size.width - self._label_width() - 2, 2)
 
     def show(self, comparison: Comparison | None, selected: tuple[int, int]) -> None:
         plot = self.query_one(HeatmapPlot)
@@ -77,25 +98,24 @@ class Heatmap(Vertical, can_focus=True):
             self._window = None
         self._comparison = comparison
         self._selected = selected
-        line = comparison.texts[selected[0]].line if comparison and comparison.texts else 0
-        self.border_subtitle = f"text {line} · pos {selected[1]}" if comparison else ""
         self.replot()
 
     def on_resize(self) -> None:
         self._window = None
         self.replot()
 
-    def _fit_window(self, columns: int, rows: int) -> tuple[int, int]:
-        """The first position and text shown: kept while the selection stays inside, else re-centred."""
+    def _fit_window(self, columns: int, rows: int, longest: int) -> tuple[int, int]:
+        """The first position and text shown: kept while the selection stays inside, else re-centred.
+        The overview always starts at position 0."""
         comparison = self._comparison
         text, position = self._selected
-        longest = max(len(t.positions) for t in comparison.texts)
         window = self._window
+        span = self._span
         if window is not None:
             first_pos, first_text = window
-            if first_pos <= position < first_pos + columns and first_text <= text < first_text + rows:
+            if first_pos <= position < first_pos + columns * span and first_text <= text < first_text + rows:
                 return window
-        first_pos = min(max(position - columns // 2, 0), max(longest - columns, 0))
+        first_pos = 0 if span > 1 else min(max(position - columns // 2, 0), max(longest - columns, 0))
         first_text = min(max(text - rows // 2, 0), max(len(comparison.texts) - rows, 0))
         return first_pos, first_text
 
@@ -109,36 +129,55 @@ class Heatmap(Vertical, can_focus=True):
             return
         text, position = self._selected
         n_texts = len(comparison.texts)
-        # One canvas cell per (text, position): the canvas is the plot less the y labels and frame.
-        label_width = len(str(max(t.line for t in comparison.texts)))  # the y labels are editor lines
-        columns = max(plot.size.width - label_width - 2, 2)
+        # One canvas cell per (text, span of positions).
+        label_width = self._label_width()
+        columns = self._columns()
         rows = max(plot.size.height - 3, 2)
-        window = self._fit_window(columns, rows)
+        longest = max(len(t.positions) for t in comparison.texts)
+        span = 1 if self.zoomed else overview_span(longest, columns)
+        if span != self._span:
+            self._span, self._window = span, None
+        window = self._fit_window(columns, rows, longest)
         first_pos, first_text = window
+        last_pos = min(first_pos + columns * span, max(longest, columns)) - 1
+        self._name_range(position, first_pos, last_pos, longest)
         # The marker is drawn over the rendered figure: the figure is only rebuilt when the window moves.
-        marker = (1 + text - first_text, label_width + 1 + position - first_pos)
+        marker = (1 + text - first_text, label_width + 1 + (position - first_pos) // span)
         if window == self._window:
             plot.redraw(marker=marker)
             return
         self._window = window
-        last_pos = first_pos + columns - 1
         last_text = first_text + rows - 1
         plt = plot.plt
         plt.clear_figure()
-        for series in heatmap_series(comparison, first_pos, last_pos):
+        for series in heatmap_series(comparison, first_pos, last_pos, span):
             cells = [(x, y) for x, y in zip(series.positions, series.texts) if first_text < y <= last_text + 1]
             if cells:
                 xs, ys = zip(*cells)
                 glyph = FLIP_MARKER if series.flips else "█"
                 plt.scatter(list(xs), list(ys), marker=glyph, color=BUCKET_COLORS[series.bucket])
-        plt.xlim(first_pos, last_pos)
+        plt.xlim(first_pos, first_pos + (columns - 1) * span)
         plt.ylim(first_text + 1, last_text + 1)
         plt.yreverse(True)
         shown_texts = range(first_text + 1, min(last_text + 1, n_texts) + 1)
         plt.yticks(list(shown_texts), [str(comparison.texts[row - 1].line) for row in shown_texts])
-        step = 10 if columns < 120 else 20
+        step = (10 if columns < 120 else 20) * span
         plt.xticks(list(range(-(-first_pos // step) * step, last_pos + 1, step)))
         plot.redraw(marker=marker, rebuilt=True)
+
+    def _name_range(self, position: int, first: int, last: int, longest: int) -> None:
+        """Where the selection is and which positions are in view, when not all of them are: under the
+        heatmap, or as its title on a short screen (which draws no bottom border)."""
+        line = self._comparison.texts[self._selected[0]].line
+        label, hint = f"text {line} · pos {position}", ""
+        if self._span > 1:
+            label, hint = f"{label} · all {longest}, {self._span}/cell", " · z zoom"
+        elif longest > last + 1 or first > 0:
+            label, hint = f"{label} · {first}–{last} of {longest}", " · z all"
+        if self.screen.has_class("-short"):
+            self.border_title, self.border_subtitle = label, ""
+        else:
+            self.border_title, self.border_subtitle = TITLE, label + hint
 
 
 class HeatmapPlot(PlotextPlot):

@@ -20,6 +20,7 @@ NAVIGATION = (
     ("↑ ↓ / k j", "previous / next text"),
     ("Home End / g G", "first / last position of the text"),
     ("PgUp PgDn", "a screenful of positions back / on"),
+    ("z", "long texts: the whole text (each cell the worst of its span) / zoom to the selection"),
 )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from textual_plotext import PlotextPlot
 
 from ..core.comparison import Comparison
-from ..core.views import decade_ticks, layer_curve
+from ..core.views import MARK_LEGEND, decade_ticks, fitted_labels, layer_curve
 
 
 class LayersPane(PlotextPlot):
@@ -19,6 +19,14 @@ class LayersPane(PlotextPlot):
         if shown is not None and shown[0] is comparison and shown[1:] == (text, per_module):
             return  # moving along a text's positions leaves its layer curve as it is
         self._shown = (comparison, text, per_module)
+        self._draw()
+
+    def on_resize(self) -> None:
+        if self._shown is not None:
+            self._draw()  # the x labels that fit depend on the width
+
+    def _draw(self) -> None:
+        comparison, text, per_module = self._shown
         plt = self.plt
         plt.clear_figure()
         if comparison is None or not comparison.texts or not comparison.texts[text].layers:
@@ -28,16 +36,25 @@ class LayersPane(PlotextPlot):
         xs = list(range(len(curve.names)))
         diverged = [(x, y) for x, y in zip(xs, curve.log10_max_abs_diff) if y is not None]
         equal = [x for x, y in zip(xs, curve.log10_max_abs_diff) if y is None]
-        ticks, tick_labels = decade_ticks(curve.log10_max_abs_diff)
-        floor = (ticks[0] if ticks else 0) - 1
+        decades, decade_labels = decade_ticks(curve.log10_max_abs_diff)
+        floor = (decades[0] if decades else 0) - 1
+        modules = per_module and bool(comparison.texts[text].modules)
         if diverged:
-            plt.plot([x for x, _ in diverged], [y for _, y in diverged], marker="hd", color="orange")
+            xs_d, ys_d = [x for x, _ in diverged], [y for _, y in diverged]
+            plt.plot(xs_d, ys_d, marker="hd", color="gray" if modules else "orange")
+            if modules:  # each module drawn as its letter: what every point is
+                for mark in dict.fromkeys(curve.marks[x] for x in xs_d):
+                    points = [(x, y) for x, y in diverged if curve.marks[x] == mark]
+                    plt.scatter([x for x, _ in points], [y for _, y in points], marker=mark, color="orange")
         if equal:
             plt.scatter(equal, [floor] * len(equal), marker="=", color="green")
-        plt.xticks(list(curve.tick_indices), [curve.tick_labels[i] for i in curve.tick_indices])
-        plt.yticks([floor, *ticks], ["=", *tick_labels])
+        ticks = list(curve.tick_indices)
+        width = max(self.size.width - 6, 2)  # less the y labels and the frame
+        plt.xticks(ticks, fitted_labels(ticks, [curve.tick_labels[i] for i in ticks], len(curve.names), width))
+        plt.yticks([floor, *decades], ["=", *decade_labels])
         start = f"diverges from {curve.first_divergent}" if curve.first_divergent else "all bitwise equal"
-        view = "modules" if per_module and comparison.texts[text].modules else "layers"
+        view = "modules" if modules else "layers"
         self.border_title = f"{view} · text {comparison.texts[text].line} · {start}"
-        self.border_subtitle = f"log10 max|Δ| per {view[:-1]} · = bitwise equal · m: layers/modules"
+        legend = MARK_LEGEND if modules else "log10 max|Δ| per layer"
+        self.border_subtitle = f"{legend} · = bitwise equal · m: layers/modules"
         self.refresh()

@@ -24,6 +24,14 @@ def _options(values, current) -> list[tuple[str, object]]:
     return [(str(value), value) for value in values]
 
 
+class OnOffCheckbox(Checkbox):
+    """A checkbox whose mark says on or off (✓ or blank), not only its colour."""
+
+    @property
+    def BUTTON_INNER(self) -> str:  # noqa: N802 - the name ToggleButton reads
+        return "✓" if self.value else " "
+
+
 class SettingsPanel(Grid):
     """A compact grid of labelled selects; posts `Changed` with the new Settings."""
 
@@ -53,7 +61,7 @@ class SettingsPanel(Grid):
             yield Input(f"{getattr(s, field):g}", id=field, compact=True)
         for field, label in (("decompose", "batch vs pad"), ("reference", "vs float64")):
             yield Label("")
-            yield Checkbox(label, getattr(s, field), id=field, compact=True)
+            yield OnOffCheckbox(label, getattr(s, field), id=field, compact=True)
 
     @staticmethod
     def _select(label: str, field: str, values, current) -> ComposeResult:

@@ -14,6 +14,8 @@ COLUMNS = ("#", "text", "tok", "max|Δ|", "KL", "flips", "allclose")
 # On screens narrower than this the text and token-count columns go (the editor's lines show the
 # texts). Columns change only with the table cleared (rebuilding them under rows garbles a DataTable).
 NARROW_SCREEN = 100
+# The text column takes the width the numbers leave, within these bounds.
+MIN_TEXT_WIDTH, MAX_TEXT_WIDTH = 8, 40
 
 
 class SummaryTable(DataTable):
@@ -37,30 +39,44 @@ class SummaryTable(DataTable):
         columns = self._columns_for(self.app.size.width)
         if columns != self._columns:
             self._columns = columns
-            self.clear(columns=True)
-            self.add_columns(*columns)
             if self._shown is not None:
                 self.show(*self._shown)
+            else:
+                self.clear(columns=True)
+                self.add_columns(*columns)
 
     def show(self, comparison: Comparison, selected_text: int, order: str = "text") -> None:
         self._shown = (comparison, selected_text, order)
         columns = self._columns
-        self.clear()
         self._order = summary_order(comparison, order)
         self.border_title = "summary" if order == "text" else f"summary · worst {order} first (s)"
         ok = self.app.theme_variables.get("success", "green")
         bad = self.app.theme_variables.get("error", "red")
+        rows = []
         for text in (comparison.texts[i] for i in self._order):
             cells = {
                 "#": Text(str(text.line), justify="right"),  # the editor's line number
-                "text": Text(literal(text.text, 12)),
+                "text": Text(literal(text.text)),
                 "tok": Text(f"{len(text.token_ids)}{'✂' if text.truncated else ''}", justify="right"),
                 "max|Δ|": Text(format_float(text.max_abs_diff), justify="right"),
                 "KL": Text(format_float(text.kl_max), justify="right"),
                 "flips": Text(str(text.top1_flips), justify="right"),
                 "allclose": Text("✓", style=f"bold {ok}") if text.allclose else Text("✗", style=f"bold {bad}"),
             }
-            self.add_row(*(cells[c] for c in columns))
+            rows.append([cells[c] for c in columns])
+        # Columns sized to their content up front: a DataTable that widens a column after drawing some
+        # rows keeps those rows drawn at the old width until they are drawn again.
+        widths = [max([len(header)] + [row[index].cell_len for row in rows]) for index, header in enumerate(columns)]
+        if "text" in columns:  # what the other columns, their padding and a scrollbar leave
+            at = columns.index("text")
+            room = self.scrollable_content_region.width - 1 - 2 * len(columns) - sum(widths) + widths[at]
+            widths[at] = min(max(room, MIN_TEXT_WIDTH), MAX_TEXT_WIDTH, widths[at])
+            for row in rows:
+                row[at] = Text(literal(row[at].plain, widths[at]))
+        self.clear(columns=True)
+        for header, width in zip(columns, widths):
+            self.add_column(Text(header, justify="left" if header == "text" else "right"), width=width)
+        self.add_rows(rows)
         self.select_text(selected_text)
 
     def text_at(self, row: int) -> int:

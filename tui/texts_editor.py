@@ -32,6 +32,10 @@ class TextsEditor(TextArea):
         numbered = numbered_texts(lines)
         return numbered, len(lines) - len(numbered.texts)
 
+    def replace_texts(self, lines: list[str]) -> None:
+        """Every line replaced, as one edit the editor's undo takes back."""
+        self.replace(_editable(lines), self.document.start, self.document.end)
+
     def _lines(self) -> list[str]:
         return [from_editable(line) for line in self.text.split("\n")]
 

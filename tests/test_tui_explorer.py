@@ -1,0 +1,216 @@
+"""The explorer on real prompts, driven through Pilot: the top-k chart, the worst flip, the overview of
+long texts, many texts, visible focus, switching the model and loading a texts file, the sweep's grid."""
+
+from __future__ import annotations
+
+from textual.widgets import DataTable, Input
+from textual_plotext import PlotextPlot
+from tui_helpers import MIXED, make_app, settle, wait_for
+
+from batchtui.core.views import flip_cells, overview_span, topk_union, worst_flip
+from batchtui.core.visible import shown_token
+from batchtui.tui.heatmap import FLIP_MARKER, SELECTED_MARKER, Heatmap, HeatmapPlot
+from batchtui.tui.layers import LayersPane
+from batchtui.tui.prompt_screen import PromptScreen
+from batchtui.tui.settings_panel import OnOffCheckbox
+from batchtui.tui.status_line import StatusLine
+from batchtui.tui.sweep_screen import SweepScreen
+from batchtui.tui.texts_editor import TextsEditor
+from batchtui.tui.topk_pane import TopkPane
+
+LONG = "The quick brown fox jumps over the lazy dog. " * 12  # 540 tokens: wider than the heatmap
+FLIPPING = ["a", LONG, "Hello, world! How are you today?", "xyz"]
+
+
+def _figure(app) -> list[str]:
+    return str(app.query_one(HeatmapPlot).render()).split("\n")
+
+
+def _chart_text(widget) -> str:
+    return str(widget.render())
+
+
+async def test_worst_flip_key_and_the_top_k_chart_of_both_runs():
+    app = make_app(texts=FLIPPING)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        assert flip_cells(app.comparison)
+        await pilot.press("w")
+        assert app.selected == worst_flip(app.comparison)
+        pane = app.query_one(TopkPane)
+        assert not pane.display and app.query_one(LayersPane).display
+        await pilot.press("t")  # the chart takes the layers' place
+        await pilot.pause(0.2)
+        assert pane.display and not app.query_one(LayersPane).display
+        text, position = app.selected
+        assert f"text {app.comparison.texts[text].line} · position {position}" in pane.border_title
+        chart = _chart_text(pane.query_one(PlotextPlot))
+        rows = topk_union(app.comparison.texts[text].positions[position])
+        shown = [shown_token(row.token, 5)[:4] for row in rows[:3]]
+        assert all(label in chart for label in shown), (shown, chart)  # the tokens label the axis
+        await pilot.press("t")
+        assert not pane.display and app.query_one(LayersPane).display
+
+
+async def test_top_k_chart_at_80x24_takes_the_detail_place():
+    app = make_app(texts=FLIPPING)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app)
+        await pilot.press("w", "t")
+        await pilot.pause(0.2)
+        pane = app.query_one(TopkPane)
+        assert pane.display and not app.query_one("#detail").display
+        assert pane.region.height >= 8 and pane.region.right <= 80
+        await pilot.press("L")  # back to the detail
+        assert app.query_one("#detail").display and not pane.display
+
+
+async def test_a_long_text_is_shown_whole_then_zoomed_to_the_selection():
+    app = make_app(texts=["a", LONG])
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        heatmap = app.query_one(Heatmap)
+        longest = len(app.comparison.texts[1].positions)
+        await pilot.press("j")
+        assert f"all {longest}, " in heatmap.border_subtitle and "/cell" in heatmap.border_subtitle
+        span = heatmap._span
+        assert span == overview_span(longest, heatmap._columns()) > 1
+        await pilot.press("right")  # a step is a cell in the overview
+        assert app.selected == (1, span)
+        await pilot.press("end")
+        assert app.selected == (1, longest - 1)
+        line = _figure(app)[2]  # text 2's row: the marker sits in the last cell
+        label_width = len(str(max(t.line for t in app.comparison.texts)))
+        assert line.index(SELECTED_MARKER) == label_width + 1 + (longest - 1) // span
+        await pilot.press("z")  # zoom: one position per cell around the selection, the range named
+        assert heatmap._span == 1
+        subtitle = heatmap.border_subtitle
+        assert f"of {longest}" in subtitle and f"–{longest - 1} " in subtitle
+        await pilot.press("z")
+        assert heatmap._span == span
+
+
+async def test_first_frame_shows_every_text_and_the_marker_sits_on_its_cell():
+    for count in (8, 12, 120):
+        texts = [f"text {i} " + "word " * (i % 5) for i in range(count)]
+        app = make_app(texts=texts)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(pilot, app)
+            figure = _figure(app)
+            rows = [line for line in figure if "┤" in line]
+            visible = min(count, app.query_one(HeatmapPlot).size.height - 3)
+            assert len(rows) >= visible  # every row in view is drawn from the first frame
+            # The marker on a flip in the zoomed view stands exactly where the flip's glyph was drawn.
+            app.query_one(Heatmap).action_zoom()
+            flips = flip_cells(app.comparison)
+            if not flips:
+                continue
+            text, position = flips[len(flips) // 2]
+            app.select(text, position)
+            await pilot.pause(0.1)
+            plot = app.query_one(HeatmapPlot)
+            bare = str(plot._cache[1]).split("\n")
+            marked = _figure(app)
+            changed = [
+                (r, c) for r, (a, b) in enumerate(zip(bare, marked)) for c, (x, y) in enumerate(zip(a, b)) if x != y
+            ]
+            assert len(changed) == 1
+            row, column = changed[0]
+            assert bare[row][column] == FLIP_MARKER and marked[row][column] == SELECTED_MARKER
+            assert bare[row].split("┤")[0].strip() == str(app.comparison.texts[text].line)
+
+
+async def test_focus_and_checkboxes_are_visible_beyond_a_shade():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        box = app.query_one("#reference", OnOffCheckbox)
+        assert "✓" not in str(box.render())
+        box.focus()
+        await pilot.press("space")
+        await pilot.pause()
+        assert box.value and "✓" in str(box.render())
+        select = app.query_one("#dtype")
+        before = select.query_one("SelectCurrent").styles.background
+        select.focus()
+        await pilot.pause()
+        after = select.query_one("SelectCurrent").styles.background
+        assert before != after and abs(before.brightness - after.brightness) > 0.05
+
+
+async def test_switching_to_a_missing_model_says_so_and_keeps_the_texts(tmp_path):
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        source = app.query_one(TextsEditor).source()
+        await pilot.press("M")
+        assert isinstance(app.screen, PromptScreen)
+        app.screen.query_one(Input).value = str(tmp_path / "no-such-model")
+        await pilot.press("enter")
+        await settle(pilot, app)
+        status = str(app.query_one(StatusLine).render())
+        assert "last run failed" in status and "no-such-model" in status
+        assert app.query_one(TextsEditor).source() == source
+        await pilot.press("M")
+        app.screen.query_one(Input).value = "tiny"
+        await pilot.press("enter")
+        await settle(pilot, app)
+        assert app.settings.model == "tiny" and app.comparison.config["model"] == "tiny"
+        assert "failed" not in str(app.query_one(StatusLine).render())
+
+
+async def test_a_texts_file_replaces_the_texts_keeping_its_line_numbers(tmp_path):
+    texts = tmp_path / "prompts.txt"
+    texts.write_text("first prompt\n\nthird prompt\n", encoding="utf-8")
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        before = app.query_one(TextsEditor).source()
+        await pilot.press("ctrl+o")
+        app.screen.query_one(Input).value = str(tmp_path / "missing.txt")
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.query_one(TextsEditor).source() == before  # a bad file changes nothing
+        assert any("cannot read texts file" in n.message for n in app._notifications)
+        await pilot.press("ctrl+o")
+        app.screen.query_one(Input).value = str(texts)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.comparison and len(app.comparison.texts) == 2, "the file's run")
+        await settle(pilot, app)
+        assert [t.line for t in app.comparison.texts] == [1, 3]
+        assert [t.text for t in app.comparison.texts] == ["first prompt", "third prompt"]
+
+
+async def test_sweep_grid_is_set_in_the_app():
+    app = make_app(texts=MIXED[:2])
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        await pilot.press("S")
+        screen = app.screen
+        assert isinstance(screen, SweepScreen)
+        await wait_for(pilot, lambda: screen.cells is not None, "the default sweep")
+        screen.query_one("#sweep-batch-sizes", Input).value = "1,x"
+        screen.query_one("#sweep-batch-sizes", Input).focus()
+        await pilot.press("enter")
+        assert any("batch sizes" in n.message for n in app._notifications)
+        screen.query_one("#sweep-dtypes", Input).value = "float32"
+        screen.query_one("#sweep-batch-sizes", Input).value = "1,2"
+        first = screen.cells
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: screen.cells is not first, "the new grid")
+        assert [(c.dtype, c.batch_size) for c in screen.cells] == [("float32", 1), ("float32", 2)]
+        assert screen.query_one(DataTable).row_count == 2
+        legend = str(screen.query_one("#sweep-legend").render())
+        assert "float32" in legend
+
+
+async def test_per_module_view_labels_every_point():
+    app = make_app(texts=[LONG, "Hello, world! How are you today?"], modules=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        await pilot.press("j")  # the padded text: its modules diverge
+        layers = app.query_one(LayersPane)
+        assert layers.border_title.startswith("modules")
+        chart = _chart_text(layers)
+        assert all(mark in chart for mark in ("a", "m", "n", "L"))
+        assert "a attn" in layers.border_subtitle

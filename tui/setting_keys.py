@@ -1,0 +1,69 @@
+"""Keys that change what is run: dtype, padding, batch size, positions, attention, the model, the texts."""
+
+from __future__ import annotations
+
+from ..core.errors import BatchtuiError
+from ..core.settings import DTYPES, PADDING_SIDES, POSITION_MODES
+from ..core.texts import read_text_lines
+from .prompt_screen import PromptScreen
+from .settings_panel import BATCH_SIZES
+from .texts_editor import TextsEditor
+
+# The attention choices `a` cycles through: the model's default, then the two every model has.
+ATTENTION_CHOICES = (None, "sdpa", "eager")
+
+
+def next_in(values, current):
+    values = list(values)
+    return values[(values.index(current) + 1) % len(values)] if current in values else values[0]
+
+
+class SettingKeys:
+    """Mixed into the app: each key makes a new `Settings` and hands it to `_apply_settings`."""
+
+    def action_cycle_dtype(self) -> None:
+        self._apply_settings(self.settings.with_changes(dtype=next_in(DTYPES, self.settings.dtype)))
+
+    def action_toggle_padding(self) -> None:
+        side = next_in(PADDING_SIDES, self.settings.padding_side)
+        self._apply_settings(self.settings.with_changes(padding_side=side))
+
+    def action_toggle_positions(self) -> None:
+        positions = next_in(POSITION_MODES, self.settings.positions)
+        self._apply_settings(self.settings.with_changes(positions=positions))
+
+    def action_cycle_attention(self) -> None:
+        attn = next_in(ATTENTION_CHOICES, self.settings.attn)
+        self._apply_settings(self.settings.with_changes(attn=attn))
+
+    def action_cycle_batch_size(self) -> None:
+        size = next_in(BATCH_SIZES, self.settings.batch_size)
+        self._apply_settings(self.settings.with_changes(batch_size=size))
+
+    def action_switch_model(self) -> None:
+        """Another model by hub id or local path; a model that fails to load is said and the texts stay."""
+
+        def switch(model: str | None) -> None:
+            if model and model != self.settings.model:
+                self._apply_settings(self.settings.with_changes(model=model))
+
+        hint = "a hub id (Qwen/Qwen2.5-1.5B-Instruct), a local folder, or tiny · "
+        self.push_screen(PromptScreen("model", self.settings.model, hint), switch)
+
+    def action_open_texts(self) -> None:
+        """Replace the editor's texts with a file's lines (one text per line, blank lines kept so the line
+        numbers are the file's); a bad file changes nothing, and ctrl+z in the editor undoes the load."""
+
+        def load(path: str | None) -> None:
+            if not path:
+                return
+            try:
+                lines = read_text_lines(path)
+            except BatchtuiError as exc:
+                self.notify(str(exc), title="texts not loaded", severity="error")
+                return
+            self.query_one(TextsEditor).replace_texts(lines)
+            count = sum(1 for line in lines if line.strip())
+            self.notify(f"{count} texts from {path} (ctrl+z in the editor brings the previous ones back)")
+
+        self.push_screen(PromptScreen("texts file (one text per line)", "", "a path · "), load)

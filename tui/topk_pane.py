@@ -1,0 +1,68 @@
+"""Top-k disagreement at the selected position as a chart: every token either run ranks, its probability
+single and batched side by side."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Static
+from textual_plotext import PlotextPlot
+
+from ..core.comparison import Comparison
+from ..core.views import topk_union
+from ..core.visible import shown_token
+from .chart_colors import BATCHED, SINGLE, rich
+
+# Columns of the y axis and frame; a token label gets at least MIN_LABEL columns, at most MAX_LABEL.
+AXIS_WIDTH = 8
+MIN_LABEL, MAX_LABEL = 5, 10
+
+
+class TopkPane(Vertical):
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.border_title = "top-k"
+        self._shown: tuple | None = None
+
+    def compose(self) -> ComposeResult:
+        yield PlotextPlot(id="topk-chart")
+        legend = Text.assemble(("█", rich(SINGLE)), " single  ", ("█", rich(BATCHED)), " batched · p of each token")
+        yield Static(legend, id="topk-legend")
+
+    def show(self, comparison: Comparison | None, selected: tuple[int, int]) -> None:
+        self._shown = (comparison, selected)
+        if self.display:
+            self._draw()
+
+    def on_resize(self) -> None:
+        self._draw()
+
+    def on_show(self) -> None:
+        self._draw()
+
+    def _draw(self) -> None:
+        chart = self.query_one(PlotextPlot)
+        plt = chart.plt
+        plt.clear_figure()
+        if self._shown is None or self._shown[0] is None or not self._shown[0].texts:
+            chart.refresh()
+            return
+        comparison, (text, position) = self._shown
+        result = comparison.texts[text]
+        rows = topk_union(result.positions[position])
+        # As many tokens as keep their labels readable, most probable first; the title says how many.
+        room = max(chart.size.width - AXIS_WIDTH, 1)
+        fits = max(1, min(len(rows), room // (MIN_LABEL + 1)))
+        shown = rows[:fits]
+        label_width = min(MAX_LABEL, room // fits - 1)
+        labels = [shown_token(row.token, label_width) for row in shown]
+        plt.multiple_bar(
+            labels,
+            [[row.p_single for row in shown], [row.p_batched for row in shown]],
+            color=[SINGLE, BATCHED],
+        )
+        plt.ylim(0, max(max(row.p_single, row.p_batched) for row in shown) * 1.05 or 1)
+        which = "" if fits == len(rows) else f" · {fits} most probable of {len(rows)}"
+        self.border_title = f"top-k · text {result.line} · position {position}{which}"
+        chart.refresh()
