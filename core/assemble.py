@@ -49,7 +49,7 @@ def group_results(
     )
     ids = torch.cat([torch.tensor([i for ids in token_ids for i in ids]), stats.topk_batch_ids.flatten()])
     loaded.decode(torch.unique(torch.cat([ids, stats.topk_single_ids.flatten()])).tolist())
-    columns = _columns_by_text(stats, lengths)
+    columns = columns_by_text(stats, lengths)
     layer_columns = [c.tolist() for c in (hidden.max_abs_diff, hidden.rel_l2, hidden.bitwise_equal)]
     logits_rel_l2 = _per_text_rel_l2(stats.squared_diff, stats.squared_single, lengths)
     results = []
@@ -112,7 +112,7 @@ _FIELDS = (
 )
 
 
-def _columns_by_text(stats, lengths: list[int]) -> list[dict[str, tuple]]:
+def columns_by_text(stats, lengths: list[int]) -> list[dict[str, tuple]]:
     """Each stats column, converted to Python once for the chunk, then cut at the texts' lengths."""
     per_text = [{} for _ in lengths]
     for name in _FIELDS:

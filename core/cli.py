@@ -49,12 +49,13 @@ def parsed_and_guarded(parser, argv: list[str], body: Callable) -> int:
 def _commands() -> dict[str, Callable[[list[str], str], int]]:
     from .cli_bench import run_bench
     from .cli_check import run_check
+    from .cli_generate import run_generate
     from .cli_sweep import run_probe, run_sweep
 
-    return {"check": run_check, "sweep": run_sweep, "probe": run_probe, "bench": run_bench}
+    return {"check": run_check, "generate": run_generate, "sweep": run_sweep, "probe": run_probe, "bench": run_bench}
 
 
-COMMANDS = ("check", "sweep", "probe", "bench")
+COMMANDS = ("check", "generate", "sweep", "probe", "bench")
 PROG = "python -m batchtui.core"
 
 

@@ -77,18 +77,9 @@ def compare(
     loaded = load_model(settings)
     check_fits_model(settings, loaded)
     reference = load_reference_model(settings) if settings.reference else None
-    failure = None
-    try:
-        results = _run(texts, lines, settings, loaded, reference, progress, cancelled)
-    except RuntimeError as exc:
-        failure = _failure(exc, loaded)
-        if failure is None:
-            raise
-    if failure is not None:  # raised here, outside the handler, so the run's tensors are already freed
-        _release_memory(loaded.device)
-        raise failure
+    results = run_guarded(loaded, lambda: _run(texts, lines, settings, loaded, reference, progress, cancelled))
     return Comparison(
-        config=_config(settings, loaded),
+        config=resolved_config(settings, loaded),
         texts=tuple(replace(result, line=line) for result, line in zip(results, lines)),
         notes=loaded.notes,
         elapsed_s=time.perf_counter() - started,
@@ -104,6 +95,20 @@ def check_fits_model(settings: Settings, loaded: LoadedModel) -> None:
             f"max tokens {settings.max_tokens} is above the context of {loaded.name} ({loaded.max_tokens} "
             "positions): refused, as positions past it are not what the model was built for"
         )
+
+
+def run_guarded(loaded: LoadedModel, run: Callable[[], object]):
+    """`run()`, with running out of memory or a dtype the kernels lack turned into a user-facing error."""
+    failure = None
+    try:
+        return run()
+    except RuntimeError as exc:
+        failure = _failure(exc, loaded)
+        if failure is None:
+            raise
+    # Raised here, outside the handler, so the run's tensors are already freed.
+    _release_memory(loaded.device)
+    raise failure
 
 
 def _failure(exc: RuntimeError, loaded: LoadedModel) -> BatchtuiError | None:
@@ -219,7 +224,7 @@ def _reference_errors(
     )
 
 
-def _config(settings: Settings, loaded: LoadedModel) -> dict:
+def resolved_config(settings: Settings, loaded: LoadedModel) -> dict:
     config = settings.as_dict()
     config.update(device=loaded.device, dtype=loaded.dtype, attn=loaded.attn, dtype_requested=settings.dtype)
     config["pad_token_id"] = loaded.pad_token_id

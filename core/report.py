@@ -13,31 +13,31 @@ from .comparison import Comparison, LayerMetrics, PositionMetrics, TextResult, T
 from .safe_files import write_new, write_text
 
 
-def _number(value: float) -> float | None:
+def number(value: float) -> float | None:
     """JSON has no NaN or infinity; such a value is written as null."""
     return value if math.isfinite(value) else None
 
 
 def _top(tokens: tuple[TopToken, ...]) -> list[list]:
-    return [[t.id, t.token, _number(t.logit)] for t in tokens]
+    return [[t.id, t.token, number(t.logit)] for t in tokens]
 
 
-def _position(p: PositionMetrics) -> dict:
+def position_json(p: PositionMetrics) -> dict:
     return {
         "index": p.index,
         "token": p.token,
         "token_id": p.token_id,
-        "max_abs_diff": _number(p.max_abs_diff),
-        "mean_abs_diff": _number(p.mean_abs_diff),
-        "kl": _number(p.kl),
+        "max_abs_diff": number(p.max_abs_diff),
+        "mean_abs_diff": number(p.mean_abs_diff),
+        "kl": number(p.kl),
         "top1_flip": p.top1_flip,
-        "margin": _number(p.margin),
+        "margin": number(p.margin),
         "allclose": p.allclose,
-        "max_abs_diff_ulp": _number(p.max_abs_diff_ulp),
+        "max_abs_diff_ulp": number(p.max_abs_diff_ulp),
         "topk_batch": _top(p.topk_batch),
         "topk_single": _top(p.topk_single),
-        "topk_batch_probs": [_number(t.prob) for t in p.topk_batch],
-        "topk_single_probs": [_number(t.prob) for t in p.topk_single],
+        "topk_batch_probs": [number(t.prob) for t in p.topk_batch],
+        "topk_single_probs": [number(t.prob) for t in p.topk_single],
     }
 
 
@@ -46,8 +46,8 @@ def _hidden(metrics: tuple[LayerMetrics, ...], key: str) -> list[dict]:
         {
             key: m.layer,
             "index": m.index,
-            "max_abs_diff": _number(m.max_abs_diff),
-            "rel_l2": _number(m.rel_l2),
+            "max_abs_diff": number(m.max_abs_diff),
+            "rel_l2": number(m.rel_l2),
             "bitwise_equal": m.bitwise_equal,
             "kind": m.kind,
             "role": m.role,
@@ -65,12 +65,12 @@ def _text(t: TextResult) -> dict:
         extra["first_divergent_module"] = first_module.layer if first_module else None
     if t.decomposition is not None:
         extra["decomposition"] = {
-            k: _number(v) if isinstance(v, float) else v for k, v in asdict(t.decomposition).items()
+            k: number(v) if isinstance(v, float) else v for k, v in asdict(t.decomposition).items()
         }
     if t.reference is not None:
         extra["reference"] = {
-            "batched_vs_float64": _number(t.reference.batched),
-            "single_vs_float64": _number(t.reference.single),
+            "batched_vs_float64": number(t.reference.batched),
+            "single_vs_float64": number(t.reference.single),
         }
     return {
         "index": t.index,
@@ -80,13 +80,13 @@ def _text(t: TextResult) -> dict:
         "token_ids": list(t.token_ids),
         "allclose": t.allclose,
         "truncated": t.truncated,
-        "max_abs_diff": _number(t.max_abs_diff),
-        "kl_max": _number(t.kl_max),
+        "max_abs_diff": number(t.max_abs_diff),
+        "kl_max": number(t.kl_max),
         "top1_flips": t.top1_flips,
         "worst_position": t.worst_position,
-        "max_abs_diff_ulp": _number(t.max_abs_diff_ulp),
+        "max_abs_diff_ulp": number(t.max_abs_diff_ulp),
         "first_divergent_layer": first.layer if first else None,
-        "positions": [_position(p) for p in t.positions],
+        "positions": [position_json(p) for p in t.positions],
         "layers": _hidden(t.layers, "layer"),
         "routing_changes": [
             {
@@ -107,7 +107,7 @@ def summary_json(comparison: Comparison) -> dict:
     return {
         "texts": summary.texts,
         "diverged": summary.diverged,
-        "max_abs_diff": _number(summary.max_abs_diff),
+        "max_abs_diff": number(summary.max_abs_diff),
         "top1_flips": summary.top1_flips,
     }
 

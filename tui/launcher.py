@@ -42,7 +42,8 @@ def app_parser() -> OneLineParser:
     parser = OneLineParser(
         prog="batchtui",
         description="Explore batched-vs-single logit differences live. Without a subcommand it starts the app.",
-        epilog="subcommands: batchtui check (table, JSON, exit code for CI) · batchtui sweep (a grid of settings) · "
+        epilog="subcommands: batchtui check (table, JSON, exit code for CI) · batchtui generate (does batching "
+        "change the greedy continuation, and from which token) · batchtui sweep (a grid of settings) · "
         "batchtui probe (one Linear layer) · batchtui bench (cost against the bare passes); "
         "each has its own --help",
     )

@@ -1,0 +1,63 @@
+"""`batchtui generate`: does batching change the greedy continuation of each text, and from which token?"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .cli import EXIT_DIVERGED, EXIT_OK, parsed_and_guarded
+from .cli_options import (
+    OneLineParser,
+    add_common_options,
+    check_report_destination,
+    settings_from_args,
+    texts_from_args,
+)
+from .generation import DEFAULT_MAX_NEW_TOKENS
+
+
+def add_generation_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=DEFAULT_MAX_NEW_TOKENS,
+        metavar="N",
+        help=f"greedy tokens generated per text, both runs (default: {DEFAULT_MAX_NEW_TOKENS})",
+    )
+    parser.add_argument(
+        "--from-embeds", action="store_true", help="generate from inputs_embeds (the original report's path)"
+    )
+
+
+def run_generate(argv: list[str], prog: str = "batchtui generate") -> int:
+    parser = OneLineParser(
+        prog=prog,
+        description="Greedy-decode each text alone and inside its left-padded batch with transformers' generate "
+        "and report the first step where the continuations part. Exit 0 when every continuation is the same, "
+        "1 when any differs, 2 on bad input.",
+    )
+    add_common_options(parser)
+    add_generation_options(parser)
+    parser.add_argument("--json", metavar="PATH", help="write the full report to PATH ('-' for stdout)")
+    return parsed_and_guarded(parser, argv, _generate)
+
+
+def _generate(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    numbered = texts_from_args(args)
+    check_report_destination(args.json)
+    from .generation import generate_and_compare  # torch loads only once the arguments are known good
+    from .generation_report import format_generation_table, generation_json, generation_verdict
+    from .report import write_json
+
+    comparison = generate_and_compare(
+        numbered.texts, settings, args.max_new_tokens, args.from_embeds, lines=numbered.lines
+    )
+    if args.json:
+        write_json(generation_json(comparison), args.json)
+    out = sys.stderr if args.json == "-" else sys.stdout
+    print(format_generation_table(comparison), file=out)
+    for note in comparison.notes:
+        print(f"note: {note}", file=out)
+    print(generation_verdict(comparison), file=out)
+    return EXIT_DIVERGED if comparison.summary.differ else EXIT_OK

@@ -1,0 +1,83 @@
+"""What `generate_and_compare()` measured: each text's two greedy continuations and where they part."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from .comparison import PositionColumns, PositionMetrics
+
+
+@dataclass(frozen=True)
+class Continuation:
+    """The new tokens one run chose, up to and including the first end-of-sequence token."""
+
+    token_ids: tuple[int, ...]
+    text: str
+    ended_at_eos: bool
+
+
+@dataclass(frozen=True)
+class TextGeneration:
+    index: int
+    line: int  # the line the text came from, as in `TextResult.line`
+    text: str
+    prompt_tokens: int
+    truncated: bool
+    single: Continuation  # the text alone: batch of one, no padding
+    batched: Continuation  # the text's row of its left-padded chunk
+    # The first step (0 = the first new token) where the two runs chose different tokens; None if none.
+    split_step: int | None
+    # Per step up to the split (inclusive), the two runs' next-token logits compared like positions: the
+    # prefixes are the same there. After the split the runs read different prefixes: not comparable.
+    steps: PositionColumns
+
+    @property
+    def differs(self) -> bool:
+        return self.split_step is not None
+
+    @cached_property
+    def step_metrics(self) -> tuple[PositionMetrics, ...]:
+        return self.steps.rows()
+
+    @property
+    def split(self) -> PositionMetrics | None:
+        """The split step's numbers and both runs' top-k."""
+        return None if self.split_step is None else self.step_metrics[self.split_step]
+
+    @property
+    def near_tie(self) -> bool | None:
+        """At the split, the single run's top-1 margin was within 2·max|Δ|: rounding-sized differences
+        were enough to change the choice. None without a split."""
+        split = self.split
+        return None if split is None else split.margin <= 2 * split.max_abs_diff
+
+    @property
+    def max_abs_diff(self) -> float:
+        """The largest next-token max|Δ| over the comparable steps (up to the split)."""
+        return max(self.steps.max_abs_diff, default=0.0)
+
+
+@dataclass(frozen=True)
+class GenerationSummary:
+    texts: int
+    differ: int  # continuations that differ
+    near_ties: int  # of those, splits at a near-tie
+    max_abs_diff: float
+
+
+@dataclass(frozen=True)
+class GenerationComparison:
+    config: dict
+    texts: tuple[TextGeneration, ...]
+    notes: tuple[str, ...] = field(default=())
+    elapsed_s: float = 0.0
+
+    @property
+    def summary(self) -> GenerationSummary:
+        return GenerationSummary(
+            texts=len(self.texts),
+            differ=sum(t.differs for t in self.texts),
+            near_ties=sum(bool(t.near_tie) for t in self.texts),
+            max_abs_diff=max((t.max_abs_diff for t in self.texts), default=0.0),
+        )
