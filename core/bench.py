@@ -1,9 +1,11 @@
 """`batchtui bench`: what a comparison costs next to the forward passes it compares.
 
-Four methods on the same model and texts, interleaved over rounds, medians reported:
+Six methods on the same model and texts, interleaved over rounds, medians reported:
 (a) the floor: bare forward passes (one batched pass per chunk, one single pass per text);
 (b) the seed's script for every text: batched pass, its padded rows alone, torch.allclose;
-(c) compare() as the CLI runs it; (d) compare() with per-module localization.
+(c) compare() as the CLI runs it; (d) compare() with per-module localization;
+(e) the generation floor: bare greedy `generate` calls (one per left-padded chunk, one per text alone);
+(f) generate_and_compare() as `batchtui generate` runs it, on the same number of new tokens.
 Peak memory: on CUDA max_memory_allocated above what was allocated before (the weights); on the
 CPU the peak resident-set growth, sampled.
 """
@@ -20,6 +22,8 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from .engine import compare
+from .generation import generate_and_compare
+from .generation_result import DEFAULT_MAX_NEW_TOKENS
 from .models import LoadedModel, load_model
 from .runner import position_ids
 from .settings import Settings
@@ -79,6 +83,18 @@ def seed_script(loaded: LoadedModel, texts: list[str], settings: Settings) -> No
             for row in range(input_ids.shape[0]):
                 single = _forward(loaded, input_ids[row : row + 1], mask[row : row + 1], settings.positions)[0]
                 torch.allclose(batched[row], single, atol=settings.atol, rtol=settings.rtol)
+
+
+def generate_floor(loaded: LoadedModel, texts: list[str], settings: Settings, new_tokens: int) -> None:
+    """What a user runs to see the two continuations: greedy generate on each left-padded chunk and on
+    each text alone, nothing else."""
+    greedy = {"max_new_tokens": new_tokens, "do_sample": False, "pad_token_id": loaded.pad_token_id}
+    with torch.inference_mode():
+        for input_ids, mask in _chunks(loaded, texts, settings.with_changes(padding_side="left")):
+            loaded.model.generate(input_ids=input_ids, attention_mask=mask, **greedy)
+        for text in texts:
+            ids = torch.tensor([loaded.tokenizer(text)["input_ids"]], device=loaded.device)
+            loaded.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **greedy)
 
 
 def _synchronize(device: str) -> None:
@@ -166,7 +182,9 @@ class BenchResult:
 LARGE_VOCABULARY = 100_000
 
 
-def bench(texts: list[str], settings: Settings, rounds: int = 5, progress=None) -> BenchResult:
+def bench(
+    texts: list[str], settings: Settings, rounds: int = 5, progress=None, new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+) -> BenchResult:
     loaded = load_model(settings)
     device = loaded.device
     layer_settings = settings.with_changes(modules=True)
@@ -175,6 +193,8 @@ def bench(texts: list[str], settings: Settings, rounds: int = 5, progress=None) 
         "seed": lambda: seed_script(loaded, texts, settings),
         "compare": lambda: compare(texts, settings),
         "compare_layers": lambda: compare(texts, layer_settings),
+        "generate_floor": lambda: generate_floor(loaded, texts, settings, new_tokens),
+        "generate": lambda: generate_and_compare(texts, settings, new_tokens),
     }
     for fn in methods.values():  # warm-up: kernels, caches, the tokenizer's decode table
         fn()
@@ -210,6 +230,7 @@ def bench(texts: list[str], settings: Settings, rounds: int = 5, progress=None) 
         "compare_vs_floor": medians["compare"] / medians["floor"],
         "layers_vs_floor": medians["compare_layers"] / medians["floor"],
         "compare_vs_seed": medians["compare"] / medians["seed"],
+        "generate_vs_floor": medians["generate"] / medians["generate_floor"],
     }
     result.targets = _targets(result, texts, loaded)
     return result
@@ -222,12 +243,16 @@ def _target(name: str, value: float, limit: float) -> dict:
 def _targets(result: BenchResult, texts: list[str], loaded: LoadedModel) -> list[dict]:
     r = result.ratios
     if result.model == "tiny":  # fixed per-call costs weigh more on a tiny model
-        targets = [_target("compare_vs_floor", r["compare_vs_floor"], 1.25)]
+        targets = [
+            _target("compare_vs_floor", r["compare_vs_floor"], 1.25),
+            _target("generate_vs_floor", r["generate_vs_floor"], 1.25),
+        ]
     else:
         targets = [
             _target("compare_vs_floor", r["compare_vs_floor"], 1.10),
             _target("compare_vs_seed", r["compare_vs_seed"], 1.05),
             _target("layers_vs_floor", r["layers_vs_floor"], 1.30),
+            _target("generate_vs_floor", r["generate_vs_floor"], 1.15),
         ]
     longest = max(len(loaded.tokenizer(t)["input_ids"]) for t in texts)
     chunk_logits = min(result.batch_size, len(texts)) * longest * result.vocab_size * 4

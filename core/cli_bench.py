@@ -8,12 +8,17 @@ import sys
 from .cli import EXIT_DIVERGED, EXIT_OK, parsed_and_guarded
 from .cli_options import OneLineParser, check_report_destination
 from .errors import InputError
+from .generation_result import DEFAULT_MAX_NEW_TOKENS
 from .plain_text import format_columns
 from .settings import DEFAULT_MODEL, DTYPES, PADDING_SIDES, POSITION_MODES, Settings
 
 
 def run_bench(argv: list[str], prog: str = "batchtui bench") -> int:
-    parser = OneLineParser(prog=prog, description="Time compare() against the bare forward passes it compares.")
+    parser = OneLineParser(
+        prog=prog,
+        description="Time compare() against the bare forward passes it compares, and generate mode against "
+        "the bare generate calls.",
+    )
     parser.add_argument("--model", default=DEFAULT_MODEL, help="built-in name, local path or Hub id")
     parser.add_argument("--dtype", default="auto", choices=DTYPES, help="weights' dtype")
     parser.add_argument("--device", default="auto", help="cuda, mps, cpu...")
@@ -26,14 +31,17 @@ def run_bench(argv: list[str], prog: str = "batchtui bench") -> int:
     parser.add_argument("--max-tokens", type=int, default=128, help="longest text")
     parser.add_argument("--batch-size", type=int, default=8, help="texts per batched pass")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds; medians are printed")
+    parser.add_argument(
+        "--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS, metavar="N", help="new tokens per generate"
+    )
     parser.add_argument("--trust-remote-code", action="store_true", help="run the checkpoint's own Python code")
     parser.add_argument("--json", metavar="PATH", help="write the figures to PATH ('-' for stdout)")
     return parsed_and_guarded(parser, argv, _bench)
 
 
 def _bench(args: argparse.Namespace) -> int:
-    if args.texts < 1 or args.rounds < 1 or not 1 <= args.min_tokens <= args.max_tokens:
-        raise InputError("texts and rounds must be at least 1, and 1 <= min-tokens <= max-tokens")
+    if args.texts < 1 or args.rounds < 1 or args.max_new_tokens < 1 or not 1 <= args.min_tokens <= args.max_tokens:
+        raise InputError("texts, rounds and new tokens must be at least 1, and 1 <= min-tokens <= max-tokens")
     settings = Settings(
         model=args.model,
         dtype=args.dtype,
@@ -51,7 +59,13 @@ def _bench(args: argparse.Namespace) -> int:
 
     texts = workload(load_model(settings).tokenizer, args.texts, args.min_tokens, args.max_tokens)
     out = sys.stderr if args.json == "-" else sys.stdout
-    result = bench(texts, settings, args.rounds, progress=lambda d, t: print(f"round {d}/{t}", file=sys.stderr))
+    result = bench(
+        texts,
+        settings,
+        args.rounds,
+        progress=lambda d, t: print(f"round {d}/{t}", file=sys.stderr),
+        new_tokens=args.max_new_tokens,
+    )
     print(
         f"{result.model} · {result.dtype} on {result.device} · {result.texts} texts, {result.tokens} tokens, "
         f"batch size {result.batch_size} · vocabulary {result.vocab_size} · median of {result.rounds} rounds",

@@ -13,7 +13,7 @@ from .cli_options import (
     settings_from_args,
     texts_from_args,
 )
-from .generation import DEFAULT_MAX_NEW_TOKENS
+from .generation_result import DEFAULT_MAX_NEW_TOKENS
 
 
 def add_generation_options(parser: argparse.ArgumentParser) -> None:

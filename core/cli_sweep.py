@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import asdict
+from functools import partial
 
 from .cli import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OK, parsed_and_guarded
+from .cli_generate import add_generation_options
 from .cli_options import (
     OneLineParser,
     add_common_options,
@@ -15,7 +17,7 @@ from .cli_options import (
     texts_from_args,
 )
 from .errors import InputError
-from .plain_text import SWEEP_HEADER, format_columns, format_float, sweep_row
+from .plain_text import GENERATE_SWEEP_HEADER, SWEEP_HEADER, format_columns, format_float, sweep_row
 from .settings import Settings
 from .sweep import parse_batch_sizes, parse_names
 
@@ -53,8 +55,9 @@ def _progress_bar(done: int, total: int, label: str) -> None:
 def run_sweep(argv: list[str], prog: str = "batchtui sweep") -> int:
     parser = OneLineParser(
         prog=prog,
-        description="Run the comparison over a grid of settings. Exit 0 when every cell is allclose, 1 when "
-        "a cell diverged, 2 on bad input or when a cell could not run.",
+        description="Run the comparison (or, with --generate, greedy generation) over a grid of settings. Exit 0 "
+        "when every cell is allclose (every continuation the same), 1 when a cell diverged, 2 on bad input or "
+        "when a cell could not run.",
     )
     add_common_options(parser)
     parser.add_argument("--dtypes", type=_names, default=["bfloat16", "float32"], help="default: bfloat16,float32")
@@ -62,6 +65,12 @@ def run_sweep(argv: list[str], prog: str = "batchtui sweep") -> int:
     parser.add_argument("--attns", type=_names, default=["default"], help="e.g. sdpa,eager (default: the model's)")
     parser.add_argument("--padding-sides", type=_names, default=["left", "right"], help="default: left,right")
     parser.add_argument("--json", metavar="PATH", help="write the result matrix to PATH ('-' for stdout)")
+    parser.add_argument(
+        "--generate",
+        action="store_true",
+        help="count continuations that differ per cell (greedy generate, left padding) instead of logits",
+    )
+    add_generation_options(parser)
     return parsed_and_guarded(parser, argv, _sweep)
 
 
@@ -71,10 +80,16 @@ def _sweep(args: argparse.Namespace) -> int:
     check_report_destination(args.json)
     from .sweep import sweep, sweep_grid
 
-    grid = sweep_grid(settings, args.dtypes, args.batch_sizes, args.attns, args.padding_sides)
+    padding_sides = ["left"] if args.generate else args.padding_sides  # generation pads on the left
+    grid = sweep_grid(settings, args.dtypes, args.batch_sizes, args.attns, padding_sides)
     for cell in grid:
         cell.validated()
-    from .engine import compare
+    if args.generate:
+        from .generation import generate_and_compare
+
+        compare = partial(generate_and_compare, max_new_tokens=args.max_new_tokens, from_embeds=args.from_embeds)
+    else:
+        from .engine import compare
 
     def progress(done, total, cell):
         _progress_bar(done, total, f"{cell.dtype} bs={cell.batch_size} {cell.attn or 'default'} {cell.padding_side}")
@@ -82,14 +97,15 @@ def _sweep(args: argparse.Namespace) -> int:
     cells = sweep(texts, grid, compare, progress=progress)
     out = sys.stderr if args.json == "-" else sys.stdout
     rows = [sweep_row(c) for c in cells]
-    print(format_columns(SWEEP_HEADER, rows, left={0, 2, 3, 7}), file=out)
+    header = GENERATE_SWEEP_HEADER if args.generate else SWEEP_HEADER
+    print(format_columns(header, rows, left={0, 2, 3, 7}), file=out)
     if args.json:
         from .report import write_json
 
         write_json({"config": settings.as_dict(), "texts": texts, "cells": [asdict(c) for c in cells]}, args.json)
     if any(cell.error for cell in cells):
         return EXIT_BAD_INPUT
-    return EXIT_DIVERGED if any(cell.diverged for cell in cells) else EXIT_OK
+    return EXIT_DIVERGED if any(cell.diverged or cell.differ for cell in cells) else EXIT_OK
 
 
 def run_probe(argv: list[str], prog: str = "batchtui probe") -> int:

@@ -20,14 +20,13 @@ from .assemble import columns_by_text
 from .comparison import PositionColumns
 from .engine import CancelledFn, ProgressFn, check_fits_model, resolved_config, run_guarded, total_passes
 from .errors import Cancelled, InputError
-from .generation_result import Continuation, GenerationComparison, TextGeneration
+from .generation_result import DEFAULT_MAX_NEW_TOKENS, Continuation, GenerationComparison, TextGeneration
 from .metrics import position_stats
 from .models import LoadedModel, load_model
 from .runner import Runner
 from .settings import Settings
 from .texts import validate_texts
 
-DEFAULT_MAX_NEW_TOKENS = 32
 GENERATION_PADDING = "left"  # new tokens follow the prompt: right padding would put them after the pads
 
 
@@ -169,7 +168,8 @@ class _Generation:
             self.settings.rtol,
         )
         top_ids = torch.cat([stats.topk_batch_ids.flatten(), stats.topk_single_ids.flatten()]).tolist()
-        self.loaded.decode(sorted({*fed, *top_ids}))
+        chosen = [*batched_run.token_ids, *single_run.token_ids]  # the views show continuations token by token
+        self.loaded.decode(sorted({*fed, *top_ids, *chosen}))
         columns = columns_by_text(stats, [compared])[0]
         return TextGeneration(
             index=index,

@@ -7,6 +7,8 @@ from functools import cached_property
 
 from .comparison import PositionColumns, PositionMetrics
 
+DEFAULT_MAX_NEW_TOKENS = 32
+
 
 @dataclass(frozen=True)
 class Continuation:

@@ -126,6 +126,7 @@ def format_remedies(outcomes) -> str:
 
 
 SWEEP_HEADER = ("dtype", "batch", "attn", "padding", "diverged", "max|Δ|", "flips", "error")
+GENERATE_SWEEP_HEADER = ("dtype", "batch", "attn", "padding", "differ", "max|Δ|", "near-ties", "error")
 
 
 def sweep_row(cell) -> tuple[str, ...]:
@@ -135,8 +136,14 @@ def sweep_row(cell) -> tuple[str, ...]:
         str(cell.batch_size),
         cell.attn,
         cell.padding_side,
-        "-" if cell.diverged is None else f"{cell.diverged}/{cell.texts}",
+        _out_of(cell.differ if cell.differ is not None else cell.diverged, cell.texts),
         "-" if cell.max_abs_diff is None else format_float(cell.max_abs_diff),
-        "-" if cell.top1_flips is None else str(cell.top1_flips),
+        _out_of(cell.near_ties if cell.differ is not None else cell.top1_flips),
         cell.error or "",
     )
+
+
+def _out_of(count: int | None, total: int | None = None) -> str:
+    if count is None:
+        return "-"
+    return str(count) if total is None else f"{count}/{total}"

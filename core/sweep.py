@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .errors import BatchtuiError, Cancelled, InputError
+from .generation_result import GenerationSummary
 from .settings import Settings
 
 
@@ -17,10 +18,13 @@ class SweepCell:
     attn: str
     padding_side: str
     texts: int
-    diverged: int | None  # None when the cell could not run (see error)
-    max_abs_diff: float | None
+    diverged: int | None  # None when the cell could not run (see error), or in generate mode
+    max_abs_diff: float | None  # in generate mode, of the next-token logits up to each split
     top1_flips: int | None
     error: str | None = None
+    # Generate mode (`sweep --generate`): continuations that differ, and of those, splits at a near-tie.
+    differ: int | None = None
+    near_ties: int | None = None
 
 
 def parse_names(value: str) -> list[str]:
@@ -53,7 +57,7 @@ def sweep_grid(settings: Settings, dtypes, batch_sizes, attns, padding_sides) ->
 def sweep(
     texts: list[str],
     grid: list[Settings],
-    compare_fn,
+    compare_fn,  # compare, or generate_and_compare (generate mode)
     progress: Callable[[int, int, Settings], None] | None = None,
     cancelled: Callable[[], bool] | None = None,
 ) -> list[SweepCell]:
@@ -63,9 +67,7 @@ def sweep(
             raise Cancelled("sweep cancelled")
         try:
             result = compare_fn(texts, cell_settings, cancelled=cancelled)
-            s = result.summary
-            attn = result.config["attn"]
-            cells.append(_cell(cell_settings, attn, len(texts), s.diverged, s.max_abs_diff, s.top1_flips))
+            cells.append(_cell(cell_settings, result.config["attn"], len(texts), **_counts(result.summary)))
         except Cancelled:
             raise
         except BatchtuiError as exc:  # one cell that cannot run (a dtype the device lacks) is reported
@@ -75,7 +77,13 @@ def sweep(
     return cells
 
 
-def _cell(settings: Settings, attn: str, texts: int, diverged=None, max_abs=None, flips=None, error=None) -> SweepCell:
-    return SweepCell(
-        settings.dtype, settings.batch_size, attn, settings.padding_side, texts, diverged, max_abs, flips, error
-    )
+def _counts(summary) -> dict:
+    """A cell's figures from a comparison's summary, or from a generation's."""
+    if isinstance(summary, GenerationSummary):
+        return {"differ": summary.differ, "near_ties": summary.near_ties, "max_abs_diff": summary.max_abs_diff}
+    return {"diverged": summary.diverged, "max_abs_diff": summary.max_abs_diff, "top1_flips": summary.top1_flips}
+
+
+def _cell(settings: Settings, attn: str, texts: int, **figures) -> SweepCell:
+    figures = {"diverged": None, "max_abs_diff": None, "top1_flips": None, **figures}
+    return SweepCell(settings.dtype, settings.batch_size, attn, settings.padding_side, texts, **figures)

@@ -3,7 +3,7 @@
 # Runs from the repository root in well under 5 minutes on one H100/H200 and writes its JSON under
 # $OUT (default ./gpu-check): the seed's a,b,c case and 32 texts x 128 tokens on
 # tiny-qwen2.5-1.5b-shape in bf16, with sdpa and eager, `check` (with --layers --decompose and the
-# remedies) and `bench`.
+# remedies), `generate` (continuations batched vs alone), `sweep --generate` and `bench` (its generate row).
 set -uo pipefail
 OUT="${OUT:-gpu-check}"
 mkdir -p "$OUT"
@@ -28,6 +28,10 @@ for attn in sdpa eager; do
       --batch-size 8 --layers --decompose --json "$OUT/check-32x128-$attn.json" \
       --remedy tf32-off --remedy reduced-precision-off --remedy deterministic --remedy float32 --remedy batch-invariant
 done
+run python -m core generate --texts-file "$OUT/texts-32x128.txt" --model $MODEL --dtype bfloat16 \
+    --batch-size 8 --max-new-tokens 32 --json "$OUT/generate-32x128.json"
+run python -m core sweep --generate --texts-file "$OUT/texts-32x128.txt" --model $MODEL --dtypes bfloat16 \
+    --batch-sizes 1,8,32 --max-new-tokens 32 --json "$OUT/sweep-generate.json"
 run python -m core sweep --texts-file "$OUT/texts-32x128.txt" --model $MODEL --dtypes bfloat16,float32 \
     --batch-sizes 1,2,4,8,16,32 --attns sdpa,eager --padding-sides left --json "$OUT/sweep.json"
 run python -m core probe --repeats 3 --json "$OUT/probe.json"

@@ -10,11 +10,13 @@ from batchtui.core.settings import Settings
 
 def test_bench_json_has_ratios_and_targets(tmp_path):
     out = tmp_path / "bench.json"
-    code = run_bench(["--texts", "3", "--min-tokens", "4", "--max-tokens", "9", "--rounds", "1", "--json", str(out)])
+    args = ["--texts", "3", "--min-tokens", "4", "--max-tokens", "9", "--rounds", "1", "--max-new-tokens", "4"]
+    code = run_bench([*args, "--json", str(out)])
     data = json.loads(out.read_text())
-    assert set(data["ratios"]) >= {"compare_vs_floor", "layers_vs_floor", "compare_vs_seed"}
+    assert set(data["ratios"]) >= {"compare_vs_floor", "layers_vs_floor", "compare_vs_seed", "generate_vs_floor"}
     assert data["ratios"]["compare_vs_floor"] == data["seconds"]["compare"] / data["seconds"]["floor"]
-    assert [t["name"] for t in data["targets"]] == ["compare_vs_floor"]  # the tiny model's target
+    assert data["ratios"]["generate_vs_floor"] == data["seconds"]["generate"] / data["seconds"]["generate_floor"]
+    assert [t["name"] for t in data["targets"]] == ["compare_vs_floor", "generate_vs_floor"]  # the tiny model's
     for target in data["targets"]:
         assert {"name", "value", "limit", "pass"} <= target.keys()
         assert target["pass"] == (target["value"] <= target["limit"])

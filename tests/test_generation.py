@@ -5,6 +5,7 @@ other architectures; the invariants (batch size 1, float64) and a split forced w
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -186,3 +187,53 @@ def test_cli_says_a_split_and_exits_1(tiny_path, tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 1
     assert "continuations differ" in out and not out.startswith("0 of")
+
+
+def test_views_mark_the_shared_prefix_the_split_and_what_follows(tiny_path):
+    from batchtui.core.generation_views import continuation_tokens, describe_split, step_curve
+
+    settings = Settings(model=str(tiny_path), dtype="float64", batch_size=4)
+    with batch_variant(settings, amplitude=2e-3):
+        comparison = generate_and_compare(TEXTS, settings, NEW)
+    for t in comparison.texts:
+        for run in ("single", "batched"):
+            tokens = continuation_tokens(t, run)
+            assert len(tokens) == len(getattr(t, run).token_ids)
+            states = [token.state for token in tokens]
+            if t.differs:
+                assert states == ["shared"] * t.split_step + ["split"] + ["after"] * (len(tokens) - t.split_step - 1)
+                assert describe_split(t).startswith(f"split at step {t.split_step}")
+            else:
+                assert set(states) <= {"shared"} and describe_split(t) == f"same for {len(tokens)} tokens"
+        curve = step_curve(t)
+        assert len(curve.steps) == len(t.step_metrics)
+        for value, p in zip(curve.log10_max_abs_diff, t.step_metrics):
+            assert value is None if p.max_abs_diff == 0 else value == pytest.approx(math.log10(p.max_abs_diff))
+
+
+def test_sweep_generate_counts_differing_continuations(tiny_path, capsys):
+    from batchtui.core.cli_sweep import run_sweep
+
+    args = ["--model", str(tiny_path), "--generate", "--max-new-tokens", "6", "--dtypes", "float32"]
+    assert run_sweep([*args, "--batch-sizes", "1", *TEXTS]) == 0
+    out = capsys.readouterr().out
+    assert "differ" in out and "near-ties" in out and f"0/{len(TEXTS)}" in out
+    settings = Settings(model=str(tiny_path), dtype="float64")
+    with batch_variant(settings, amplitude=2e-3):
+        code = run_sweep(
+            [
+                "--model",
+                str(tiny_path),
+                "--generate",
+                "--max-new-tokens",
+                str(NEW),
+                "--dtypes",
+                "float64",
+                "--batch-sizes",
+                "1,4",
+                *TEXTS,
+            ]
+        )
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines()[2:]]
+    assert code == 1 and rows[0][4] == f"0/{len(TEXTS)}" and rows[1][4] != f"0/{len(TEXTS)}"

@@ -20,15 +20,18 @@ from ..core.comparison import Comparison
 from ..core.errors import BatchtuiError, Cancelled
 from ..core.settings import Settings
 from ..core.texts import NumberedTexts
-from ..core.views import SUMMARY_ORDERS, clamp_cell, describe_outcome, next_divergent, next_flip, worst_flip
+from ..core.views import SUMMARY_ORDERS, clamp_cell, describe_outcome
 from ..core.visible import literal_lines
 from .daemon_executor import DaemonThreadExecutor
 from .detail import DetailPane
-from .engine_calls import failure_message
+from .engine_calls import post_outcome
+from .generation_pane import GenerationPane
+from .generation_runs import GenerationRuns
 from .heatmap import Heatmap
 from .help_screen import HelpScreen
 from .layers import LayersPane
 from .messages import ComparisonReady, RunFailed, RunProgress
+from .navigation_keys import NavigationKeys
 from .output_actions import OutputActions, SessionSaver
 from .setting_keys import SettingKeys, next_in
 from .settings_panel import SettingsPanel
@@ -49,7 +52,7 @@ def _leave_a_core_for_the_ui() -> None:
         torch.set_num_threads(cores - 1)
 
 
-class BatchtuiApp(SettingKeys, OutputActions, App[None]):
+class BatchtuiApp(GenerationRuns, NavigationKeys, SettingKeys, OutputActions, App[None]):
     CSS_PATH = "app.tcss"
     TITLE = "batchtui"
     # Screen classes the stylesheet uses to fit 80x24 as well as 120x40 and larger.
@@ -71,6 +74,7 @@ class BatchtuiApp(SettingKeys, OutputActions, App[None]):
         Binding("o", "toggle_positions", "Positions", show=False),
         Binding("a", "cycle_attention", "Attention", show=False),
         Binding("t", "toggle_topk", "Top-k chart"),
+        Binding("c", "toggle_generation", "Continuations"),
         Binding("L", "toggle_layers", "Detail/layers", key_display="L"),
         Binding("s", "cycle_summary_order", "Sort summary", show=False),
         Binding("m", "toggle_module_view", "Layers/modules"),
@@ -126,6 +130,7 @@ class BatchtuiApp(SettingKeys, OutputActions, App[None]):
                 yield DetailPane(id="detail")
                 yield LayersPane(id="layers")
                 yield TopkPane(id="topk")
+                yield GenerationPane(id="generation")
         yield StatusLine(id="status")
         yield Footer()
 
@@ -149,6 +154,7 @@ class BatchtuiApp(SettingKeys, OutputActions, App[None]):
         editor = self.query_one(TextsEditor)
         self._run_text = editor.text
         numbered, blank = editor.numbered()
+        self._run_numbered, self._run_settings = numbered, self.settings  # what the generation view runs on
         if not numbered.texts:
             self.notify("no texts to compare: type one per line", severity="warning")
             return
@@ -167,29 +173,24 @@ class BatchtuiApp(SettingKeys, OutputActions, App[None]):
         def stale() -> bool:
             return worker.is_cancelled or generation != self.generation
 
-        try:
+        def run() -> Comparison:
             from ..core.engine import compare, passes_per_text, running_stage  # torch loads here, off the UI thread
             from ..core.models import load_model
 
             _leave_a_core_for_the_ui()
-
             self.post_message(RunProgress(generation, f"loading the model {settings.model}"))
             load_model(settings)
             if stale():
-                return
+                raise Cancelled("a newer run started while the model loaded")
 
             def progress(done: int, total: int) -> None:
                 stage = running_stage(done, len(texts), settings.batch_size, passes_per_text(settings))
                 self.post_message(RunProgress(generation, stage))
 
             progress(0, 0)
-            comparison = compare(texts, settings, progress=progress, cancelled=stale, lines=numbered.lines)
-        except Cancelled:
-            return
-        except Exception as exc:  # noqa: BLE001 - the app must survive anything the engine raises
-            self.post_message(RunFailed(generation, failure_message(exc)))
-        else:
-            self.post_message(ComparisonReady(generation, comparison))
+            return compare(texts, settings, progress=progress, cancelled=stale, lines=numbered.lines)
+
+        post_outcome(self, generation, run, ComparisonReady, RunFailed)
 
     def on_run_progress(self, message: RunProgress) -> None:
         if message.generation == self.generation:
@@ -220,6 +221,8 @@ class BatchtuiApp(SettingKeys, OutputActions, App[None]):
             self.notify(note, severity="warning")
         self.query_one(SummaryTable).show(comparison, self.selected[0], self.summary_order)
         self.select(*self.selected)
+        if self.generation_view:
+            self.start_generation()
 
     def _show_setup(self, dtype: str, device: str) -> None:
         s = self.settings
@@ -237,6 +240,7 @@ class BatchtuiApp(SettingKeys, OutputActions, App[None]):
         self.query_one(LayersPane).show(self.comparison, self.selected[0], self.module_view)
         self.query_one(TopkPane).show(self.comparison, self.selected)
         self.query_one(SummaryTable).select_text(self.selected[0])
+        self.show_generation()
 
     def on_heatmap_move(self, message: Heatmap.Move) -> None:
         self.select(self.selected[0] + message.texts, self.selected[1] + message.positions)
@@ -247,43 +251,6 @@ class BatchtuiApp(SettingKeys, OutputActions, App[None]):
         text = self.query_one(SummaryTable).text_at(event.cursor_row)
         if event.data_table.has_focus and text != self.selected[0]:
             self.select(text, self.selected[1])
-
-    def _jump(self, finder, forward: bool, none_found: str) -> None:
-        """Select the next (or previous) cell `finder` gives after the selection, or say there is none."""
-        if self.comparison is None:
-            return
-        cell = finder(self.comparison, *self.selected, forward=forward)
-        if cell is None:
-            self.notify(none_found)
-        else:
-            self.select(*cell)
-
-    def action_next_flip(self, forward: bool = True) -> None:
-        self._jump(next_flip, forward, "no top-1 flip: every position predicts the same token batched and alone")
-
-    def action_worst_flip(self) -> None:
-        """The flip with the largest max|Δ| in any text (or, with none, the worst divergent position)."""
-        if self.comparison is not None:
-            cell = worst_flip(self.comparison)
-            if cell is None:
-                self.notify("no divergent position: every position is allclose with no top-1 flip")
-            else:
-                self.select(*cell)
-
-    def action_previous_flip(self) -> None:
-        self.action_next_flip(forward=False)
-
-    def action_next_divergent(self, forward: bool = True) -> None:
-        self._jump(next_divergent, forward, "no divergent position: every position is allclose with no top-1 flip")
-
-    def action_previous_divergent(self) -> None:
-        self.action_next_divergent(forward=False)
-
-    def action_next_text(self) -> None:
-        self.select(self.selected[0] + 1, self.selected[1])
-
-    def action_previous_text(self) -> None:
-        self.select(self.selected[0] - 1, self.selected[1])
 
     # -- inputs and settings -------------------------------------------------------------
 

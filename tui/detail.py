@@ -3,20 +3,17 @@ side by side."""
 
 from __future__ import annotations
 
-from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
 
-from ..core.comparison import Comparison, PositionMetrics, TextResult, TopToken
+from ..core.comparison import Comparison, PositionMetrics, TextResult
 from ..core.plain_text import format_float
 from ..core.views import routing_changes_at, token_strip
 from ..core.visible import literal, shown_token
 from .heatmap import BUCKET_COLORS
-
-# Content width below which the top-k table uses its compact form.
-NARROW_PANE = 50
+from .topk_table import topk_table
 
 
 def detail_title(line: int, position: int) -> str:
@@ -57,7 +54,7 @@ class DetailPane(Vertical):
             topk.styles.height = topk_rows
         numbers.update(content, layout=resize)
         self.query_one("#detail-strip", Static).update(self._strip(result, position))
-        topk.update(self._topk_table(metrics), layout=resize)
+        topk.update(topk_table(metrics, self.content_size.width, self._color("warning")), layout=resize)
 
     def _strip(self, result: TextResult, position: int) -> Text:
         """The text's tokens around the selection, each in its heatmap colour, flips marked, the selected
@@ -122,23 +119,3 @@ class DetailPane(Vertical):
 
     def _color(self, name: str) -> str:
         return self.app.theme_variables.get(name, "white")
-
-    def _topk_table(self, p: PositionMetrics) -> Table:
-        # At 80 columns the pane is ~38 wide: shorter tokens and logits keep every column on screen.
-        narrow = self.content_size.width < NARROW_PANE
-        table = Table(box=None, padding=(0, 1), show_edge=False, expand=False)
-        for header in ("#", "batched", "logit", "single", "logit"):
-            table.add_column(header, justify="right" if header in ("#", "logit") else "left", no_wrap=True)
-        for rank, (b, s) in enumerate(zip(p.topk_batch, p.topk_single)):
-            table.add_row(str(rank + 1), *self._cells(b, rank, narrow), *self._cells(s, rank, narrow))
-        return table
-
-    def _cells(self, token: TopToken, rank: int, narrow: bool) -> tuple[Text, Text]:
-        # A token whose rank differs in the other run (or that is absent there) is highlighted.
-        moved = token.rank_in_other != rank
-        style = f"bold {self._color('warning')}" if moved else ""
-        shown = Text(shown_token(token.token, 5 if narrow else 8), style=style)
-        if moved:
-            other = "+" if token.rank_in_other is None else str(token.rank_in_other + 1)
-            shown.append(f" {other}" if narrow else (" new" if other == "+" else f" ({other})"), style=style)
-        return shown, Text(f"{token.logit:.2f}" if narrow else f"{token.logit:.3f}", style=style)

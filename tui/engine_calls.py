@@ -27,3 +27,16 @@ def call_engine(app: App, work: Callable[[], object], on_result: Callable[[objec
         app.call_from_thread(app.notify, failure_message(exc), severity="error", markup=False)
         return
     app.call_from_thread(on_result, result)
+
+
+def post_outcome(app: App, generation: int, work: Callable[[], object], ready, failed) -> None:
+    """Run `work` (in the calling worker thread) and post `ready(generation, result)` to the app, or
+    `failed(generation, message)`; a cancelled (stale) run posts nothing."""
+    try:
+        result = work()
+    except Cancelled:
+        return
+    except Exception as exc:  # noqa: BLE001 - the app must survive anything the engine raises
+        app.post_message(failed(generation, failure_message(exc)))
+        return
+    app.post_message(ready(generation, result))

@@ -1,10 +1,11 @@
-"""Messages the comparison worker posts to the app; each carries the run's generation number."""
+"""Messages the comparison and generation workers post to the app; each carries the run's generation number."""
 
 from __future__ import annotations
 
 from textual.message import Message
 
 from ..core.comparison import Comparison
+from ..core.generation_result import GenerationComparison
 
 
 class RunProgress(Message):
@@ -22,6 +23,22 @@ class ComparisonReady(Message):
 
 
 class RunFailed(Message):
+    def __init__(self, generation: int, message: str) -> None:
+        super().__init__()
+        self.generation = generation
+        self.message = message
+
+
+class GenerationReady(Message):
+    def __init__(self, generation: int, result: GenerationComparison) -> None:
+        super().__init__()
+        self.generation = generation
+        self.result = result
+
+
+class GenerationFailed(Message):
+    """A generation run that failed; the comparison before it stands."""
+
     def __init__(self, generation: int, message: str) -> None:
         super().__init__()
         self.generation = generation

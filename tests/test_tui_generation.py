@@ -1,0 +1,85 @@
+"""The generation view (`c`): every text's split or `same`, both continuations with the split marked, the
+per-step curve and the split's top-k; re-run after each comparison, stale runs never shown."""
+
+from __future__ import annotations
+
+from textual.widgets import DataTable
+from tui_helpers import batch_variant, make_app, settle, wait_for
+
+from batchtui.core import Settings
+from batchtui.core.generation_views import continuation_tokens
+from batchtui.core.visible import literal
+from batchtui.tui.generation_pane import GenerationPane
+from batchtui.tui.heatmap import Heatmap
+from batchtui.tui.help_screen import HelpScreen
+from batchtui.tui.status_line import StatusLine
+from batchtui.tui.texts_editor import TextsEditor
+
+TEXTS = ["a", "The quick brown fox jumps over the lazy dog.", "Hello, world!"]
+
+
+async def _generated(pilot, app) -> None:
+    await wait_for(pilot, lambda: app.generated is not None and app.generated[0] == app.generation, "the generation")
+
+
+async def test_one_key_shows_for_every_text_whether_and_where_batching_changed_the_answer():
+    with batch_variant(Settings(dtype="float64"), amplitude=2e-3):
+        app = make_app(texts=TEXTS, dtype="float64", positions="mask")
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(pilot, app)
+            await pilot.press("c")
+            pane = app.query_one(GenerationPane)
+            assert pane.display and not app.query_one(Heatmap).display
+            await _generated(pilot, app)
+            result = app.generated[1]
+            assert result.summary.differ >= 1  # the ripple makes batched rows choose otherwise
+            table = pane.query_one(DataTable)
+            assert table.row_count == len(TEXTS)
+            for row, t in enumerate(result.texts):
+                split = str(table.get_row_at(row)[1])
+                assert split == "same" if t.split_step is None else split.startswith(str(t.split_step))
+            assert "continuations differ" in str(app.query_one(StatusLine).render())
+            assert f"{result.summary.differ} of {len(TEXTS)} continuations differ" in pane.border_title
+            # The first differing token is marked in both continuations, the shared prefix dim.
+            text = next(i for i, t in enumerate(result.texts) if t.differs)
+            await pilot.press(*["down"] * text)
+            assert app.selected[0] == text
+            for run in ("single", "batched"):
+                shown = pane.query_one(f"#gen-{run}").content  # the rich Text the pane built
+                marked = [shown.plain[s.start : s.end] for s in shown.spans if "reverse" in str(s.style)]
+                tokens = continuation_tokens(result.texts[text], run)
+                assert marked == [literal(t.token) for t in tokens if t.state == "split"]
+            topk = pane.query_one("#gen-topk").content  # the split's top-k, in the detail's form
+            assert [c.header for c in topk.columns] == ["#", "batched", "logit", "single", "logit"]
+            assert topk.row_count == len(result.texts[text].split.topk_single) == app.settings.top_k
+            await pilot.press("c")
+            assert app.query_one(Heatmap).display and not pane.display
+
+
+async def test_an_edit_runs_the_comparison_then_the_generation_again_and_stale_ones_never_show():
+    app = make_app(texts=TEXTS, dtype="float32")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        await pilot.press("c")
+        await _generated(pilot, app)
+        first = app.generated
+        assert [t.text for t in first[1].texts] == TEXTS
+        editor = app.query_one(TextsEditor)
+        editor.text = "one more\nand another"
+        app.action_rerun()
+        await settle(pilot, app)
+        await _generated(pilot, app)
+        assert app.generated[0] == app.generation > first[0]
+        assert [t.text for t in app.generated[1].texts] == ["one more", "and another"]
+        assert app.query_one(GenerationPane).query_one(DataTable).row_count == 2
+
+
+async def test_generation_key_is_in_the_help_and_palette():
+    app = make_app(texts=TEXTS[:1])
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        assert any(b.action == "toggle_generation" for b in app.BINDINGS)
+        commands = [c.title for c in app.get_system_commands(app.screen)]
+        assert "Continuations" in commands
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)

@@ -1,0 +1,87 @@
+"""The generation view's runs: after each comparison while the view is open, each text greedy-decoded
+batched and alone in a thread worker; stale or cancelled runs end without a word."""
+
+from __future__ import annotations
+
+from textual import work
+from textual.worker import get_current_worker
+
+from ..core.generation_report import generation_verdict
+from ..core.generation_result import GenerationComparison
+from ..core.settings import Settings
+from ..core.texts import NumberedTexts
+from ..core.views import describe_outcome
+from .engine_calls import post_outcome
+from .generation_pane import GenerationPane
+from .messages import GenerationFailed, GenerationReady, RunProgress
+from .status_line import StatusLine
+
+
+class GenerationRuns:
+    """Mixed into the app, which holds `comparison`, `generation` (the latest run's number) and `selected`."""
+
+    generation_view = False
+    generated = None  # the GenerationComparison of the comparison on screen, once it is there
+
+    def action_toggle_generation(self) -> None:
+        self.generation_view = not self.generation_view
+        self.screen.set_class(self.generation_view, "-generation")
+        if not self.generation_view:
+            self.action_focus_heatmap()
+            return
+        self.query_one(GenerationPane).focus_table()
+        if self.generated is not None and self.generated[0] == self.generation:
+            self.query_one(GenerationPane).show(self.generated[1], self.selected[0])
+        elif self.comparison is not None:
+            self.start_generation()
+
+    def start_generation(self) -> None:
+        """Generate for the texts and settings of the comparison now on screen (called once it is)."""
+        self.query_one(GenerationPane).waiting("generating: batched and alone, greedy…")
+        self._generate(self._run_numbered, self._run_settings, self.generation)
+
+    @work(thread=True, exclusive=True, group="generate")
+    def _generate(self, numbered: NumberedTexts, settings: Settings, generation: int) -> None:
+        worker = get_current_worker()
+
+        def stale() -> bool:
+            return worker.is_cancelled or generation != self.generation
+
+        def run() -> GenerationComparison:
+            from ..core.engine import running_stage
+            from ..core.generation import generate_and_compare
+
+            def progress(done: int, total: int) -> None:
+                stage = running_stage(done, len(numbered.texts), settings.batch_size)
+                self.post_message(RunProgress(generation, f"generating: {stage}"))
+
+            progress(0, 0)
+            return generate_and_compare(
+                numbered.texts, settings, progress=progress, cancelled=stale, lines=numbered.lines
+            )
+
+        post_outcome(self, generation, run, GenerationReady, GenerationFailed)
+
+    def on_generation_ready(self, message: GenerationReady) -> None:
+        if message.generation != self.generation:
+            return
+        self.generated = (message.generation, message.result)
+        status = self.query_one(StatusLine)
+        verdict = generation_verdict(message.result)
+        status.set_activity(f"{describe_outcome(self.comparison, self.comparison.config['batch_size'])} · {verdict}")
+        self.query_one(GenerationPane).show(message.result, self.selected[0])
+
+    def on_generation_failed(self, message: GenerationFailed) -> None:
+        if message.generation != self.generation:
+            return
+        self.query_one(StatusLine).set_error(f"generation: {message.message}")
+        self.query_one(GenerationPane).waiting(f"generation failed: {message.message}")
+        self.notify(message.message, title="generation failed", severity="error", timeout=10)
+
+    def on_generation_pane_text_chosen(self, message: GenerationPane.TextChosen) -> None:
+        self.select(message.text, self.selected[1])
+
+    def show_generation(self) -> None:
+        """The selected text's generation, when the view is open and the generation is of these texts."""
+        if self.generation_view and self.generated is not None and self.generated[0] == self.generation:
+            self.query_one(GenerationPane).show(self.generated[1], self.selected[0])
