@@ -1,7 +1,9 @@
-"""Built-in models that need no network: seeded random Qwen2 weights and a byte-level tokenizer.
+"""Built-in models that need no network.
 
-Each is written once with `save_pretrained` to a cache folder, then always loaded with
-`from_pretrained`, so the same loading path runs as for a real checkpoint.
+`qwen2-english-4m` (the default) is a trained checkpoint shipped as package data: a 4M-parameter Qwen2
+with a byte-level BPE tokenizer, trained on English prose by scripts/train_english_model.py. The others
+are seeded random Qwen2 weights over a byte-level tokenizer, written once with `save_pretrained` to a cache
+folder. All are loaded with `from_pretrained`, the same path as a real checkpoint.
 """
 
 from __future__ import annotations
@@ -20,6 +22,13 @@ from .token_text import bytes_to_unicode
 RECIPE_VERSION = 2
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 _QWEN_1_5B_CONFIG = Path(__file__).with_name("data") / "qwen2.5-1.5b-instruct.config.json"
+# Trained checkpoints shipped in the package: name -> (folder, description).
+TRAINED_MODELS = {
+    "qwen2-english-4m": (
+        Path(__file__).with_name("data") / "qwen2-english-4m",
+        "4-layer Qwen2 trained on English prose (CPython's manual and docstrings), 4096-token BPE, bf16",
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -72,8 +81,15 @@ def cache_root() -> Path:
     return Path(base) / "batchtui" / "models"
 
 
+def builtin_names() -> tuple[str, ...]:
+    return (*TRAINED_MODELS, *BUILTIN_MODELS)
+
+
 def builtin_path(name: str) -> Path:
-    """The folder holding built-in model `name`, written there on first use."""
+    """The folder holding built-in model `name`: the package's own for a trained one, else written to the
+    cache on first use."""
+    if name in TRAINED_MODELS:
+        return TRAINED_MODELS[name][0]
     spec = BUILTIN_MODELS[name]
     folder = cache_root() / f"{name}-v{RECIPE_VERSION}"
     if not (folder / "config.json").exists():

@@ -37,7 +37,9 @@ class OneLineParser(argparse.ArgumentParser):
 def add_common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("texts", nargs="*", metavar="TEXT", help="texts to compare (default: a built-in set)")
     parser.add_argument("--texts-file", metavar="FILE", help="read texts from FILE, one per line")
-    parser.add_argument("--model", default=DEFAULT_MODEL, help="built-in name, local path or Hub id (default: tiny)")
+    parser.add_argument(
+        "--model", default=DEFAULT_MODEL, help=f"built-in name, local path or Hub id (default: {DEFAULT_MODEL})"
+    )
     parser.add_argument("--dtype", default="auto", choices=DTYPES, help="default: the checkpoint's dtype")
     parser.add_argument("--device", default="auto", help="cuda, cuda:1, mps, cpu... (default: auto)")
     parser.add_argument(

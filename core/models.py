@@ -8,7 +8,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .builtin_models import BUILTIN_MODELS, builtin_path
+from .builtin_models import builtin_names, builtin_path
 from .errors import BatchtuiError, InputError, ModelLoadError
 from .hf_compat import dtype_kwarg, experts_kwargs
 from .settings import Settings
@@ -84,7 +84,7 @@ def load_model(settings: Settings) -> LoadedModel:
 
 
 def _source(name: str) -> str:
-    if name in BUILTIN_MODELS:
+    if name in builtin_names():
         return str(builtin_path(name))
     return name
 

@@ -10,7 +10,7 @@ from .errors import InputError
 DTYPES = ("auto", "float32", "bfloat16", "float16", "float64")
 PADDING_SIDES = ("left", "right")
 POSITION_MODES = ("mask", "arange")
-DEFAULT_MODEL = "tiny"
+DEFAULT_MODEL = "qwen2-english-4m"  # trained, English; `tiny` (random) is the fast one for tests
 # The seed's torch.allclose tolerances.
 DEFAULT_ATOL = 1e-5
 DEFAULT_RTOL = 1e-3

@@ -24,7 +24,7 @@ def broken(tmp_path, tiny_path):
 CLI_CASES = [
     (["", "ok"], "text 1 is empty or whitespace only"),
     (["--max-tokens", "0", "ok"], "max tokens must be at least 1"),
-    (["--top-k", "600", "ok"], "top-k must be at most the vocabulary size 512"),
+    (["--top-k", "5000", "ok"], "top-k must be at most the vocabulary size 4096"),  # the default model's
     (["--atol", "-1", "ok"], "atol must be a finite number >= 0, not -1.0"),
     (["--rtol", "-0.1", "ok"], "rtol must be a finite number >= 0, not -0.1"),
     (["--batch-size", "0", "ok"], "batch size must be at least 1"),
@@ -89,20 +89,20 @@ async def test_app_bad_tolerance_typed_is_refused_and_blank_lines_are_counted():
 
 
 def test_long_texts_are_cut_and_flagged(capsys):
-    result = compare(["short", "x" * 40], Settings(max_tokens=16))
+    result = compare(["short", "x" * 40], Settings(model="tiny", max_tokens=16))
     short, long = result.texts
     assert not short.truncated and long.truncated and len(long.token_ids) == 16
     assert run_check(["--max-tokens", "16", "--json", "-", "short", "x" * 40]) in (0, 1)
     out = capsys.readouterr()
     assert '"truncated": true' in out.out and "16 cut" in out.err
-    context = load_model(Settings()).max_tokens
+    context = load_model(Settings(model="tiny")).max_tokens
     assert context == 8192  # the tiny model's max_position_embeddings
-    assert compare(["y" * 8200], Settings(batch_size=1)).texts[0].truncated
+    assert compare(["y" * 8200], Settings(model="tiny", batch_size=1)).texts[0].truncated
 
 
 def test_out_of_memory_stops_the_run_and_the_next_one_works():
     texts = ["one text", "another text"]
-    model = load_model(Settings()).model
+    model = load_model(Settings(model="tiny")).model
 
     def exhausted(module, args):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
@@ -110,10 +110,10 @@ def test_out_of_memory_stops_the_run_and_the_next_one_works():
     handle = model.model.layers[1].register_forward_pre_hook(exhausted)
     try:
         with pytest.raises(ResourceError, match="out of memory on cpu .* lower the batch size or the text length"):
-            compare(texts, Settings())
+            compare(texts, Settings(model="tiny"))
     finally:
         handle.remove()
-    assert compare(texts, Settings()).summary.texts == 2
+    assert compare(texts, Settings(model="tiny")).summary.texts == 2
 
 
 async def test_app_survives_out_of_memory():

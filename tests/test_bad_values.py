@@ -68,11 +68,11 @@ def test_probe_and_sweep_refuse_meta_and_nan(capsys):
 def test_max_tokens_above_the_context_is_refused(capsys):
     assert run_check(["--max-tokens", "10000", "ok"]) == 2
     err = capsys.readouterr().err
-    assert "max tokens 10000 is above the context of tiny (8192 positions): refused" in err
+    assert "max tokens 10000 is above the context of qwen2-english-4m (8192 positions): refused" in err
 
 
 def test_cpu_out_of_memory_gets_the_same_advice_as_cuda(capsys):
-    model = load_model(Settings()).model
+    model = load_model(Settings(model="tiny")).model
 
     def allocator_fails(module, args):
         raise RuntimeError(
@@ -83,8 +83,8 @@ def test_cpu_out_of_memory_gets_the_same_advice_as_cuda(capsys):
     handle = model.model.layers[0].register_forward_pre_hook(allocator_fails)
     try:
         with pytest.raises(ResourceError, match="out of memory on cpu .* lower the batch size or the text length"):
-            compare(["one", "two"], Settings())
-        assert run_check(["one", "two"]) == 2
+            compare(["one", "two"], Settings(model="tiny"))
+        assert run_check(["--model", "tiny", "one", "two"]) == 2
     finally:
         handle.remove()
     assert "lower the batch size" in capsys.readouterr().err
@@ -122,7 +122,7 @@ def test_texts_files_keep_bytes_and_line_numbers(tmp_path, capsys):
 
 def test_the_command_line_wins_even_at_the_default(tmp_path):
     path = tmp_path / "session.json"
-    saved = Settings(batch_size=4, dtype="float32", padding_side="right", atol=0.5, decompose=True)
+    saved = Settings(model="tiny", batch_size=4, dtype="float32", padding_side="right", atol=0.5, decompose=True)
     session_file.save(path, "kept", saved)
     restored = build_app(["--session", str(path)])
     assert (restored.settings.batch_size, restored.settings.padding_side, restored.settings.decompose) == (

@@ -21,11 +21,11 @@ def test_bench_json_has_ratios_and_targets(tmp_path):
         assert {"name", "value", "limit", "pass"} <= target.keys()
         assert target["pass"] == (target["value"] <= target["limit"])
     assert code == (0 if all(t["pass"] for t in data["targets"]) else 1)
-    assert data["texts"] == 3 and data["vocab_size"] == 512
+    assert data["texts"] == 3 and data["vocab_size"] == 4096  # the default model
 
 
 def test_workload_has_the_asked_token_counts():
-    tokenizer = load_model(Settings()).tokenizer
+    tokenizer = load_model(Settings(model="tiny")).tokenizer
     texts = workload(tokenizer, 6, 32, 128)
     counts = [len(tokenizer(t)["input_ids"]) for t in texts]
     assert len(texts) == 6 and all(32 <= c <= 128 for c in counts)

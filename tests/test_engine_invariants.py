@@ -14,7 +14,7 @@ from batchtui.core.engine import running_stage, total_passes
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_batch_size_one_is_bitwise_equal(dtype):
-    result = compare(MIXED_TEXTS, Settings(dtype=dtype, batch_size=1))
+    result = compare(MIXED_TEXTS, Settings(model="tiny", dtype=dtype, batch_size=1))
     for text in result.texts:
         assert text.max_abs_diff == 0.0
         assert text.allclose and text.top1_flips == 0
@@ -25,7 +25,7 @@ def test_batch_size_one_is_bitwise_equal(dtype):
 @pytest.mark.parametrize("padding_side", ["left", "right"])
 def test_identical_texts_in_one_batch_give_identical_rows(tiny_path, padding_side):
     texts = ["same words here", "a much longer text that forces padding onto the others", "same words here"]
-    result = compare(texts, Settings(dtype="float32", padding_side=padding_side))
+    result = compare(texts, Settings(model="tiny", dtype="float32", padding_side=padding_side))
     first, _, again = result.texts
     # Whether a GEMM treats two rows of one batch alike is the CPU's kernels' to decide (a tail block may
     # differ): the engine must report exactly what the model's own batched rows give, on this machine.
@@ -39,7 +39,7 @@ def test_identical_texts_in_one_batch_give_identical_rows(tiny_path, padding_sid
 @pytest.mark.parametrize("padding_side", ["left", "right"])
 def test_reported_tokens_are_each_texts_own_tokenization(tiny_path, padding_side):
     tokenizer = AutoTokenizer.from_pretrained(tiny_path)
-    result = compare(MIXED_TEXTS, Settings(padding_side=padding_side, batch_size=4))
+    result = compare(MIXED_TEXTS, Settings(model="tiny", padding_side=padding_side, batch_size=4))
     for text, source in zip(result.texts, MIXED_TEXTS):
         assert list(text.token_ids) == tokenizer(source)["input_ids"]
         assert [p.token_id for p in text.positions] == list(text.token_ids)
@@ -56,7 +56,7 @@ def test_reported_tokens_are_each_texts_own_tokenization(tiny_path, padding_side
 
 
 def test_float64_agrees_far_closer_than_bfloat16():
-    settings = Settings(padding_side="left", batch_size=len(MIXED_TEXTS))
+    settings = Settings(model="tiny", padding_side="left", batch_size=len(MIXED_TEXTS))
     f64 = compare(MIXED_TEXTS, settings.with_changes(dtype="float64"))
     bf16 = compare(MIXED_TEXTS, settings.with_changes(dtype="bfloat16"))
     assert max(t.max_abs_diff for t in f64.texts) < 1e-9
@@ -69,15 +69,15 @@ def test_chunks_pad_only_to_their_own_longest_text():
     # Short texts in a chunk of their own see no padding: their padded rows are their singles exactly
     # (the same shape, so on every CPU), while the text a long one would pad is not.
     texts = ["ab", "cd", "a long text that would pad every other text in its chunk"]
-    result = compare(texts, Settings(dtype="bfloat16", batch_size=2, decompose=True, positions="arange"))
+    result = compare(texts, Settings(model="tiny", dtype="bfloat16", batch_size=2, decompose=True, positions="arange"))
     assert [t.decomposition.padding_effect for t in result.texts] == [0.0, 0.0, 0.0]
-    mixed = compare(texts, Settings(dtype="bfloat16", batch_size=3, decompose=True, positions="arange"))
+    mixed = compare(texts, Settings(model="tiny", dtype="bfloat16", batch_size=3, decompose=True, positions="arange"))
     assert [t.decomposition.padding_effect > 0 for t in mixed.texts] == [True, True, False]
 
 
 def test_progress_reports_each_pass_and_cancel_stops():
     calls = []
-    compare(MIXED_TEXTS, Settings(batch_size=4), progress=lambda done, total: calls.append((done, total)))
+    compare(MIXED_TEXTS, Settings(model="tiny", batch_size=4), progress=lambda done, total: calls.append((done, total)))
     assert calls == [(i, 8) for i in range(1, 9)] and total_passes(6, 4) == 8
     stages = [running_stage(done, 6, 4) for done in range(9)]
     assert stages == [
@@ -99,12 +99,14 @@ def test_progress_reports_each_pass_and_cancel_stops():
     ]
     seen = []
     with pytest.raises(Cancelled):
-        compare(MIXED_TEXTS, Settings(), progress=lambda d, t: seen.append(d), cancelled=lambda: len(seen) >= 2)
+        compare(
+            MIXED_TEXTS, Settings(model="tiny"), progress=lambda d, t: seen.append(d), cancelled=lambda: len(seen) >= 2
+        )
     assert seen == [1, 2]
 
 
 def test_summary_and_config():
-    result = compare(MIXED_TEXTS, Settings(dtype="bfloat16", positions="arange"))
+    result = compare(MIXED_TEXTS, Settings(model="tiny", dtype="bfloat16", positions="arange"))
     summary = result.summary
     assert summary.texts == len(MIXED_TEXTS)
     assert summary.diverged == sum(not t.allclose for t in result.texts)
@@ -116,18 +118,18 @@ def test_summary_and_config():
 
 
 def test_dtype_auto_is_the_checkpoints():
-    assert compare(["hi"], Settings(dtype="auto")).config["dtype"] == "bfloat16"
+    assert compare(["hi"], Settings(model="tiny", dtype="auto")).config["dtype"] == "bfloat16"
 
 
 @pytest.mark.parametrize(
     ("texts", "settings", "message"),
     [
-        (["ok", "  "], Settings(), "text 2 is empty"),
-        ([], Settings(), "no texts"),
-        (["ok"], Settings(batch_size=0), "batch size must be at least 1"),
-        (["ok"], Settings(top_k=0), "top-k must be at least 1"),
-        (["ok"], Settings(top_k=10_000), "at most the vocabulary size 512"),
-        (["ok"], Settings(atol=-1.0), "atol must be a finite number >= 0"),
+        (["ok", "  "], Settings(model="tiny"), "text 2 is empty"),
+        ([], Settings(model="tiny"), "no texts"),
+        (["ok"], Settings(model="tiny", batch_size=0), "batch size must be at least 1"),
+        (["ok"], Settings(model="tiny", top_k=0), "top-k must be at least 1"),
+        (["ok"], Settings(model="tiny", top_k=10_000), "at most the vocabulary size 512"),
+        (["ok"], Settings(model="tiny", atol=-1.0), "atol must be a finite number >= 0"),
     ],
 )
 def test_bad_input_raises_a_clear_error(texts, settings, message):

@@ -14,7 +14,9 @@ from batchtui.core import Settings, compare
 @pytest.mark.parametrize("padding_side", ["left", "right"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_per_text_max_abs_diff_and_allclose_equal_the_oracle(tiny_path, dtype, padding_side, positions):
-    settings = Settings(dtype=dtype, padding_side=padding_side, positions=positions, batch_size=len(MIXED_TEXTS))
+    settings = Settings(
+        model="tiny", dtype=dtype, padding_side=padding_side, positions=positions, batch_size=len(MIXED_TEXTS)
+    )
     result = compare(MIXED_TEXTS, settings)
     oracle = seed_compare(tiny_path, MIXED_TEXTS, getattr(torch, dtype), padding_side, positions)
     assert [t.max_abs_diff for t in result.texts] == [o.max_abs_diff for o in oracle]
@@ -30,7 +32,7 @@ def test_oracle_cases_include_real_divergence(tiny_path):
 
 
 def test_position_metrics_match_direct_computation(tiny_path):
-    settings = Settings(dtype="bfloat16", padding_side="right", batch_size=len(MIXED_TEXTS), top_k=3)
+    settings = Settings(model="tiny", dtype="bfloat16", padding_side="right", batch_size=len(MIXED_TEXTS), top_k=3)
     result = compare(MIXED_TEXTS, settings)
     oracle = seed_compare(tiny_path, MIXED_TEXTS, torch.bfloat16, "right")
     text, ref = max(zip(result.texts, oracle), key=lambda pair: pair[1].max_abs_diff)
@@ -61,7 +63,7 @@ def test_position_metrics_match_direct_computation(tiny_path):
 
 
 def test_rank_in_other_points_at_the_same_token(tiny_path):
-    result = compare(MIXED_TEXTS, Settings(dtype="bfloat16", positions="arange", top_k=5))
+    result = compare(MIXED_TEXTS, Settings(model="tiny", dtype="bfloat16", positions="arange", top_k=5))
     for text in result.texts:
         for pos in text.positions:
             for tok in pos.topk_batch:

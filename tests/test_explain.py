@@ -22,7 +22,7 @@ def _hooked_outputs(model, names):
 
 
 def test_first_divergent_module_truly_differs_and_all_before_are_equal(tiny_path):
-    settings = Settings(dtype="bfloat16", positions="arange", modules=True, batch_size=len(MIXED_TEXTS))
+    settings = Settings(model="tiny", dtype="bfloat16", positions="arange", modules=True, batch_size=len(MIXED_TEXTS))
     result = compare(MIXED_TEXTS, settings)
     text = max(result.texts, key=lambda t: t.max_abs_diff)
     first = text.first_divergent_module
@@ -58,7 +58,7 @@ def test_first_divergent_module_truly_differs_and_all_before_are_equal(tiny_path
 
 
 def test_module_view_contains_the_layer_view():
-    result = compare(MIXED_TEXTS, Settings(dtype="bfloat16", positions="arange", modules=True))
+    result = compare(MIXED_TEXTS, Settings(model="tiny", dtype="bfloat16", positions="arange", modules=True))
     for text in result.texts:
         by_name = {m.layer: m for m in text.modules}
         assert [by_name[layer.layer] == layer for layer in text.layers] == [True] * len(text.layers)
@@ -68,21 +68,21 @@ def test_module_view_contains_the_layer_view():
 
 def test_same_length_texts_have_no_padding_effect():
     texts = ["abcdefgh", "ijklmnop", "qrstuvwx", "12345678"]  # 8 bytes each: no padding at all
-    result = compare(texts, Settings(dtype="float32", decompose=True))
+    result = compare(texts, Settings(model="tiny", dtype="float32", decompose=True))
     for text in result.texts:
         assert text.decomposition.padding_effect == 0.0
         assert text.decomposition.batch_effect == text.max_abs_diff
 
 
 def test_batch_of_one_per_chunk_has_no_batch_effect():
-    result = compare(MIXED_TEXTS, Settings(dtype="bfloat16", batch_size=1, decompose=True))
+    result = compare(MIXED_TEXTS, Settings(model="tiny", dtype="bfloat16", batch_size=1, decompose=True))
     for text in result.texts:
         assert text.decomposition.batch_effect == 0.0 and text.decomposition.padding_effect == 0.0
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_the_two_effects_bound_the_divergence(dtype):
-    result = compare(MIXED_TEXTS, Settings(dtype=dtype, positions="arange", decompose=True))
+    result = compare(MIXED_TEXTS, Settings(model="tiny", dtype=dtype, positions="arange", decompose=True))
     for text in result.texts:
         d = text.decomposition
         assert text.max_abs_diff <= d.batch_effect + d.padding_effect + 1e-6  # triangle inequality
@@ -90,18 +90,18 @@ def test_the_two_effects_bound_the_divergence(dtype):
 
 
 def test_float64_reference():
-    result = compare(MIXED_TEXTS, Settings(dtype="float64", reference=True, batch_size=1))
+    result = compare(MIXED_TEXTS, Settings(model="tiny", dtype="float64", reference=True, batch_size=1))
     for text in result.texts:
         assert text.reference.single == 0.0  # the same float64 model on the same CPU
         assert text.reference.batched == 0.0
-    bf16 = compare(MIXED_TEXTS, Settings(dtype="bfloat16", reference=True))
+    bf16 = compare(MIXED_TEXTS, Settings(model="tiny", dtype="bfloat16", reference=True))
     assert all(t.reference.single > 1e-3 for t in bf16.texts)  # bf16 itself is far from float64
 
 
 def test_max_abs_diff_in_ulps(tiny_path):
     from oracle import seed_compare
 
-    settings = Settings(dtype="bfloat16", positions="arange", batch_size=len(MIXED_TEXTS))
+    settings = Settings(model="tiny", dtype="bfloat16", positions="arange", batch_size=len(MIXED_TEXTS))
     result = compare(MIXED_TEXTS, settings)
     oracle = seed_compare(tiny_path, MIXED_TEXTS, torch.bfloat16, "left", positions="arange")
     for text, ref in zip(result.texts, oracle):

@@ -31,7 +31,7 @@ TEXTS = ["a", LONG, "Hello, world! How are you today?"]
 
 @pytest.fixture(scope="module")
 def comparison():
-    return compare(TEXTS, Settings(dtype="bfloat16", positions="arange", top_k=5, modules=True))
+    return compare(TEXTS, Settings(model="tiny", dtype="bfloat16", positions="arange", top_k=5, modules=True))
 
 
 def _cells(series) -> dict[tuple[int, int], tuple[int, bool]]:
@@ -110,7 +110,7 @@ def test_worst_flip_is_the_flip_with_the_largest_max_abs_diff(comparison):
 
 
 def test_worst_flip_without_flips_is_the_worst_divergent_position_or_none():
-    quiet = compare(["one", "two"], Settings(dtype="float32", batch_size=1))
+    quiet = compare(["one", "two"], Settings(model="tiny", dtype="float32", batch_size=1))
     assert worst_flip(quiet) is None
 
 

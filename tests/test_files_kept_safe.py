@@ -67,7 +67,7 @@ def test_session_dot_is_refused_not_a_crash(capsys, tmp_path, monkeypatch):
 async def test_session_symlink_is_written_through(tmp_path):
     target = tmp_path / "real" / "session.json"
     target.parent.mkdir()
-    session_file.save(target, "kept", Settings())
+    session_file.save(target, "kept", Settings(model="tiny"))
     link = tmp_path / "link.json"
     link.symlink_to(target)
     app = build_app(["--session", str(link), "new text"])
@@ -79,7 +79,7 @@ async def test_session_symlink_is_written_through(tmp_path):
 
 def test_a_second_app_on_one_session_is_refused_at_start(tmp_path, capsys):
     path = tmp_path / "session.json"
-    session_file.save(path, "the first app's edits", Settings())
+    session_file.save(path, "the first app's edits", Settings(model="tiny"))
     first = session_file.SessionLock(path)
     assert first.acquire()
     try:

@@ -32,10 +32,10 @@ def test_loaded_model_is_reused_and_trust_remote_code_is_off(monkeypatch):
         return real(cls, *args, **kwargs)
 
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", classmethod(spy))
-    first = load_model(Settings(dtype="float32", attn="eager"))
-    assert load_model(Settings(dtype="float32", attn="eager", batch_size=3, top_k=2)) is first
+    first = load_model(Settings(model="tiny", dtype="float32", attn="eager"))
+    assert load_model(Settings(model="tiny", dtype="float32", attn="eager", batch_size=3, top_k=2)) is first
     assert seen == [False]
-    load_model(Settings(dtype="float32", attn="eager", trust_remote_code=True))
+    load_model(Settings(model="tiny", dtype="float32", attn="eager", trust_remote_code=True))
     assert seen == [False, True]
     assert first.attn == "eager" and first.dtype == "float32" and first.pad_token_id == 256
 
@@ -62,8 +62,8 @@ def test_device_map_loads_through_accelerate_and_gives_the_same_numbers():
     from batchtui.core import compare
 
     texts = ["short", "a longer text with padding"]
-    plain = compare(texts, Settings(dtype="float32", modules=True))
-    sharded = compare(texts, Settings(dtype="float32", modules=True, device_map="auto"))
+    plain = compare(texts, Settings(model="tiny", dtype="float32", modules=True))
+    sharded = compare(texts, Settings(model="tiny", dtype="float32", modules=True, device_map="auto"))
     assert sharded.config["device_map"] == "auto" and sharded.config["device"] == "cpu"
     assert [t.max_abs_diff for t in sharded.texts] == [t.max_abs_diff for t in plain.texts]
     assert [t.modules for t in sharded.texts] == [t.modules for t in plain.texts]

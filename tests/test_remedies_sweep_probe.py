@@ -28,7 +28,7 @@ def _global_flags():
 
 def test_every_flag_is_restored_after_a_run_and_after_an_error():
     before = _global_flags()
-    outcomes = compare_remedies(MIXED_TEXTS, Settings(dtype="bfloat16"), list(REMEDIES), compare)
+    outcomes = compare_remedies(MIXED_TEXTS, Settings(model="tiny", dtype="bfloat16"), list(REMEDIES), compare)
     assert _global_flags() == before
     flag_remedies = [r for r in REMEDIES.values() if r.context is not None and r.needs_module is None]
     with pytest.raises(RuntimeError), applied(flag_remedies):

@@ -14,11 +14,11 @@ from batchtui.tui.launcher import build_app
 
 def test_save_and_load_round_trip(tmp_path):
     path = tmp_path / "s.json"
-    session_file.save(path, "one\n\ntwo", Settings(dtype="float32", batch_size=3))
+    session_file.save(path, "one\n\ntwo", Settings(model="tiny", dtype="float32", batch_size=3))
     loaded = session_file.load(path)
     assert loaded.notice is None
     assert loaded.session.texts == ["one", "", "two"]
-    assert loaded.session.settings == Settings(dtype="float32", batch_size=3)
+    assert loaded.session.settings == Settings(model="tiny", dtype="float32", batch_size=3)
     assert [p.name for p in tmp_path.iterdir()] == ["s.json"]  # no temp file left behind
 
 
@@ -44,7 +44,7 @@ def test_unusable_session_values_are_dropped_one_by_one(tmp_path):
 
 async def test_app_restores_texts_and_settings_and_saves_each_edit(tmp_path):
     path = tmp_path / "session.json"
-    session_file.save(path, "kept text\nsecond", Settings(dtype="float32", padding_side="right"))
+    session_file.save(path, "kept text\nsecond", Settings(model="tiny", dtype="float32", padding_side="right"))
     app = build_app(["--session", str(path)])
     assert app.initial_texts == ["kept text", "second"]
     assert (app.settings.dtype, app.settings.padding_side) == ("float32", "right")

@@ -23,7 +23,7 @@ async def _generated(pilot, app) -> None:
 
 
 async def test_one_key_shows_for_every_text_whether_and_where_batching_changed_the_answer():
-    with batch_variant(Settings(dtype="float64"), amplitude=2e-3):
+    with batch_variant(Settings(model="tiny", dtype="float64"), amplitude=2e-3):
         app = make_app(texts=TEXTS, dtype="float64", positions="mask")
         async with app.run_test(size=(120, 40)) as pilot:
             await settle(pilot, app)

@@ -11,7 +11,7 @@ MIXED = ["a", "b", "The quick brown fox jumps over the lazy dog.", "Hello, world
 
 
 def make_app(texts=None, tmp_path=None, **settings) -> BatchtuiApp:
-    defaults = {"dtype": "bfloat16", "positions": "arange"}
+    defaults = {"model": "tiny", "dtype": "bfloat16", "positions": "arange"}  # the fast random built-in
     return BatchtuiApp(list(texts or MIXED), Settings(**{**defaults, **settings}), output_dir=tmp_path)
 
 

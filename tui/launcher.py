@@ -14,8 +14,10 @@ from ..core.safe_files import check_output_dir
 from ..core.settings import Settings
 from .daemon_executor import workers_running
 
-# Settings a session restores; the model, device and trust flag always come from the command line.
+# Settings a session restores unless given on the command line (the model too: `M` switches it in the
+# app); the device and the trust flag always come from the command line.
 LIVE_SETTINGS = (
+    "model",
     "dtype",
     "batch_size",
     "padding_side",
@@ -109,8 +111,9 @@ def build_app(argv: list[str]):
 
 
 def _restored_settings(given: set[str], current: Settings, saved: Settings) -> Settings:
-    """The saved live settings, except those given on the command line; none if the model differs."""
-    if saved.model != current.model:
+    """The saved live settings (the model too, since `M` switches it in the app), except those given on the
+    command line; none if another model is given there."""
+    if "model" in given and saved.model != current.model:
         return current
     changes = {name: getattr(saved, name) for name in LIVE_SETTINGS if ARG_OF_SETTING.get(name, name) not in given}
     return current.with_changes(**changes)
