@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import sys
 from pathlib import Path
 
 import pytest
@@ -80,8 +81,10 @@ def test_it_predicts_words_after_common_contexts(english, context):
 
 
 def test_held_out_text_is_not_in_the_training_text():
-    """Documents are held out by a hash of their text, so the split holds wherever the script runs; the
-    corpus itself is this CPython's, so only documents found here are checked."""
+    """Documents are held out by a hash of their text; the corpus is the standard library of the CPython
+    the script ran on (3.11), so another version's documents are not the shipped ones."""
+    if sys.version_info[:2] != (3, 11):
+        pytest.skip("the training corpus is CPython 3.11's standard library")
     spec = importlib.util.spec_from_file_location("train_english_model", SCRIPT)
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
