@@ -21,7 +21,7 @@ def test_bench_json_has_ratios_and_targets(tmp_path):
         assert {"name", "value", "limit", "pass"} <= target.keys()
         assert target["pass"] == (target["value"] <= target["limit"])
     assert code == (0 if all(t["pass"] for t in data["targets"]) else 1)
-    assert data["texts"] == 3 and data["vocab_size"] == 4096  # the default model
+    assert data["texts"] == 3 and data["vocab_size"] == 512  # the bench's default, tiny
 
 
 def test_workload_has_the_asked_token_counts():
