@@ -58,12 +58,6 @@ def test_on_a_flip(snap_compare, size):
         assert snap_compare(app, terminal_size=size, run_before=_on_the_worst_flip())
 
 
-def test_top_k_chart_on_a_flip(snap_compare):
-    with batch_variant(Settings(model="tiny", dtype="float64")):
-        app = make_app(list(DEFAULT_TEXTS), tmp_path=Path("reports"), dtype="float64", positions="mask")
-        assert snap_compare(app, terminal_size=(120, 40), run_before=_on_the_worst_flip("t"))
-
-
 @pytest.mark.parametrize("size", [(80, 24), (120, 40)])
 def test_on_a_long_text(snap_compare, size):
     with batch_variant(Settings(model="tiny", dtype="float64")):

@@ -39,7 +39,8 @@ class TopkPane(Vertical):
         self._draw()
 
     def on_show(self) -> None:
-        self._draw()
+        # Once laid out: how many token labels fit depends on the chart's final width.
+        self.call_after_refresh(self._draw)
 
     def _draw(self) -> None:
         chart = self.query_one(PlotextPlot)
