@@ -12,9 +12,8 @@ def split_words(t: TextGeneration) -> tuple[str, str]:
     """The two runs' tokens at the split: `'e'` batched, `'the'` single (empty without a split)."""
     if t.split_step is None:
         return "", ""
-    token_text = t.steps.token_texts
     chosen = t.batched.token_ids[t.split_step], t.single.token_ids[t.split_step]
-    return tuple(literal(repr(token_text.get(i, f"<id={i}>"))) for i in chosen)
+    return tuple(literal(repr(t.steps.token_texts[i])) for i in chosen)  # the engine decodes every chosen id
 
 
 def format_generation_table(comparison: GenerationComparison) -> str:

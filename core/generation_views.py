@@ -20,9 +20,7 @@ def continuation_tokens(text: TextGeneration, run: str) -> list[ContinuationToke
     names = text.steps.token_texts
     split = len(ids) if text.split_step is None else text.split_step
     return [
-        ContinuationToken(
-            names.get(i, f"<id={i}>"), "shared" if step < split else "split" if step == split else "after"
-        )
+        ContinuationToken(names[i], "shared" if step < split else "split" if step == split else "after")
         for step, i in enumerate(ids)
     ]
 
