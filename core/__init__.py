@@ -1,13 +1,21 @@
 """batchtui's engine: batched-vs-single logit comparison, free of any UI.
 
-`from batchtui.core import compare, Settings` is the public entry. Submodules import torch lazily where
+`from batchtui.core import compare, Settings` is the public entry; `batch_invariant(model)` makes a model's
+batched logits equal its single runs, bitwise. Submodules import torch lazily where
 they can, so that the CLI's argument errors and the TUI's first frame come before torch loads.
 """
 
 from .comparison import Comparison, LayerMetrics, PositionMetrics, Summary, TextResult, TopToken
-from .errors import BatchtuiError, Cancelled, InputError, ModelLoadError
+from .errors import BatchtuiError, Cancelled, InputError, ModelLoadError, NotInvariant
 from .settings import Settings
 from .texts import DEFAULT_TEXTS
+
+
+def batch_invariant(model):
+    """See `batchtui.core.invariant.batch_invariant`: `with batch_invariant(model): ...`."""
+    from .invariant import batch_invariant as _batch_invariant
+
+    return _batch_invariant(model)
 
 
 def compare(*args, **kwargs):
@@ -25,10 +33,12 @@ __all__ = [
     "InputError",
     "LayerMetrics",
     "ModelLoadError",
+    "NotInvariant",
     "PositionMetrics",
     "Settings",
     "Summary",
     "TextResult",
     "TopToken",
+    "batch_invariant",
     "compare",
 ]

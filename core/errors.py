@@ -19,3 +19,8 @@ class ResourceError(BatchtuiError):
 
 class Cancelled(BatchtuiError):
     """The caller abandoned a comparison through its `cancelled` hook."""
+
+
+class NotInvariant(InputError):
+    """The batch-invariant mode cannot make this model's rows independent of the batch (the message says
+    what it does not cover)."""

@@ -53,7 +53,7 @@ class Structure:
         return out
 
 
-def _layer_count(config) -> int | None:
+def layer_count(config) -> int | None:
     text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
     for key in ("num_hidden_layers", "n_layer", "num_layers"):
         value = getattr(text_config, key, None)
@@ -195,7 +195,7 @@ def _decoder_layers(model, named: dict, started: list[str]) -> list[torch.nn.Mod
     """The ModuleList of decoder layers: its items all ran, as many as the config's layers; among
     candidates (a list of experts can match the count too), the one holding the most parameters."""
     ran = set(started)
-    wanted = _layer_count(model.config)
+    wanted = layer_count(model.config)
     candidates = []
     for name, module in named.items():
         if isinstance(module, torch.nn.ModuleList) and len(module) > 0:

@@ -1,0 +1,132 @@
+"""`batch_invariant(model)`: the same logits for a text alone and inside any padded batch, bitwise.
+
+    with batch_invariant(model):
+        batched = model(inputs_embeds=..., attention_mask=..., position_ids=...).logits
+        ...  # each text's real rows torch.equal its logits run alone; model.generate(...) too
+
+Three sources make a row's logits depend on the rest of the batch, and the mode removes each for the duration:
+matmuls whose kernel depends on the call's height (`invariant_matmul`), attention over padded keys
+(`invariant_attention`) and element-wise functions whose vector tails round otherwise (`invariant_elementwise`).
+On the way out, even on an exception or Ctrl+C, the aten kernels, the attention interfaces, the model's
+attention implementation and the thread's function modes are what they were.
+
+It refuses (`NotInvariant`, with a one-line reason) a model it cannot cover: attention computed outside
+transformers' attention interface with another kernel than SDPA, or layers that mix tokens without
+attention (recurrent or convolution layers). Anything else it cannot see, the caller's own comparison shows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from collections.abc import Iterator
+
+import torch
+
+from .errors import NotInvariant
+from .invariant_attention import NAME, AttentionRegistration, RowWiseSdpa, attention_calls, set_inner
+from .invariant_elementwise import TailFreeElementwise
+from .invariant_matmul import RowInvariantMatmuls
+from .structure import layer_count
+
+# model -> why the mode cannot cover it (None: covered), found once per model object
+_gaps: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+@contextlib.contextmanager
+def batch_invariant(model) -> Iterator[None]:
+    """Run `model` batch-invariantly inside the block; `NotInvariant` if it cannot be (see the module doc)."""
+    gap = coverage_gap(model)
+    if gap is not None:
+        raise NotInvariant(gap)
+    with _mode(model):
+        yield
+
+
+def coverage_gap(model) -> str | None:
+    """Why the mode cannot make `model` batch-invariant, in one line; None when it covers it."""
+    if model not in _gaps:
+        _gaps[model] = _static_gap(model) or _probed_gap(model)
+    return _gaps[model]
+
+
+def _configs(model) -> list:
+    """Every config object the model's modules read their attention implementation from."""
+    found = {id(model.config): model.config}
+    for module in model.modules():
+        config = getattr(module, "config", None)
+        if config is not None and hasattr(config, "_attn_implementation"):
+            found.setdefault(id(config), config)
+    return list(found.values())
+
+
+def _attn_attribute(config) -> str:
+    # transformers 5 keeps the value behind a property whose setter also rewrites the sub-configs.
+    return (
+        "_attn_implementation_internal" if hasattr(config, "_attn_implementation_internal") else "_attn_implementation"
+    )
+
+
+def _implementation(model) -> str:
+    return str(getattr(model.config, "_attn_implementation", None) or "eager")
+
+
+def _uses_interface(model) -> bool:
+    can_set = getattr(type(model), "_can_set_attn_implementation", None)
+    return bool(can_set()) if can_set is not None else False
+
+
+def _static_gap(model) -> str | None:
+    implementation = _implementation(model)
+    name = type(model).__name__
+    if not _uses_interface(model) and implementation != "sdpa":  # SDPA calls are caught wherever they are made
+        return (
+            f"{name} computes its {implementation} attention itself, outside transformers' attention interface: "
+            "not covered (run it with --attn sdpa)"
+        )
+    return None
+
+
+def _probed_gap(model) -> str | None:
+    """A short pass in the mode: every layer must attend through it, or some layer mixes tokens otherwise."""
+    layers = layer_count(model.config)
+    embeddings = model.get_input_embeddings()
+    vocab = embeddings.weight.shape[0]
+    ids = torch.arange(1, 5, device=embeddings.weight.device).remainder(vocab)[None]
+    before = attention_calls()
+    try:
+        with _mode(model), torch.inference_mode():
+            model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False)
+    except NotInvariant as exc:
+        return str(exc)
+    attended = attention_calls() - before
+    if layers is not None and attended < layers:
+        return (
+            f"{layers - attended} of {layers} layers of {type(model).__name__} mix tokens without attention "
+            "(recurrent or convolution layers): not covered"
+        )
+    return None
+
+
+@contextlib.contextmanager
+def _mode(model) -> Iterator[None]:
+    """The mechanics: row-invariant matmuls and element-wise functions, attention per row, the model routed to
+    it; all undone after."""
+    configs = _configs(model) if _uses_interface(model) else []
+    saved = [(config, getattr(config, _attn_attribute(config))) for config in configs]
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(RowInvariantMatmuls())
+        stack.enter_context(TailFreeElementwise())
+        stack.enter_context(AttentionRegistration())
+        stack.callback(_restore, saved)
+        for config, old in saved:
+            set_inner(config, old or "eager")
+            setattr(config, _attn_attribute(config), NAME)
+        stack.enter_context(RowWiseSdpa())
+        yield
+
+
+def _restore(saved: list) -> None:
+    for config, old in saved:
+        setattr(config, _attn_attribute(config), old)
+        set_inner(config, None)

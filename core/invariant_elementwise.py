@@ -1,0 +1,54 @@
+"""Element-wise functions that give an element the same bits wherever it sits in its tensor (CPU).
+
+ATen's CPU kernels run a tensor's elements through a vector body, two vectors at a time, and the few left at the
+end of each thread's share through a scalar loop; for transcendental functions (silu, sigmoid, rsqrt, sin...)
+the two paths round differently. Which elements fall in a tail depends on the tensor's size and the thread
+split, so the same activation value of a token can differ between a batch and a single run. While
+`TailFreeElementwise` is entered, these functions run on the flattened tensor padded to a length that every
+thread's share divides into whole vector steps: every element takes the vector path. GPUs compute an element
+the same way wherever it is, so only the CPU kernels are replaced.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .scoped_kernels import ScopedKernels
+
+# Elements of one step of the widest vector body (two 512-bit vectors of bfloat16).
+_STEP = 64
+# The share below which ATen runs an element-wise kernel on one thread (at::internal::GRAIN_SIZE).
+_GRAIN = 32768
+
+
+def tail_free_length(n: int, threads: int) -> int:
+    """The smallest length >= n that ATen's thread split cuts into shares of whole vector steps."""
+    length = -(-n // _STEP) * _STEP
+    while True:
+        used = max(1, min(threads, -(-length // _GRAIN)))
+        if length % (_STEP * used) == 0:
+            return length
+        length = -(-length // (_STEP * used)) * (_STEP * used)
+
+
+def _tail_free(out_op, **options):
+    def run(x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        flat = x.reshape(-1)
+        n = flat.numel()
+        length = tail_free_length(n, torch.get_num_threads())
+        padded = torch.cat([flat, flat.new_zeros(length - n)]) if length > n else flat.contiguous()
+        out = torch.empty_like(padded)
+        out_op(padded, *args, **kwargs, **options, out=out)
+        return out[:n].reshape(x.shape)
+
+    return run
+
+
+_OPS = ("silu", "gelu", "sigmoid", "tanh", "exp", "rsqrt", "erf", "log", "sin", "cos")
+
+
+class TailFreeElementwise(ScopedKernels):
+    """The CPU kernels of `_OPS` replaced while entered."""
+
+    def kernels(self) -> dict:
+        return {(name, "CPU"): _tail_free(getattr(torch.ops.aten, name).out) for name in _OPS}
