@@ -8,6 +8,7 @@ from functools import partial
 
 from .cli import EXIT_DIVERGED, EXIT_OK, parsed_and_guarded
 from .cli_options import (
+    REMEDY_NAMES,
     OneLineParser,
     add_common_options,
     check_report_destination,
@@ -29,8 +30,8 @@ def check_parser(prog: str) -> OneLineParser:
         action="append",
         default=[],
         metavar="NAME",
-        help="measure a remedy before/after (repeatable): tf32-off, reduced-precision-off, deterministic, "
-        "eager-attention, float32, batch-invariant; the exit code then follows the run with all applied",
+        help=f"measure a remedy before/after (repeatable): {REMEDY_NAMES}; the exit code then follows the run "
+        "with all applied",
     )
     return parser
 
@@ -45,7 +46,7 @@ def _check(args: argparse.Namespace) -> int:
     check_report_destination(args.json)
     from .engine import compare  # torch loads only once the arguments are known good
     from .plain_text import format_localization, format_table, verdict
-    from .report import to_json_dict, write_json
+    from .report import remedies_json, summary_json, to_json_dict, write_json
 
     outcomes = []
     if args.remedy:
@@ -58,7 +59,7 @@ def _check(args: argparse.Namespace) -> int:
     if args.json:
         report = to_json_dict(comparison)
         if outcomes:
-            report["remedies"] = [_outcome_json(o) for o in outcomes]
+            report["remedies"] = remedies_json(outcomes, summary_json)
         write_json(report, args.json)
     # With the report on stdout, the human-readable part goes to stderr so the JSON stays parseable.
     out = sys.stderr if args.json == "-" else sys.stdout
@@ -75,15 +76,3 @@ def _check(args: argparse.Namespace) -> int:
         comparison = [o for o in outcomes if o.comparison is not None][-1].comparison
     return EXIT_OK if comparison.all_close else EXIT_DIVERGED
 
-
-def _outcome_json(outcome) -> dict:
-    from .report import summary_json
-
-    return {
-        "remedy": outcome.name,
-        "description": outcome.description,
-        "applied": outcome.applied,
-        "note": outcome.note,
-        "summary": summary_json(outcome.comparison) if outcome.comparison else None,
-        "config": outcome.comparison.config if outcome.comparison else None,
-    }

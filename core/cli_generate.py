@@ -7,6 +7,7 @@ import sys
 
 from .cli import EXIT_DIVERGED, EXIT_OK, parsed_and_guarded
 from .cli_options import (
+    REMEDY_NAMES,
     OneLineParser,
     add_common_options,
     check_report_destination,
@@ -39,6 +40,14 @@ def run_generate(argv: list[str], prog: str = "batchtui generate") -> int:
     add_common_options(parser)
     add_generation_options(parser)
     parser.add_argument("--json", metavar="PATH", help="write the full report to PATH ('-' for stdout)")
+    parser.add_argument(
+        "--remedy",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help=f"measure a remedy before/after (repeatable): {REMEDY_NAMES}; the exit code then follows the run "
+        "with all applied",
+    )
     return parsed_and_guarded(parser, argv, _generate)
 
 
@@ -47,17 +56,38 @@ def _generate(args: argparse.Namespace) -> int:
     numbered = texts_from_args(args)
     check_report_destination(args.json)
     from .generation import generate_and_compare  # torch loads only once the arguments are known good
-    from .generation_report import format_generation_table, generation_json, generation_verdict
-    from .report import write_json
-
-    comparison = generate_and_compare(
-        numbered.texts, settings, args.max_new_tokens, args.from_embeds, lines=numbered.lines
+    from .generation_report import (
+        format_generation_table,
+        generation_json,
+        generation_summary_json,
+        generation_verdict,
     )
+    from .report import remedies_json, write_json
+
+    def generate(texts, run_settings):
+        return generate_and_compare(texts, run_settings, args.max_new_tokens, args.from_embeds, lines=numbered.lines)
+
+    outcomes = []
+    if args.remedy:
+        from .remedies import compare_remedies
+
+        outcomes = compare_remedies(numbered.texts, settings, args.remedy, generate)
+        comparison = outcomes[0].comparison
+    else:
+        comparison = generate(numbered.texts, settings)
     if args.json:
-        write_json(generation_json(comparison), args.json)
+        report = generation_json(comparison)
+        if outcomes:
+            report["remedies"] = remedies_json(outcomes, generation_summary_json)
+        write_json(report, args.json)
     out = sys.stderr if args.json == "-" else sys.stdout
     print(format_generation_table(comparison), file=out)
     for note in comparison.notes:
         print(f"note: {note}", file=out)
     print(generation_verdict(comparison), file=out)
+    if outcomes:
+        from .plain_text import format_remedies
+
+        print(format_remedies(outcomes), file=out)
+        comparison = [o for o in outcomes if o.comparison is not None][-1].comparison
     return EXIT_DIVERGED if comparison.summary.differ else EXIT_OK

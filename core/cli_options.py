@@ -6,6 +6,7 @@ import argparse
 import copy
 
 from .errors import InputError
+from .remedies import REMEDIES
 from .safe_files import check_writable_file
 from .settings import DEFAULT_ATOL, DEFAULT_MODEL, DEFAULT_RTOL, DTYPES, PADDING_SIDES, POSITION_MODES, Settings
 from .texts import DEFAULT_TEXTS, NumberedTexts, read_texts_file, validate_texts
@@ -32,6 +33,8 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+REMEDY_NAMES = ", ".join(REMEDIES)
 
 
 def add_common_options(parser: argparse.ArgumentParser) -> None:
@@ -63,6 +66,9 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
         "--decompose", action="store_true", help="also run each padded row alone: batch-size vs padding effect"
     )
     parser.add_argument("--reference", action="store_true", help="also run each text alone in float64 on the CPU")
+    parser.add_argument(
+        "--invariant", action="store_true", help="run in the batch-invariant mode: batched logits equal single runs"
+    )
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
@@ -83,6 +89,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         modules=args.layers,
         decompose=args.decompose,
         reference=args.reference,
+        invariant=args.invariant,
     ).validated()
 
 

@@ -185,6 +185,17 @@ class TextResult:
     def first_divergent_module(self) -> LayerMetrics | None:
         return next((module for module in self.modules if not module.bitwise_equal), None)
 
+    @property
+    def bitwise_equal(self) -> bool:
+        """The batched logits are the single run's, bit for bit (the batch-invariant mode's promise)."""
+        return self.max_abs_diff == 0
+
+    @property
+    def where_it_parts(self) -> str:
+        """Where the batched and single runs first part, in words: the first module that is not bitwise equal."""
+        first = self.first_divergent_module or self.first_divergent_layer
+        return f"first at {first.layer}" if first is not None else "at the logits"
+
 
 @dataclass(frozen=True)
 class Summary:

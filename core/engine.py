@@ -18,6 +18,7 @@ from .comparison import (
     TextResult,
 )
 from .errors import BatchtuiError, Cancelled, InputError, ModelLoadError, ResourceError
+from .invariant import invariant_if
 from .metrics import block_elements, max_abs_diff
 from .models import LoadedModel, first_line, load_model
 from .runner import BatchedChunk, PassOutput, Runner
@@ -151,7 +152,7 @@ def _run(texts, lines, settings, loaded, reference, progress, cancelled) -> list
     runner = Runner(
         loaded, settings.padding_side, settings.positions, per_module=settings.modules, max_tokens=settings.max_tokens
     )
-    with torch.inference_mode(), runner:
+    with torch.inference_mode(), invariant_if(settings.invariant, loaded.model), runner:
         for start in range(0, len(texts), settings.batch_size):
             chunk_texts = texts[start : start + settings.batch_size]
             check_cancelled()

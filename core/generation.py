@@ -21,6 +21,7 @@ from .comparison import PositionColumns
 from .engine import CancelledFn, ProgressFn, check_fits_model, resolved_config, run_guarded, total_passes
 from .errors import Cancelled, InputError
 from .generation_result import DEFAULT_MAX_NEW_TOKENS, Continuation, GenerationComparison, TextGeneration
+from .invariant import invariant_if
 from .metrics import position_stats
 from .models import LoadedModel, load_model
 from .runner import Runner
@@ -96,7 +97,7 @@ class _Generation:
     def all(self, texts: list[str], lines: list[int]) -> list[TextGeneration]:
         self.total = total_passes(len(texts), self.settings.batch_size)
         results = []
-        with torch.inference_mode():
+        with torch.inference_mode(), invariant_if(self.settings.invariant, self.loaded.model):
             for start in range(0, len(texts), self.settings.batch_size):
                 results += self._chunk(texts[start : start + self.settings.batch_size], lines, start)
         return results

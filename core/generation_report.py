@@ -69,16 +69,15 @@ def _text(t: TextGeneration) -> dict:
     }
 
 
-def generation_json(comparison: GenerationComparison) -> dict:
+def generation_summary_json(comparison: GenerationComparison) -> dict:
     s = comparison.summary
+    return {"texts": s.texts, "differ": s.differ, "near_ties": s.near_ties, "max_abs_diff": number(s.max_abs_diff)}
+
+
+def generation_json(comparison: GenerationComparison) -> dict:
     return {
         "config": comparison.config,
-        "summary": {
-            "texts": s.texts,
-            "differ": s.differ,
-            "near_ties": s.near_ties,
-            "max_abs_diff": number(s.max_abs_diff),
-        },
+        "summary": generation_summary_json(comparison),
         "notes": list(comparison.notes),
         "elapsed_s": comparison.elapsed_s,
         "texts": [_text(t) for t in comparison.texts],

@@ -59,6 +59,20 @@ class TextGeneration:
         """The largest next-token max|Δ| over the comparable steps (up to the split)."""
         return max(self.steps.max_abs_diff, default=0.0)
 
+    @property
+    def bitwise_equal(self) -> bool:
+        """Same tokens, and every step's logits the same bits (the batch-invariant mode's promise)."""
+        return not self.differs and self.max_abs_diff == 0
+
+    @property
+    def where_it_parts(self) -> str:
+        """The first step whose logits differ, and the split if the tokens part."""
+        first = next((i for i, d in enumerate(self.steps.max_abs_diff) if d != 0), None)
+        words = [] if first is None else [f"first at step {first}"]
+        if self.differs:
+            words.append(f"splits at step {self.split_step}")
+        return ", ".join(words)
+
 
 @dataclass(frozen=True)
 class GenerationSummary:

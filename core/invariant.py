@@ -43,6 +43,11 @@ def batch_invariant(model) -> Iterator[None]:
         yield
 
 
+def invariant_if(on: bool, model) -> contextlib.AbstractContextManager:
+    """`batch_invariant(model)` when `on`, else a context that changes nothing."""
+    return batch_invariant(model) if on else contextlib.nullcontext()
+
+
 def coverage_gap(model) -> str | None:
     """Why the mode cannot make `model` batch-invariant, in one line; None when it covers it."""
     if model not in _gaps:

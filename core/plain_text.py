@@ -112,17 +112,44 @@ def verdict(comparison: Comparison) -> str:
 
 
 def format_remedies(outcomes) -> str:
-    """Before/after: the baseline, each remedy alone, all together; remedies that cannot act say why."""
+    """Before/after: the baseline, each remedy alone, all together; remedies that cannot act say why.
+    Works for comparisons (diverged, flips) and generation comparisons (continuations that differ, near-ties)."""
     rows = []
+    # With --reference: each run's largest distance to float64, batched and single (a remedy must not pay for
+    # equality with accuracy).
+    reference = any(isinstance(o.comparison, Comparison) and o.comparison.config.get("reference") for o in outcomes)
     for o in outcomes:
         if o.comparison is None:
-            rows.append((o.name, "no", "-", "-", "-", o.note))
+            rows.append((o.name, "no", "-", "-", "-", "-", *(("-",) * reference), o.note))
             continue
-        s = o.comparison.summary
+        result = o.comparison
         applied = "baseline" if o.name == "none" else "yes"
-        numbers = (f"{s.diverged}/{s.texts}", format_float(s.max_abs_diff), str(s.top1_flips))
+        parted, events = _parted_and_events(result)
+        bitwise = sum(t.bitwise_equal for t in result.texts)
+        numbers = [f"{parted}/{len(result.texts)}", f"{bitwise}/{len(result.texts)}"]
+        numbers += [format_float(result.summary.max_abs_diff), str(events)]
+        if reference:
+            numbers.append(_reference_cell(result))
         rows.append((o.name, applied, *numbers, o.note))
-    return format_columns(("remedy", "applied", "diverged", "max|Δ|", "flips", "note"), rows, left={0, 1, 5})
+    generation = not isinstance(outcomes[0].comparison, Comparison)
+    header = ["differ", "bitwise", "max|Δ|", "near-ties"] if generation else ["diverged", "bitwise", "max|Δ|", "flips"]
+    if reference:
+        header.append("B/S-f64")
+    return format_columns(("remedy", "applied", *header, "note"), rows, left={0, 1, len(header) + 2})
+
+
+def _reference_cell(result: Comparison) -> str:
+    measured = [t.reference for t in result.texts if t.reference is not None]
+    if not measured:
+        return "-"
+    batched, single = max(r.batched for r in measured), max(r.single for r in measured)
+    return f"{format_float(batched)}/{format_float(single)}"
+
+
+def _parted_and_events(result) -> tuple[int, int]:
+    """(texts that part, flips) for a comparison; (continuations that differ, near-ties) for a generation."""
+    s = result.summary
+    return (s.diverged, s.top1_flips) if isinstance(result, Comparison) else (s.differ, s.near_ties)
 
 
 SWEEP_HEADER = ("dtype", "batch", "attn", "padding", "diverged", "max|Δ|", "flips", "error")

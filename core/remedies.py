@@ -12,13 +12,14 @@ import importlib.util
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-
-import torch
+from typing import TYPE_CHECKING
 
 from .comparison import Comparison
 from .errors import InputError
-from .models import resolve_device
 from .settings import Settings
+
+if TYPE_CHECKING:
+    from .generation_result import GenerationComparison
 
 BATCH_INVARIANT_HINT = (
     "pip install git+https://github.com/thinking-machines-lab/batch_invariant_ops (CUDA only); "
@@ -28,6 +29,8 @@ BATCH_INVARIANT_HINT = (
 
 @contextlib.contextmanager
 def _tf32_off() -> Iterator[None]:
+    import torch
+
     saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     try:
@@ -38,6 +41,8 @@ def _tf32_off() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _reduced_precision_off() -> Iterator[None]:
+    import torch
+
     matmul = torch.backends.cuda.matmul
     saved = matmul.allow_bf16_reduced_precision_reduction, matmul.allow_fp16_reduced_precision_reduction
     matmul.allow_bf16_reduced_precision_reduction = matmul.allow_fp16_reduced_precision_reduction = False
@@ -49,6 +54,8 @@ def _reduced_precision_off() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _deterministic() -> Iterator[None]:
+    import torch
+
     saved = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
     saved_env = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
     os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"  # cuBLAS needs it for deterministic kernels
@@ -71,6 +78,23 @@ def _batch_invariant() -> Iterator[None]:
         yield
 
 
+def _invariant_gap(settings: Settings) -> str | None:
+    """What the batch-invariant mode does not cover in the model the settings name (None: it covers it)."""
+    from .invariant import coverage_gap
+    from .models import load_model
+
+    return coverage_gap(load_model(settings).model)
+
+
+def _invariant_outcome(result) -> str:
+    """Whether the mode kept its promise, in numbers: every text bitwise, or where it still parts."""
+    differing = [t for t in result.texts if not t.bitwise_equal]
+    if not differing:
+        return f"bitwise: all {len(result.texts)} texts equal their single runs"
+    first = differing[0]
+    return f"still differs on {len(differing)}/{len(result.texts)} texts: text {first.line} {first.where_it_parts}"
+
+
 @dataclass(frozen=True)
 class Remedy:
     name: str
@@ -80,6 +104,8 @@ class Remedy:
     cuda_only: bool = False
     needs_module: str | None = None
     note: str = ""
+    model_gap: Callable[[Settings], str | None] | None = None  # why the loaded model is out of its reach
+    outcome_note: Callable[[object], str] | None = None  # the note written from the run's own result
 
     def why_not(self, device: str) -> str | None:
         """Why this remedy cannot act on `device`, or None when it can."""
@@ -88,6 +114,18 @@ class Remedy:
         if self.cuda_only and not device.startswith("cuda"):
             return f"CUDA-only: no effect on {device}"
         return None
+
+    def why_not_for(self, settings: Settings) -> str | None:
+        """Why this remedy cannot act with these settings (device, then the model), or None when it can."""
+        from .models import resolve_device
+
+        reason = self.why_not(resolve_device(settings.device))
+        if reason is None and self.model_gap is not None:
+            reason = self.model_gap(remedied_settings(settings, [self]))
+        return reason
+
+    def note_on(self, result) -> str:
+        return self.outcome_note(result) if self.outcome_note is not None else self.note
 
 
 REMEDIES = {
@@ -110,6 +148,13 @@ REMEDIES = {
             cuda_only=True,
             needs_module="batch_invariant_ops",
             note="does not cover attention",
+        ),
+        Remedy(
+            "invariant",
+            "batch-invariant mode: row-invariant matmuls and element-wise ops, attention per row",
+            settings_change={"invariant": True, "modules": True},  # modules: where it still parts, if it does
+            model_gap=_invariant_gap,
+            outcome_note=_invariant_outcome,
         ),
     )
 }
@@ -145,26 +190,28 @@ class RemedyOutcome:
     description: str
     applied: bool
     note: str
-    comparison: Comparison | None
+    comparison: Comparison | GenerationComparison | None
 
 
 def compare_remedies(texts: list[str], settings: Settings, names: list[str], compare_fn) -> list[RemedyOutcome]:
-    """The baseline, then each remedy alone, then (with more than one) all applicable ones together."""
+    """The baseline, then each remedy alone, then (with more than one) all applicable ones together.
+
+    `compare_fn(texts, settings)` runs one measurement (a comparison, or a generation comparison)."""
     remedies = remedies_named(names)
-    device = resolve_device(settings.device)
     outcomes = [RemedyOutcome("none", "as configured", True, "", compare_fn(texts, settings))]
     usable = []
     for remedy in remedies:
-        reason = remedy.why_not(device)
+        reason = remedy.why_not_for(settings)
         if reason is not None:
             outcomes.append(RemedyOutcome(remedy.name, remedy.description, False, reason, None))
             continue
         usable.append(remedy)
         with applied([remedy]):
             result = compare_fn(texts, remedied_settings(settings, [remedy]))
-        outcomes.append(RemedyOutcome(remedy.name, remedy.description, True, remedy.note, result))
+        outcomes.append(RemedyOutcome(remedy.name, remedy.description, True, remedy.note_on(result), result))
     if len(usable) > 1:
         with applied(usable):
             result = compare_fn(texts, remedied_settings(settings, usable))
-        outcomes.append(RemedyOutcome("all", " + ".join(r.name for r in usable), True, "", result))
+        note = "; ".join(r.note_on(result) for r in usable if r.outcome_note is not None)
+        outcomes.append(RemedyOutcome("all", " + ".join(r.name for r in usable), True, note, result))
     return outcomes

@@ -112,6 +112,38 @@ def summary_json(comparison: Comparison) -> dict:
     }
 
 
+def reference_json(comparison: Comparison) -> dict | None:
+    """The largest distance of the batched and of the single logits to the float64 reference, where measured."""
+    measured = [t.reference for t in comparison.texts if t.reference is not None]
+    if not measured:
+        return None
+    return {
+        "batched_vs_float64": number(max(r.batched for r in measured)),
+        "single_vs_float64": number(max(r.single for r in measured)),
+    }
+
+
+def remedies_json(outcomes, summary_fn) -> list[dict]:
+    """Each remedy's entry: whether it acted, its note, and its run's summary (`summary_fn(result)`)."""
+    entries = []
+    for outcome in outcomes:
+        result = outcome.comparison
+        entry = {
+            "remedy": outcome.name,
+            "description": outcome.description,
+            "applied": outcome.applied,
+            "note": outcome.note,
+            "summary": summary_fn(result) if result is not None else None,
+            "config": result.config if result is not None else None,
+        }
+        if result is not None:
+            entry["bitwise_equal"] = sum(t.bitwise_equal for t in result.texts)
+        if isinstance(result, Comparison) and reference_json(result) is not None:
+            entry["reference"] = reference_json(result)
+        entries.append(entry)
+    return entries
+
+
 def to_json_dict(comparison: Comparison) -> dict:
     return {
         "config": comparison.config,

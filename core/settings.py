@@ -37,6 +37,7 @@ class Settings:
     modules: bool = False  # per-module hidden states (norms, attention, MLP, residual) per layer
     decompose: bool = False  # also run each padded row alone: batch-size vs padding effect
     reference: bool = False  # also run each text alone in float64 on the CPU
+    invariant: bool = False  # run every pass in the batch-invariant mode (`batch_invariant`)
 
     def validated(self) -> Settings:
         """Return self, or raise InputError naming the first unusable setting (a session file or a
@@ -90,6 +91,7 @@ _FIELD_TYPES = {
     "modules": (bool,),
     "decompose": (bool,),
     "reference": (bool,),
+    "invariant": (bool,),
 }
 
 

@@ -29,6 +29,7 @@ LIVE_SETTINGS = (
     "modules",
     "decompose",
     "reference",
+    "invariant",
 )
 ARG_OF_SETTING = {"modules": "layers"}
 
