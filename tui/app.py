@@ -73,6 +73,7 @@ class BatchtuiApp(GenerationRuns, NavigationKeys, SettingKeys, OutputActions, Ap
         Binding("b", "cycle_batch_size", "Batch size"),
         Binding("o", "toggle_positions", "Positions", show=False),
         Binding("a", "cycle_attention", "Attention", show=False),
+        Binding("i", "toggle_invariant", "Invariant mode", show=False),
         Binding("t", "toggle_topk", "Top-k chart"),
         Binding("c", "toggle_generation", "Continuations"),
         Binding("L", "toggle_layers", "Detail/layers", key_display="L"),

@@ -36,6 +36,10 @@ class SettingKeys:
         attn = next_in(ATTENTION_CHOICES, self.settings.attn)
         self._apply_settings(self.settings.with_changes(attn=attn))
 
+    def action_toggle_invariant(self) -> None:
+        """The batch-invariant mode on or off: with it on, the heatmap shows what it leaves."""
+        self._apply_settings(self.settings.with_changes(invariant=not self.settings.invariant))
+
     def action_cycle_batch_size(self) -> None:
         size = next_in(BATCH_SIZES, self.settings.batch_size)
         self._apply_settings(self.settings.with_changes(batch_size=size))

@@ -15,6 +15,8 @@ from ..core.visible import literal
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
 TOP_KS = (1, 3, 5, 10, 20)
 ATTN_IMPLEMENTATIONS = ("default", "sdpa", "eager")
+# On/off settings: (field, label). `invariant` keeps the batch-invariant mode on while exploring.
+CHECKBOXES = (("decompose", "batch vs pad"), ("reference", "vs float64"), ("invariant", "invariant"))
 
 
 def _options(values, current) -> list[tuple[str, object]]:
@@ -59,7 +61,7 @@ class SettingsPanel(Grid):
         for field in ("atol", "rtol"):
             yield Label(field)
             yield Input(f"{getattr(s, field):g}", id=field, compact=True)
-        for field, label in (("decompose", "batch vs pad"), ("reference", "vs float64")):
+        for field, label in CHECKBOXES:
             yield Label("")
             yield OnOffCheckbox(label, getattr(s, field), id=field, compact=True)
 
@@ -76,7 +78,7 @@ class SettingsPanel(Grid):
                 self.query_one(f"#{field}", Select).value = getattr(settings, field)
             self.query_one("#attn", Select).value = settings.attn or "default"
         with self.prevent(Checkbox.Changed):
-            for field in ("decompose", "reference"):
+            for field, _ in CHECKBOXES:
                 self.query_one(f"#{field}", Checkbox).value = getattr(settings, field)
 
     def on_select_changed(self, event: Select.Changed) -> None:

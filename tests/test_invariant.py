@@ -1,0 +1,224 @@
+"""The batch-invariant mode: a text's batched logits torch.equal its single run's, on every architecture of the
+matrix and both built-ins, in bfloat16 and float32, either padding side, any batch size, and every step of
+greedy generation; leaving the mode puts everything back. Each exactness test also shows, on the same
+workload, that without the mode something differs (float32, left padding, batch 8 diverges on any CPU), so
+that it can fail."""
+
+import pytest
+import torch
+import transformers
+from architectures import ARCHITECTURES, ATTENTION, build
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from batchtui.core import NotInvariant, batch_invariant
+from batchtui.core.builtin_models import builtin_path
+
+# 1 to ~240 tokens in one batch (a token per byte for the tiny checkpoints, whose context is 256 positions).
+TEXTS = [
+    "a",
+    "Hello, world!",
+    "The quick brown fox jumps over the lazy dog.",
+    "xxxxxxx",
+    "def f(x):\n    return x + 1",
+    "Batched and single runs of the same text should give the same logits. " * 3,
+    "日本語のテキスト",
+    "The presence of annotations does not change the meaning of a function. " * 3 + "z" * 20,
+]
+BUILT_INS = ("tiny", "qwen2-english-4m")
+MODELS = (*ARCHITECTURES, "mixtral-near-tie", *BUILT_INS)
+DTYPES = (torch.bfloat16, torch.float32)
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory, tiny_path):
+    folder = tmp_path_factory.mktemp("invariant")
+    built = {name: build(name, folder / name, tiny_path) for name in [*ARCHITECTURES, "mixtral-near-tie"]}
+    return {**built, **{name: builtin_path(name) for name in BUILT_INS}}
+
+
+def _load(path, name, dtype):
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    attn = ATTENTION.get(name.removesuffix("-near-tie"))
+    kwargs = {"attn_implementation": attn} if attn else {}
+    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **kwargs).eval(), tokenizer
+
+
+def _batched_rows(model, tokenizer, texts, side):
+    """The seed's code: one padded batch through inputs_embeds, mask and mask-derived positions; each text's
+    real rows of the logits."""
+    tokenizer.padding_side = side
+    batch = tokenizer(texts, return_tensors="pt", padding=True)
+    mask = batch.attention_mask
+    positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
+    embeds = model.get_input_embeddings()(batch.input_ids)
+    logits = model(inputs_embeds=embeds, attention_mask=mask, position_ids=positions).logits
+    return [logits[i][mask[i].bool()] for i in range(len(texts))]
+
+
+def _single(model, tokenizer, text):
+    ids = tokenizer(text, return_tensors="pt").input_ids
+    embeds = model.get_input_embeddings()(ids)
+    positions = torch.arange(ids.shape[1])[None]
+    return model(inputs_embeds=embeds, attention_mask=torch.ones_like(ids), position_ids=positions).logits[0]
+
+
+def _worst(batched, singles) -> float:
+    return max((b.float() - s.float()).abs().max().item() for b, s in zip(batched, singles))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", MODELS)
+def test_batched_logits_equal_single_runs_bitwise(checkpoints, name):
+    for dtype in DTYPES:
+        model, tokenizer = _load(checkpoints[name], name, dtype)
+        with torch.inference_mode():
+            with batch_invariant(model):
+                singles = [_single(model, tokenizer, text) for text in TEXTS]
+                for side in ("left", "right"):
+                    batched = _batched_rows(model, tokenizer, TEXTS, side)
+                    for i, (b, s) in enumerate(zip(batched, singles)):
+                        assert torch.equal(b, s), f"{name} {dtype} {side} text {i}: {(b.float() - s.float()).abs().max()}"
+            if dtype == torch.float32:
+                plain_singles = [_single(model, tokenizer, text) for text in TEXTS]
+                assert _worst(_batched_rows(model, tokenizer, TEXTS, "left"), plain_singles) > 0, "can fail"
+
+
+@pytest.mark.parametrize("name", ["qwen2-english-4m", "llama"])
+def test_every_batch_size_from_1_to_8(checkpoints, name):
+    model, tokenizer = _load(checkpoints[name], name, torch.float32)
+    with torch.inference_mode(), batch_invariant(model):
+        singles = [_single(model, tokenizer, text) for text in TEXTS]
+        for size in range(1, 9):
+            for start in range(0, len(TEXTS), size):
+                chunk = TEXTS[start : start + size]
+                for offset, rows in enumerate(_batched_rows(model, tokenizer, chunk, "left")):
+                    assert torch.equal(rows, singles[start + offset]), f"batch {size}, text {start + offset}"
+
+
+def _greedy(model, tokenizer, texts):
+    tokenizer.padding_side = "left"
+    batch = tokenizer(texts, return_tensors="pt", padding=True)
+    out = model.generate(
+        **batch,
+        max_new_tokens=32,
+        min_new_tokens=32,
+        do_sample=False,
+        output_logits=True,
+        return_dict_in_generate=True,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    return out.sequences[:, batch.input_ids.shape[1] :], torch.stack(out.logits, dim=1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", MODELS)
+def test_greedy_generation_is_the_same_step_by_step(checkpoints, name):
+    texts = TEXTS[:4]
+    for dtype in DTYPES:
+        model, tokenizer = _load(checkpoints[name], name, dtype)
+        with torch.inference_mode(), batch_invariant(model):
+            tokens, logits = _greedy(model, tokenizer, texts)
+            for i, text in enumerate(texts):
+                alone_tokens, alone_logits = _greedy(model, tokenizer, [text])
+                assert torch.equal(tokens[i], alone_tokens[0]), f"{name} {dtype} text {i}"
+                assert torch.equal(logits[i], alone_logits[0]), f"{name} {dtype} text {i}: a step's logits"
+
+
+def test_without_the_mode_generation_steps_differ(checkpoints):
+    """The generation test above can fail: the same workload's step logits differ without the mode."""
+    model, tokenizer = _load(checkpoints["qwen2-english-4m"], "qwen2-english-4m", torch.float32)
+    with torch.inference_mode():
+        _, logits = _greedy(model, tokenizer, TEXTS[:4])
+        differs = []
+        for i, text in enumerate(TEXTS[:4]):
+            _, alone = _greedy(model, tokenizer, [text])
+            steps = min(logits.shape[1], alone.shape[1])
+            differs.append(not torch.equal(logits[i, :steps], alone[0, :steps]))
+    assert any(differs)
+
+
+def test_the_seed_code_pattern_through_the_public_api(checkpoints):
+    """README's example, as a user writes it: `from batchtui.core import batch_invariant`."""
+    model, tokenizer = _load(checkpoints["qwen2-english-4m"], "qwen2-english-4m", torch.bfloat16)
+    texts = ["The quick brown fox", "Hello"]
+    with torch.no_grad(), batch_invariant(model):
+        batched = _batched_rows(model, tokenizer, texts, "left")
+        assert all(torch.equal(b, _single(model, tokenizer, t)) for b, t in zip(batched, texts))
+
+
+def test_leaving_the_mode_restores_every_kernel_and_the_attention(checkpoints):
+    model, tokenizer = _load(checkpoints["gemma2"], "gemma2", torch.float32)
+    a, b = torch.randn(5, 33), torch.randn(33, 7)
+    x = torch.randn(3, 37)
+    before = torch.mm(a, b), torch.nn.functional.silu(x)
+    kernels = {op: torch._C._dispatch_dump(f"aten::{op}") for op in ("mm", "addmm", "bmm", "silu", "_grouped_mm")}
+    attention = model.config._attn_implementation
+    for failure in (RuntimeError, KeyboardInterrupt):
+        with pytest.raises(failure), batch_invariant(model):
+            assert model.config._attn_implementation != attention
+            raise failure()
+        assert model.config._attn_implementation == attention
+        assert torch.equal(torch.mm(a, b), before[0]) and torch.equal(torch.nn.functional.silu(x), before[1])
+        assert {op: torch._C._dispatch_dump(f"aten::{op}") for op in kernels} == kernels
+    assert type(torch.overrides._get_current_function_mode_stack()) is list
+    assert not torch.overrides._get_current_function_mode_stack()
+
+
+def test_nested_and_repeated_entries_share_one_registration(checkpoints):
+    model, tokenizer = _load(checkpoints["llama"], "llama", torch.float32)
+    dump = torch._C._dispatch_dump("aten::mm")
+    with batch_invariant(model):
+        with batch_invariant(model):
+            inside = torch._C._dispatch_dump("aten::mm")
+        assert torch._C._dispatch_dump("aten::mm") == inside != dump
+    assert torch._C._dispatch_dump("aten::mm") == dump
+
+
+def _tiny_config(name, vocab):
+    if name == "mamba":
+        return transformers.MambaConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=2)
+    return transformers.FalconConfig(
+        vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, alibi=name == "falcon-alibi"
+    )
+
+
+@pytest.fixture(scope="module")
+def outside_the_matrix(tmp_path_factory, tiny_path):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_path)
+    folder = tmp_path_factory.mktemp("outside")
+    paths = {}
+    for name in ("mamba", "falcon", "falcon-alibi"):
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(_tiny_config(name, len(tokenizer)))
+        model.save_pretrained(folder / name)
+        tokenizer.save_pretrained(folder / name)
+        paths[name] = folder / name
+    return paths
+
+
+def test_a_model_without_attention_in_its_layers_is_refused_with_the_reason(outside_the_matrix):
+    model = AutoModelForCausalLM.from_pretrained(outside_the_matrix["mamba"]).eval()
+    with pytest.raises(NotInvariant, match=r"2 of 2 layers .* mix tokens without attention"):
+        with batch_invariant(model):
+            pass
+
+
+@pytest.mark.parametrize("name", ["falcon", "falcon-alibi"])
+def test_attention_a_model_calls_itself_is_caught(outside_the_matrix, name):
+    """Falcon calls scaled_dot_product_attention itself (not through transformers' interface), with ALiBi in
+    its float mask for one variant."""
+    model, tokenizer = _load(outside_the_matrix[name], name, torch.float32)
+    with torch.inference_mode():
+        with batch_invariant(model):
+            singles = [_single(model, tokenizer, text) for text in TEXTS]
+            for side in ("left", "right"):
+                batched = _batched_rows(model, tokenizer, TEXTS, side)
+                assert all(torch.equal(b, s) for b, s in zip(batched, singles)), side
+        eager = model.config._attn_implementation
+    model.config._attn_implementation = "eager"  # then Falcon's own attention is out of reach: refused
+    from batchtui.core.invariant import _static_gap
+
+    assert "outside transformers' attention interface" in _static_gap(model)
+    model.config._attn_implementation = eager
