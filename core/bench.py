@@ -1,11 +1,12 @@
 """`batchtui bench`: what a comparison costs next to the forward passes it compares.
 
-Six methods on the same model and texts, interleaved over rounds, medians reported:
+Eight methods on the same model and texts, interleaved over rounds, medians reported:
 (a) the floor: bare forward passes (one batched pass per chunk, one single pass per text);
 (b) the seed's script for every text: batched pass, its padded rows alone, torch.allclose;
 (c) compare() as the CLI runs it; (d) compare() with per-module localization;
 (e) the generation floor: bare greedy `generate` calls (one per left-padded chunk, one per text alone);
-(f) generate_and_compare() as `batchtui generate` runs it, on the same number of new tokens.
+(f) generate_and_compare() as `batchtui generate` runs it, on the same number of new tokens;
+(g), (h) compare() and generate_and_compare() in the batch-invariant mode: what the same logits cost.
 Peak memory: on CUDA max_memory_allocated above what was allocated before (the weights); on the
 CPU the peak resident-set growth, sampled.
 """
@@ -190,6 +191,7 @@ def bench(
     loaded = load_model(settings)
     device = loaded.device
     layer_settings = settings.with_changes(modules=True)
+    invariant_settings = settings.with_changes(invariant=True)
     methods = {
         "floor": lambda: floor_passes(loaded, texts, settings),
         "seed": lambda: seed_script(loaded, texts, settings),
@@ -197,6 +199,8 @@ def bench(
         "compare_layers": lambda: compare(texts, layer_settings),
         "generate_floor": lambda: generate_floor(loaded, texts, settings, new_tokens),
         "generate": lambda: generate_and_compare(texts, settings, new_tokens),
+        "compare_invariant": lambda: compare(texts, invariant_settings),
+        "generate_invariant": lambda: generate_and_compare(texts, invariant_settings, new_tokens),
     }
     for fn in methods.values():  # warm-up: kernels, caches, the tokenizer's decode table
         fn()
@@ -233,6 +237,8 @@ def bench(
         "layers_vs_floor": medians["compare_layers"] / medians["floor"],
         "compare_vs_seed": medians["compare"] / medians["seed"],
         "generate_vs_floor": medians["generate"] / medians["generate_floor"],
+        "invariant_vs_compare": medians["compare_invariant"] / medians["compare"],
+        "invariant_generate_vs_generate": medians["generate_invariant"] / medians["generate"],
     }
     result.targets = _targets(result, texts, loaded)
     return result
@@ -255,6 +261,8 @@ def _targets(result: BenchResult, texts: list[str], loaded: LoadedModel) -> list
             _target("compare_vs_seed", r["compare_vs_seed"], 1.05),
             _target("layers_vs_floor", r["layers_vs_floor"], 1.30),
             _target("generate_vs_floor", r["generate_vs_floor"], 1.15),
+            _target("invariant_vs_compare", r["invariant_vs_compare"], 1.30),
+            _target("invariant_generate_vs_generate", r["invariant_generate_vs_generate"], 1.50),
         ]
     longest = max(len(loaded.tokenizer(t)["input_ids"]) for t in texts)
     chunk_logits = min(result.batch_size, len(texts)) * longest * result.vocab_size * 4

@@ -16,6 +16,9 @@ def test_bench_json_has_ratios_and_targets(tmp_path):
     assert set(data["ratios"]) >= {"compare_vs_floor", "layers_vs_floor", "compare_vs_seed", "generate_vs_floor"}
     assert data["ratios"]["compare_vs_floor"] == data["seconds"]["compare"] / data["seconds"]["floor"]
     assert data["ratios"]["generate_vs_floor"] == data["seconds"]["generate"] / data["seconds"]["generate_floor"]
+    seconds = data["seconds"]
+    assert data["ratios"]["invariant_vs_compare"] == seconds["compare_invariant"] / seconds["compare"]
+    assert data["ratios"]["invariant_generate_vs_generate"] == seconds["generate_invariant"] / seconds["generate"]
     assert [t["name"] for t in data["targets"]] == ["compare_vs_floor", "generate_vs_floor"]  # the tiny model's
     for target in data["targets"]:
         assert {"name", "value", "limit", "pass"} <= target.keys()
