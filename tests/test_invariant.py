@@ -79,7 +79,7 @@ def test_batched_logits_equal_single_runs_bitwise(checkpoints, name):
                 for side in ("left", "right"):
                     batched = _batched_rows(model, tokenizer, TEXTS, side)
                     for i, (b, s) in enumerate(zip(batched, singles)):
-                        assert torch.equal(b, s), f"{name} {dtype} {side} text {i}: {(b.float() - s.float()).abs().max()}"
+                        assert torch.equal(b, s), f"{name} {dtype} {side} text {i}: {_worst([b], [s])}"
             if dtype == torch.float32:
                 plain_singles = [_single(model, tokenizer, text) for text in TEXTS]
                 assert _worst(_batched_rows(model, tokenizer, TEXTS, "left"), plain_singles) > 0, "can fail"
@@ -222,3 +222,81 @@ def test_attention_a_model_calls_itself_is_caught(outside_the_matrix, name):
 
     assert "outside transformers' attention interface" in _static_gap(model)
     model.config._attn_implementation = eager
+
+
+async def test_the_app_keeps_the_mode_on_while_exploring():
+    """`i` (or the settings checkbox) turns the mode on: the same texts rerun, and the heatmap and the status
+    line show what it leaves (nothing, here)."""
+    from textual.widgets import Checkbox
+    from tui_helpers import make_app, settle
+
+    from batchtui.tui.status_line import StatusLine
+
+    app = make_app(dtype="float32", positions="mask")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        assert not all(t.bitwise_equal for t in app.comparison.texts), "float32, left padding: some text differs"
+        await pilot.press("i")
+        await settle(pilot, app)
+        assert app.comparison.config["invariant"] is True
+        assert app.query_one("#invariant", Checkbox).value is True
+        assert all(t.bitwise_equal for t in app.comparison.texts)
+        status = str(app.query_one(StatusLine).render())
+        assert f"invariant mode: {len(app.comparison.texts)}/{len(app.comparison.texts)} texts bitwise equal" in status
+        await pilot.press("i")
+        await settle(pilot, app)
+        assert app.comparison.config["invariant"] is False
+
+
+def test_check_remedy_invariant_reports_bitwise_and_keeps_the_math(tmp_path, capsys):
+    """`check --remedy invariant`: the JSON entry says applied, bitwise on every text, and the distance to the
+    float64 reference is no worse than without the mode (the single runs' own distance, where every text now
+    sits)."""
+    import json
+
+    from batchtui.core.cli_check import run_check
+
+    out = tmp_path / "check.json"
+    args = ["--model", "tiny", "--dtype", "float32", "--reference", "--remedy", "invariant", "--json", str(out)]
+    code = run_check([*TEXTS[:5], *args])
+    report = json.loads(out.read_text())
+    baseline, invariant = report["remedies"]
+    assert baseline["bitwise_equal"] < 5, "float32, left padding: without the mode some text differs"
+    assert invariant["applied"] is True and invariant["config"]["invariant"] is True
+    assert invariant["bitwise_equal"] == 5 and invariant["summary"]["max_abs_diff"] == 0
+    assert invariant["note"] == "bitwise: all 5 texts equal their single runs"
+    envelope = max(baseline["reference"]["batched_vs_float64"], baseline["reference"]["single_vs_float64"])
+    assert invariant["reference"]["batched_vs_float64"] <= envelope
+    assert code == 0  # the exit code follows the run with the remedy applied
+    printed = capsys.readouterr().out
+    assert "invariant" in printed and "5/5" in printed
+
+
+def test_generate_remedy_invariant_and_the_invariant_flag(tmp_path):
+    import json
+
+    from batchtui.core.cli_generate import run_generate
+
+    out = tmp_path / "generate.json"
+    args = ["--model", "qwen2-english-4m", "--dtype", "float32", "--max-new-tokens", "8", "--json", str(out)]
+    run_generate([*TEXTS[:4], *args, "--remedy", "invariant"])
+    remedies = json.loads(out.read_text())["remedies"]
+    assert [r["remedy"] for r in remedies] == ["none", "invariant"]
+    assert remedies[1]["summary"] == {"texts": 4, "differ": 0, "near_ties": 0, "max_abs_diff": 0.0}
+    assert remedies[1]["bitwise_equal"] == 4
+    assert run_generate([*TEXTS[:4], *args, "--invariant"]) == 0
+    assert json.loads(out.read_text())["config"]["invariant"] is True
+
+
+def test_a_model_out_of_reach_is_not_applied_and_says_why(outside_the_matrix, tmp_path):
+    import json
+
+    from batchtui.core.cli_check import run_check
+
+    out = tmp_path / "check.json"
+    mamba = str(outside_the_matrix["mamba"])
+    run_check(["hello", "a b c", "--model", mamba, "--remedy", "invariant", "--json", str(out)])
+    entry = json.loads(out.read_text())["remedies"][1]
+    assert entry["applied"] is False and entry["summary"] is None
+    assert "mix tokens without attention" in entry["note"]
+    assert run_check(["hello", "--model", mamba, "--invariant"]) == 2  # a clear refusal
