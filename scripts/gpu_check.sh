@@ -3,7 +3,9 @@
 # Runs from the repository root in well under 5 minutes on one H100/H200 and writes its JSON under
 # $OUT (default ./gpu-check): the seed's a,b,c case and 32 texts x 128 tokens on
 # tiny-qwen2.5-1.5b-shape in bf16, with sdpa and eager, `check` (with --layers --decompose and the
-# remedies), `generate` (continuations batched vs alone), `sweep --generate` and `bench` (its generate row).
+# remedies), `generate` (continuations batched vs alone), `sweep --generate` and `bench` (its generate row);
+# the batch-invariant mode: bitwise result (`--remedy invariant` in check and generate) and cost (bench ratios
+# invariant_vs_compare, invariant_generate_vs_generate).
 set -uo pipefail
 OUT="${OUT:-gpu-check}"
 mkdir -p "$OUT"
@@ -26,10 +28,15 @@ for attn in sdpa eager; do
       --layers --decompose --reference --json "$OUT/check-abc-$attn.json"
   run python -m core check --texts-file "$OUT/texts-32x128.txt" --model $MODEL --dtype bfloat16 --attn $attn \
       --batch-size 8 --layers --decompose --json "$OUT/check-32x128-$attn.json" \
-      --remedy tf32-off --remedy reduced-precision-off --remedy deterministic --remedy float32 --remedy batch-invariant
+      --remedy tf32-off --remedy reduced-precision-off --remedy deterministic --remedy float32 --remedy batch-invariant \
+      --remedy invariant
 done
 run python -m core generate --texts-file "$OUT/texts-32x128.txt" --model $MODEL --dtype bfloat16 \
-    --batch-size 8 --max-new-tokens 32 --json "$OUT/generate-32x128.json"
+    --batch-size 8 --max-new-tokens 32 --remedy invariant --json "$OUT/generate-32x128.json"
+for padding in left right; do
+  run python -m core check --texts-file "$OUT/texts-32x128.txt" --model $MODEL --dtype bfloat16 --batch-size 8 \
+      --padding-side $padding --reference --remedy invariant --json "$OUT/check-invariant-$padding.json"
+done
 run python -m core sweep --generate --texts-file "$OUT/texts-32x128.txt" --model $MODEL --dtypes bfloat16 \
     --batch-sizes 1,8,32 --max-new-tokens 32 --json "$OUT/sweep-generate.json"
 run python -m core sweep --texts-file "$OUT/texts-32x128.txt" --model $MODEL --dtypes bfloat16,float32 \
@@ -41,3 +48,15 @@ for attn in sdpa eager; do
       --max-tokens 256 --batch-size 8 --rounds 2 --json "$OUT/bench-memory-$attn.json"
 done
 run python -m core bench --model tiny --rounds 10 --json "$OUT/bench-tiny.json"
+python - "$OUT" <<'PY'
+import glob, json, sys
+for path in sorted(glob.glob(f"{sys.argv[1]}/*.json")):
+    data = json.load(open(path))
+    for entry in data.get("remedies", []):
+        if entry["remedy"] == "invariant":
+            print(path, "invariant:", entry["applied"], entry.get("bitwise_equal"), "of", (entry["summary"] or {}).get("texts"), entry["note"])
+    ratios = data.get("ratios", {})
+    if "invariant_vs_compare" in ratios:
+        print(path, "invariant_vs_compare", round(ratios["invariant_vs_compare"], 3),
+              "invariant_generate_vs_generate", round(ratios["invariant_generate_vs_generate"], 3))
+PY

@@ -139,13 +139,17 @@ def test_without_the_mode_generation_steps_differ(checkpoints):
     assert any(differs)
 
 
-def test_the_seed_code_pattern_through_the_public_api(checkpoints):
-    """README's example, as a user writes it: `from batchtui.core import batch_invariant`."""
-    model, tokenizer = _load(checkpoints["qwen2-english-4m"], "qwen2-english-4m", torch.bfloat16)
-    texts = ["The quick brown fox", "Hello"]
-    with torch.no_grad(), batch_invariant(model):
-        batched = _batched_rows(model, tokenizer, texts, "left")
-        assert all(torch.equal(b, _single(model, tokenizer, t)) for b, t in zip(batched, texts))
+def test_the_readme_example_prints_true_for_every_text(capsys):
+    """README's example, the original report's code with `batch_invariant` added, run as written on the
+    built-in English model."""
+    from pathlib import Path
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    code = readme.split("## The same logits")[1].split("```python\n")[1].split("```")[0]
+    name = 'model_name = "Qwen/Qwen2.5-1.5B-Instruct"'
+    assert name in code
+    exec(code.replace(name, f"model_name = {str(builtin_path('qwen2-english-4m'))!r}"), {})
+    assert capsys.readouterr().out.split() == ["True", "True", "True"]
 
 
 def test_leaving_the_mode_restores_every_kernel_and_the_attention(checkpoints):
