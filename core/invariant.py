@@ -118,7 +118,8 @@ def _mode(model) -> Iterator[None]:
     """The mechanics: row-invariant matmuls and element-wise functions, attention per row, the model routed to
     it; all undone after."""
     configs = _configs(model) if _uses_interface(model) else []
-    saved = [(config, getattr(config, _attn_attribute(config))) for config in configs]
+    # A nested entry finds the model routed already: the outer entry keeps what to restore.
+    saved = [(c, getattr(c, _attn_attribute(c))) for c in configs if getattr(c, _attn_attribute(c)) != NAME]
     with contextlib.ExitStack() as stack:
         stack.enter_context(RowInvariantMatmuls())
         stack.enter_context(TailFreeElementwise())

@@ -40,6 +40,16 @@ def _count_call() -> None:
     _local.calls = attention_calls() + 1
 
 
+def _inside(call):
+    """`call()` as one row's attention: attention calls it makes are its own, not caught again."""
+    outer = getattr(_local, "inside", False)
+    _local.inside = True
+    try:
+        return call()
+    finally:
+        _local.inside = outer
+
+
 def _attended(mask: torch.Tensor, kv: int) -> torch.Tensor:
     """[b, q, kv] bool: which key each query attends (any head), from a bool or an additive float mask."""
     mask = mask[..., :kv]
@@ -126,7 +136,7 @@ class RowWiseSdpa(TorchFunctionMode):
         _count_call()
 
         def attend(q, k, v, row_mask):
-            return func(q, k, v, attn_mask=row_mask, is_causal=False, **given)
+            return _inside(lambda: func(q, k, v, attn_mask=row_mask, is_causal=False, **given))
 
         return _per_row(query, key, value, mask, is_causal, attend, q_dim_of_output=2)
 
@@ -166,11 +176,7 @@ def attend_by_rows(module, query, key, value, attention_mask, **kwargs):
     def attend(q, k, v, row_mask):
         if inner_name == "eager" and row_mask.dtype == torch.bool:
             row_mask = torch.zeros((), dtype=q.dtype, device=q.device).masked_fill(~row_mask, torch.finfo(q.dtype).min)
-        _local.inside = True
-        try:
-            return inner(module, q, k, v, row_mask, **kwargs)[0]
-        finally:
-            _local.inside = False
+        return _inside(lambda: inner(module, q, k, v, row_mask, **kwargs)[0])
 
     return _per_row(query, key, value, attention_mask, False, attend, q_dim_of_output=1), None
 
