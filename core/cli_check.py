@@ -45,7 +45,7 @@ def _check(args: argparse.Namespace) -> int:
     numbered = texts_from_args(args)
     check_report_destination(args.json)
     from .engine import compare  # torch loads only once the arguments are known good
-    from .plain_text import format_localization, format_table, verdict
+    from .plain_text import format_localization, format_table, invariant_verdict, verdict
     from .report import remedies_json, summary_json, to_json_dict, write_json
 
     outcomes = []
@@ -69,6 +69,8 @@ def _check(args: argparse.Namespace) -> int:
     for note in comparison.notes:
         print(f"note: {note}", file=out)
     print(verdict(comparison), file=out)
+    if settings.invariant:
+        print(f"invariant mode: {invariant_verdict(comparison)}", file=out)
     if outcomes:
         from .plain_text import format_remedies
 

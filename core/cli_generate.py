@@ -85,6 +85,10 @@ def _generate(args: argparse.Namespace) -> int:
     for note in comparison.notes:
         print(f"note: {note}", file=out)
     print(generation_verdict(comparison), file=out)
+    if settings.invariant:
+        from .plain_text import invariant_verdict
+
+        print(f"invariant mode: {invariant_verdict(comparison)}", file=out)
     if outcomes:
         from .plain_text import format_remedies
 

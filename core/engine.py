@@ -82,9 +82,18 @@ def compare(
     return Comparison(
         config=resolved_config(settings, loaded),
         texts=tuple(replace(result, line=line) for result, line in zip(results, lines)),
-        notes=loaded.notes,
+        notes=loaded.notes + _settings_notes(settings),
         elapsed_s=time.perf_counter() - started,
     )
+
+
+def _settings_notes(settings: Settings) -> tuple[str, ...]:
+    if settings.invariant and settings.positions == "arange" and settings.padding_side == "left":
+        return (
+            "arange positions with left padding give a padded text other positions than alone: a different "
+            "computation, which the invariant mode cannot make equal (--positions mask can)",
+        )
+    return ()
 
 
 def check_fits_model(settings: Settings, loaded: LoadedModel) -> None:

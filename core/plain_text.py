@@ -146,6 +146,16 @@ def _reference_cell(result: Comparison) -> str:
     return f"{format_float(batched)}/{format_float(single)}"
 
 
+def invariant_verdict(result) -> str:
+    """Whether the batch-invariant mode kept its promise on a comparison or a generation comparison: every
+    text bitwise equal to its single run, or how many are and where the first other one parts."""
+    parted = [t for t in result.texts if not t.bitwise_equal]
+    total = len(result.texts)
+    if not parted:
+        return f"bitwise: all {total} texts equal their single runs"
+    return f"bitwise on {total - len(parted)}/{total} texts; text {parted[0].line} parts {parted[0].where_it_parts}"
+
+
 def _parted_and_events(result) -> tuple[int, int]:
     """(texts that part, flips) for a comparison; (continuations that differ, near-ties) for a generation."""
     s = result.summary

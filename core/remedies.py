@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from .comparison import Comparison
 from .errors import InputError
+from .plain_text import invariant_verdict
 from .settings import Settings
 
 if TYPE_CHECKING:
@@ -86,15 +87,6 @@ def _invariant_gap(settings: Settings) -> str | None:
     return coverage_gap(load_model(settings).model)
 
 
-def _invariant_outcome(result) -> str:
-    """Whether the mode kept its promise, in numbers: every text bitwise, or where it still parts."""
-    differing = [t for t in result.texts if not t.bitwise_equal]
-    if not differing:
-        return f"bitwise: all {len(result.texts)} texts equal their single runs"
-    first = differing[0]
-    return f"still differs on {len(differing)}/{len(result.texts)} texts: text {first.line} {first.where_it_parts}"
-
-
 @dataclass(frozen=True)
 class Remedy:
     name: str
@@ -154,7 +146,7 @@ REMEDIES = {
             "batch-invariant mode: row-invariant matmuls and element-wise ops, attention per row",
             settings_change={"invariant": True, "modules": True},  # modules: where it still parts, if it does
             model_gap=_invariant_gap,
-            outcome_note=_invariant_outcome,
+            outcome_note=invariant_verdict,
         ),
     )
 }

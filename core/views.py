@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass
 
 from .comparison import Comparison, LayerMetrics, PositionMetrics, RoutingChange, TextResult
+from .plain_text import invariant_verdict
 
 # Heatmap colour scale: bucket 0 is exactly zero, then one bucket per decade of max|Δ|.
 _DECADES = tuple(range(-6, 1))  # upper bounds 1e-6 .. 1e0
@@ -215,19 +216,12 @@ def describe_outcome(comparison: Comparison, batch_size: int) -> str:
     summary = comparison.summary
     parts = [f"{summary.diverged}/{summary.texts} texts diverge · {summary.top1_flips} flips"]
     if comparison.config.get("invariant"):
-        parts.append(_invariant_outcome(comparison))
+        parts.append(f"invariant mode: {invariant_verdict(comparison)}")
     if batch_size > summary.texts:
         parts.append(f"effective batch size {summary.texts} (of {batch_size}: {summary.texts} texts)")
     if summary.diverged == 0 and summary.top1_flips == 0 and not comparison.config.get("invariant"):
         parts.append("no divergence: right padding (p), arange positions (o) or another dtype (d) usually shows one")
     return " · ".join(parts)
-
-
-def _invariant_outcome(comparison: Comparison) -> str:
-    """With the batch-invariant mode on: how many texts it made bitwise equal, and where the first other parts."""
-    parted = [t for t in comparison.texts if not t.bitwise_equal]
-    outcome = f"invariant mode: {len(comparison.texts) - len(parted)}/{len(comparison.texts)} texts bitwise equal"
-    return outcome + (f" (text {parted[0].line} parts {parted[0].where_it_parts})" if parted else "")
 
 
 # The summary's orders: the texts' own, then worst first by each measure.
