@@ -85,9 +85,10 @@ def _static_gap(model) -> str | None:
     implementation = _implementation(model)
     name = type(model).__name__
     if not _uses_interface(model) and implementation != "sdpa":  # SDPA calls are caught wherever they are made
+        hint = " (run it with --attn sdpa)" if getattr(model, "_supports_sdpa", False) else ""
         return (
             f"{name} computes its {implementation} attention itself, outside transformers' attention interface: "
-            "not covered (run it with --attn sdpa)"
+            f"not covered{hint}"
         )
     return None
 
