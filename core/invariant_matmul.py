@@ -5,10 +5,11 @@ one of hundreds, and on CUDA cuBLAS picks a kernel per shape. So a token's row o
 differently inside a padded batch than alone. While `RowInvariantMatmuls` is entered, aten's mm, addmm, bmm,
 baddbmm and _grouped_mm (MoE experts) are re-registered so that every row meets one kernel and one reduction
 order whatever the call's height:
-- a call under `tile_rows(device)` rows is padded with zero rows to exactly that height;
-- a taller call goes to the library whole where this machine's library was measured to keep a row's result
-  independent of the call's height above the tile (`_library_keeps_rows`, per shape, dtype and layout), and is
-  cut into fixed-height tiles where it was not (and on CUDA, where it never is).
+- where this machine's library was measured to give a row the same bits in any call of h or more rows
+  (`_row_keeping_height`, per shape, dtype and layout: often h is 1 or 2, as only its one-row kernels differ),
+  a call of h or more rows goes to the library whole and a shorter one is padded with zero rows to h;
+- elsewhere (and always on CUDA, where cuBLAS picks kernels per shape) every row is computed in a call of
+  exactly `tile_rows(device)` rows: shorter calls padded, taller ones cut into tiles.
 The replacements call the `out=` overloads, which are separate operators: calling `torch.mm` from the mm
 override would call the override again.
 """
@@ -34,8 +35,8 @@ def tile_rows(device: torch.device) -> int:
     return _CPU_TILE_ROWS if device.type == "cpu" else _GPU_TILE_ROWS
 
 
-# (op, device type, dtype, shape and layout of everything but the rows) -> whether the library keeps rows
-_measured: dict[tuple, bool] = {}
+# (op, dtype, shape and layout of everything but the rows) -> the height from which the library keeps rows
+_measured: dict[tuple, int | None] = {}
 _measured_lock = threading.Lock()
 
 RowsFn = Callable[[torch.Tensor], torch.Tensor]  # rows of the row operand -> those rows of the result
@@ -51,48 +52,55 @@ def _padded(rows: torch.Tensor, height: int, dim: int) -> torch.Tensor:
 
 
 def _by_rows(a: torch.Tensor, dim: int, key: tuple, compute: RowsFn) -> torch.Tensor:
-    """`compute(a)` with every row of `a` (along `dim`) computed in a call of one fixed height or, where the
-    library keeps rows independent of the height above it, in the library's own call."""
-    height = tile_rows(a.device)
+    """`compute(a)` with every row of `a` (along `dim`) getting the bits it gets in a call of one fixed height:
+    a shorter call padded to that height, a taller one through the library where it keeps rows (measured),
+    else in tiles of the fixed height."""
     m = a.shape[dim]
     if m == 0:
         return compute(a)
+    floor = _row_keeping_height(a, dim, key, compute)
+    if floor is not None:
+        return compute(a) if m >= floor else compute(_padded(a, floor, dim)).narrow(dim, 0, m).clone()
+    height = tile_rows(a.device)
     if m <= height:
         return compute(_padded(a, height, dim)).narrow(dim, 0, m).clone()
-    if _library_keeps_rows(a, dim, key, compute):
-        return compute(a)
     tiles = [compute(_padded(a.narrow(dim, s, min(height, m - s)), height, dim)) for s in range(0, m, height)]
     return torch.cat(tiles, dim=dim).narrow(dim, 0, m)
 
 
-def _library_keeps_rows(a: torch.Tensor, dim: int, key: tuple, compute: RowsFn) -> bool:
-    """Measured once per key on random rows: does a call of any height above the tile give each row the
-    same bits as the fixed-height tiles? Never assumed on CUDA, where cuBLAS picks kernels per shape."""
+# The call heights tried, smallest first: a library often takes other kernels for one row or a few.
+_FLOORS = (1, 2, 4, 8, 16)
+
+
+def _row_keeping_height(a: torch.Tensor, dim: int, key: tuple, compute: RowsFn) -> int | None:
+    """The smallest height h such that, measured once per key on random rows, the library gives every row of a
+    call of h or more rows the bits that row gets in a call of exactly h rows (wherever it sits); None when not
+    even 16 rows do, and always on CUDA, where cuBLAS picks kernels per shape (then: fixed-height tiles)."""
     if a.device.type != "cpu":
-        return False
+        return None
     key = (key, a.dtype, tuple(a.shape[:dim]), tuple(a.shape[dim + 1 :]), a.stride(-1) == 1)
     with _measured_lock:
         if key in _measured:
             return _measured[key]
-    height = tile_rows(a.device)
-    probe_rows = 4 * height + 3
     shape = list(a.shape)
-    shape[dim] = probe_rows
+    shape[dim] = 67
     probe = torch.randn(shape, generator=torch.Generator().manual_seed(0)).to(a.dtype)
-    tiled = torch.cat(
-        [
-            compute(_padded(probe.narrow(dim, s, min(height, probe_rows - s)), height, dim))
-            for s in range(0, probe_rows, height)
-        ],
-        dim=dim,
-    ).narrow(dim, 0, probe_rows)
-    keeps = all(
-        torch.equal(compute(probe.narrow(dim, 0, rows)), tiled.narrow(dim, 0, rows))
-        for rows in (height + 1, probe_rows)
-    )
+    floor = next((h for h in _FLOORS if _keeps_rows_from(h, probe, dim, compute)), None)
     with _measured_lock:
-        _measured[key] = keeps
-    return keeps
+        _measured[key] = floor
+    return floor
+
+
+def _keeps_rows_from(height: int, probe: torch.Tensor, dim: int, compute: RowsFn) -> bool:
+    """Do the first and the last `height` rows of calls of several heights above `height` get the bits of a
+    `height`-row call of just those rows?"""
+    for rows in sorted({height + 1, height + 2, 2 * height + 1, 3 * height + 2, 17, 40, probe.shape[dim]}):
+        whole = compute(probe.narrow(dim, 0, rows))
+        for start in (0, rows - height):
+            alone = compute(probe.narrow(dim, start, height))
+            if not torch.equal(whole.narrow(dim, start, height), alone):
+                return False
+    return True
 
 
 def _mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
