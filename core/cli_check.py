@@ -8,9 +8,9 @@ from functools import partial
 
 from .cli import EXIT_DIVERGED, EXIT_OK, parsed_and_guarded
 from .cli_options import (
-    REMEDY_NAMES,
     OneLineParser,
     add_common_options,
+    add_remedy_option,
     check_report_destination,
     settings_from_args,
     texts_from_args,
@@ -25,14 +25,7 @@ def check_parser(prog: str) -> OneLineParser:
     )
     add_common_options(parser)
     parser.add_argument("--json", metavar="PATH", help="write the full report to PATH ('-' for stdout)")
-    parser.add_argument(
-        "--remedy",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help=f"measure a remedy before/after (repeatable): {REMEDY_NAMES}; the exit code then follows the run "
-        "with all applied",
-    )
+    add_remedy_option(parser)
     return parser
 
 
@@ -77,4 +70,3 @@ def _check(args: argparse.Namespace) -> int:
         print(format_remedies(outcomes), file=out)
         comparison = [o for o in outcomes if o.comparison is not None][-1].comparison
     return EXIT_OK if comparison.all_close else EXIT_DIVERGED
-

@@ -7,9 +7,9 @@ import sys
 
 from .cli import EXIT_DIVERGED, EXIT_OK, parsed_and_guarded
 from .cli_options import (
-    REMEDY_NAMES,
     OneLineParser,
     add_common_options,
+    add_remedy_option,
     check_report_destination,
     settings_from_args,
     texts_from_args,
@@ -40,14 +40,7 @@ def run_generate(argv: list[str], prog: str = "batchtui generate") -> int:
     add_common_options(parser)
     add_generation_options(parser)
     parser.add_argument("--json", metavar="PATH", help="write the full report to PATH ('-' for stdout)")
-    parser.add_argument(
-        "--remedy",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help=f"measure a remedy before/after (repeatable): {REMEDY_NAMES}; the exit code then follows the run "
-        "with all applied",
-    )
+    add_remedy_option(parser)
     return parsed_and_guarded(parser, argv, _generate)
 
 

@@ -17,7 +17,8 @@ class _DefaultsShown(argparse.HelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if not action.option_strings or "default" in text or action.default in (None, False, argparse.SUPPRESS):
+        no_default = action.default in (None, False, argparse.SUPPRESS) or action.default == []
+        if not action.option_strings or "default" in text or no_default:
             return text
         default = ",".join(map(str, action.default)) if isinstance(action.default, list) else action.default
         return f"{text} (default: {default})" if text else f"default: {default}"
@@ -33,8 +34,6 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-REMEDY_NAMES = ", ".join(REMEDIES)
 
 
 def add_common_options(parser: argparse.ArgumentParser) -> None:
@@ -68,6 +67,17 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reference", action="store_true", help="also run each text alone in float64 on the CPU")
     parser.add_argument(
         "--invariant", action="store_true", help="run in the batch-invariant mode: batched logits equal single runs"
+    )
+
+
+def add_remedy_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--remedy",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help=f"measure a remedy before/after (repeatable): {', '.join(REMEDIES)}; the exit code then follows the "
+        "run with all applied",
     )
 
 

@@ -25,6 +25,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from .errors import NotInvariant
+from .scopes import SharedScope
 
 NAME = "batchtui_invariant"
 
@@ -70,7 +71,7 @@ def _row_plan(mask: torch.Tensor | None, b: int, q: int, kv: int, is_causal: boo
         every_q, every_k = torch.arange(q, device=device), torch.arange(kv, device=device)
         sub = torch.ones(q, kv, dtype=torch.bool, device=device)
         if is_causal:
-            sub = sub.tril(diagonal=kv - q)
+            sub = sub.tril()  # SDPA's is_causal aligns the queries to the first keys
         return [(every_q, every_k, sub)] * b
     for ref, shape, plan in _plans:
         if ref() is mask and shape == (q, kv):
@@ -100,6 +101,8 @@ def _per_row(query, key, value, mask, is_causal: bool, attend, q_dim_of_output: 
     """`attend(q, k, v, row_mask)` on each row's real queries and keys; the outputs scattered back into a
     zero tensor along the output's query dim (2 for [b, h, q, d], 1 for [b, q, h, d])."""
     b, q, kv = query.shape[0], query.shape[2], key.shape[2]
+    if mask is not None and mask.dim() < 4:  # SDPA also takes [q, kv] and [b, q, kv] masks
+        mask = mask.view((1,) * (4 - mask.dim()) + tuple(mask.shape))
     plan = _row_plan(mask, b, q, kv, is_causal, query.device)
     out = None
     for row, entry in enumerate(plan):
@@ -189,31 +192,19 @@ def mask_without_skips(*args, **kwargs):
     return sdpa_mask(*args, **kwargs)
 
 
-class AttentionRegistration:
-    """`NAME` in transformers' attention and mask interfaces while entered (shared by nested entries)."""
+class AttentionRegistration(SharedScope):
+    """`NAME` in transformers' attention and mask interfaces while entered."""
 
-    _lock = threading.Lock()
-    _entered = 0
-
-    def __enter__(self) -> AttentionRegistration:
+    def _install(self) -> None:
         from transformers.masking_utils import AttentionMaskInterface
         from transformers.modeling_utils import AttentionInterface
 
-        cls = type(self)
-        with cls._lock:
-            if cls._entered == 0:
-                AttentionInterface.register(NAME, attend_by_rows)
-                AttentionMaskInterface.register(NAME, mask_without_skips)
-            cls._entered += 1
-        return self
+        AttentionInterface.register(NAME, attend_by_rows)
+        AttentionMaskInterface.register(NAME, mask_without_skips)
 
-    def __exit__(self, *exc) -> None:
+    def _remove(self) -> None:
         from transformers.masking_utils import AttentionMaskInterface
         from transformers.modeling_utils import AttentionInterface
 
-        cls = type(self)
-        with cls._lock:
-            cls._entered -= 1
-            if cls._entered == 0:
-                AttentionInterface._global_mapping.pop(NAME, None)
-                AttentionMaskInterface._global_mapping.pop(NAME, None)
+        AttentionInterface._global_mapping.pop(NAME, None)
+        AttentionMaskInterface._global_mapping.pop(NAME, None)

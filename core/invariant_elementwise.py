@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from .scoped_kernels import ScopedKernels
+from .scopes import ScopedKernels
 
 # Elements of one step of the widest vector body (two 512-bit vectors of bfloat16).
 _STEP = 64

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import torch
 
-from .scoped_kernels import ScopedKernels
+from .scopes import ScopedKernels
 
 # The dispatch keys the replacements are registered for: the mechanism is not CPU-specific.
 _DEVICE_KEYS = ("CPU", "CUDA")

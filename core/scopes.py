@@ -1,0 +1,65 @@
+"""Process-wide changes held while any `with` block needs them: the first entry makes them, the last exit
+undoes them (entries may nest and come from several threads)."""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Callable
+
+import torch
+
+
+class SharedScope:
+    """Subclasses make their change in `_install` and undo it in `_remove`; each subclass counts its own
+    entries."""
+
+    _lock: threading.Lock
+    _entered: int
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._lock, cls._entered = threading.Lock(), 0
+
+    def _install(self) -> None:
+        raise NotImplementedError
+
+    def _remove(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        cls = type(self)
+        with cls._lock:
+            if cls._entered == 0:
+                self._install()
+            cls._entered += 1
+        return self
+
+    def __exit__(self, *exc) -> None:
+        cls = type(self)
+        with cls._lock:
+            cls._entered -= 1
+            if cls._entered == 0:
+                self._remove()
+
+
+class ScopedKernels(SharedScope):
+    """aten kernels replaced while entered: subclasses name them in `kernels()`, (op name, dispatch key) ->
+    function. Op overrides are process-wide: other threads run them too while any block is entered."""
+
+    _library: torch.library.Library | None = None
+
+    def kernels(self) -> dict[tuple[str, str], Callable]:
+        raise NotImplementedError
+
+    def _install(self) -> None:
+        library = torch.library.Library("aten", "IMPL")
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*[Oo]verrid.*")
+            for (name, key), fn in self.kernels().items():
+                library.impl(name, fn, key)
+        type(self)._library = library
+
+    def _remove(self) -> None:
+        type(self)._library._destroy()  # the library's own kernels are back
+        type(self)._library = None

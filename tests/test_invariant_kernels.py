@@ -1,0 +1,92 @@
+"""The batch-invariant mode's kernels, one property each: a row's (or an element's) result does not depend on
+how many others share the call, through the library where it was measured to keep rows and through
+fixed-height tiles where not. Each property is also shown to fail without the mode on a workload where the
+library's small-call kernels differ (float32, one row against many)."""
+
+import pytest
+import torch
+
+from batchtui.core import invariant_matmul
+from batchtui.core.invariant_elementwise import TailFreeElementwise, tail_free_length
+from batchtui.core.invariant_matmul import RowInvariantMatmuls
+
+HEIGHTS = (1, 2, 3, 5, 8, 15, 16, 17, 31, 33, 64, 100)
+
+
+@pytest.fixture(params=["measured", "tiles"])
+def matmuls(request, monkeypatch):
+    """The mode's matmuls as measured on this machine, or forced to fixed-height tiles (the CUDA path)."""
+    if request.param == "tiles":
+        monkeypatch.setattr(invariant_matmul, "_FLOORS", ())
+    monkeypatch.setattr(invariant_matmul, "_measured", {})
+    with RowInvariantMatmuls():
+        yield request.param
+
+
+def _rows_alike(product, a) -> bool:
+    """Every row of `product(a[:m])`, for every height m, equals the row computed alone."""
+    alone = torch.cat([product(a[i : i + 1]) for i in range(a.shape[0])])
+    return all(torch.equal(product(a[:m]), alone[:m]) for m in HEIGHTS)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_linear_rows_do_not_depend_on_the_call_height(matmuls, dtype):
+    torch.manual_seed(0)
+    a, weight, bias = torch.randn(100, 257).to(dtype), torch.randn(67, 257).to(dtype), torch.randn(67).to(dtype)
+    assert _rows_alike(lambda x: torch.nn.functional.linear(x, weight), a)  # mm
+    assert _rows_alike(lambda x: torch.nn.functional.linear(x, weight, bias), a)  # addmm
+    assert _rows_alike(lambda x: torch.bmm(x[None], weight.t()[None])[0], a)  # bmm
+
+
+def test_without_the_mode_a_row_alone_differs():
+    """The property above can fail: float32 GEMM gives one row other bits alone than among many here."""
+    torch.manual_seed(0)
+    a, weight = torch.randn(100, 257), torch.randn(67, 257)
+    assert not _rows_alike(lambda x: torch.nn.functional.linear(x, weight), a)
+
+
+def test_moe_experts_rows_do_not_depend_on_how_many_tokens_an_expert_got(matmuls):
+    torch.manual_seed(0)
+    tokens, experts = torch.randn(40, 32).to(torch.bfloat16), torch.randn(4, 32, 24).to(torch.bfloat16)
+    offsets = torch.tensor([3, 20, 21, 40], dtype=torch.int32)
+    together = torch._grouped_mm(tokens, experts, offs=offsets)
+    starts = [0, 3, 20, 21]
+    for expert, (start, end) in enumerate(zip(starts, offsets.tolist())):
+        for row in range(start, end):
+            alone = torch._grouped_mm(
+                tokens[row : row + 1], experts, offs=torch.tensor([0] * expert + [1] * (4 - expert), dtype=torch.int32)
+            )
+            assert torch.equal(together[row], alone[0]), (expert, row)
+
+
+def test_odd_shapes_keep_their_values_and_layout(matmuls):
+    a, b = torch.randn(7, 13), torch.randn(13, 5)
+    inside = torch.mm(a, b)
+    assert inside.shape == (7, 5) and inside.is_contiguous()
+    torch.testing.assert_close(inside, a.double().mm(b.double()).float())
+    assert torch.mm(a[:0], b).shape == (0, 5)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_element_wise_functions_give_an_element_the_same_bits_wherever_it_sits(threads):
+    torch.manual_seed(0)
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        big = torch.randn(1700, 100)
+        with TailFreeElementwise():
+            for fn in (torch.nn.functional.silu, torch.sigmoid, torch.rsqrt, torch.sin):
+                whole = fn(big.abs() + 0.1)
+                for rows, offset in ((1, 5), (3, 0), (7, 1000), (213, 31)):
+                    part = big[offset : offset + rows].abs() + 0.1
+                    assert torch.equal(fn(part), whole[offset : offset + rows]), (fn, rows, offset)
+    finally:
+        torch.set_num_threads(saved)
+
+
+def test_tail_free_lengths_cut_into_whole_vector_steps_per_thread():
+    for n in (1, 63, 64, 65, 32768, 32769, 70000, 10**6 + 3):
+        for threads in (1, 2, 3, 16):
+            length = tail_free_length(n, threads)
+            used = max(1, min(threads, -(-length // 32768)))
+            assert length >= n and length % 64 == 0 and (length // used) % 64 == 0 and length % used == 0
