@@ -31,14 +31,16 @@ def tail_free_length(n: int, threads: int) -> int:
         length = -(-length // (_STEP * used)) * (_STEP * used)
 
 
-def _tail_free(out_op, **options):
+def _tail_free(out_op):
     def run(x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        if not TailFreeElementwise.active():  # another thread's call: the library's own
+            return out_op(x, *args, **kwargs, out=torch.empty_like(x))
         flat = x.reshape(-1)
         n = flat.numel()
         length = tail_free_length(n, torch.get_num_threads())
         padded = torch.cat([flat, flat.new_zeros(length - n)]) if length > n else flat.contiguous()
         out = torch.empty_like(padded)
-        out_op(padded, *args, **kwargs, **options, out=out)
+        out_op(padded, *args, **kwargs, out=out)
         return out[:n].reshape(x.shape)
 
     return run

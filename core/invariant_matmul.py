@@ -35,7 +35,8 @@ def tile_rows(device: torch.device) -> int:
     return _CPU_TILE_ROWS if device.type == "cpu" else _GPU_TILE_ROWS
 
 
-# (op, dtype, shape and layout of everything but the rows) -> the height from which the library keeps rows
+# (op, dtype, shape and layout of everything but the rows, threads) -> the height from which the library keeps
+# rows
 _measured: dict[tuple, int | None] = {}
 _measured_lock = threading.Lock()
 
@@ -56,7 +57,7 @@ def _by_rows(a: torch.Tensor, dim: int, key: tuple, compute: RowsFn) -> torch.Te
     a shorter call padded to that height, a taller one through the library where it keeps rows (measured),
     else in tiles of the fixed height."""
     m = a.shape[dim]
-    if m == 0:
+    if m == 0 or not RowInvariantMatmuls.active():  # another thread's call: the library's own
         return compute(a)
     floor = _row_keeping_height(a, dim, key, compute)
     if floor is not None:
@@ -78,7 +79,10 @@ def _row_keeping_height(a: torch.Tensor, dim: int, key: tuple, compute: RowsFn) 
     even 16 rows do, and always on CUDA, where cuBLAS picks kernels per shape (then: fixed-height tiles)."""
     if a.device.type != "cpu":
         return None
-    key = (key, a.dtype, tuple(a.shape[:dim]), tuple(a.shape[dim + 1 :]), a.stride(-1) == 1)
+    # The library blocks a call by its thread count too, and that count is per thread (the app's workers run
+    # with one core fewer than the main thread): a measurement holds for one count only.
+    threads = torch.get_num_threads()
+    key = (key, a.dtype, tuple(a.shape[:dim]), tuple(a.shape[dim + 1 :]), a.stride(-1) == 1, threads)
     with _measured_lock:
         if key in _measured:
             return _measured[key]
@@ -111,7 +115,7 @@ def _mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def _addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta=1, alpha=1) -> torch.Tensor:
-    if bias.dim() == 2 and bias.shape[0] != 1:
+    if bias.dim() == 2 and bias.shape[0] != 1 and RowInvariantMatmuls.active():
         # A bias with a row per row: the product row-invariant, the (element-wise) sum after it.
         return torch.ops.aten.add(torch.ops.aten.mul(bias, beta), _mm(a, b), alpha=alpha)
 
@@ -130,6 +134,9 @@ def _bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def _baddbmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta=1, alpha=1) -> torch.Tensor:
+    if not RowInvariantMatmuls.active():
+        out = a.new_empty((a.shape[0], a.shape[1], b.shape[2]))
+        return torch.ops.aten.baddbmm.out(bias, a, b, beta=beta, alpha=alpha, out=out)
     # The bias may vary along the rows: product first (row-invariant), then the element-wise sum.
     product = _bmm(a, b)
     if beta == 0:
@@ -139,7 +146,8 @@ def _baddbmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta=1, al
 
 def _grouped_mm(a, b, offs=None, bias=None, out_dtype=None):
     """MoE experts: token rows grouped by expert (`offs`: each group's end), each group through `_mm`, so a
-    token's row does not depend on how many other tokens its expert got."""
+    token's row does not depend on how many other tokens its expert got. (In a thread outside the mode: one
+    library mm per group, which is what ATen's CPU kernel computes.)"""
     if bias is not None or a.dim() != 2 or b.dim() != 3 or offs is None:
         raise NotImplementedError("batch-invariant mode covers _grouped_mm of 2-D tokens by 3-D expert weights")
     ends = offs.tolist()

@@ -112,8 +112,14 @@ def verdict(comparison: Comparison) -> str:
 
 
 def format_remedies(outcomes) -> str:
-    """Before/after: the baseline, each remedy alone, all together; remedies that cannot act say why.
-    Works for comparisons (diverged, flips) and generation comparisons (continuations that differ, near-ties)."""
+    """Before/after: the baseline, each remedy alone, all together; remedies that cannot act say why."""
+    header, rows = remedies_table(outcomes)
+    return format_columns(header, rows, left={0, 1, len(header) - 1})
+
+
+def remedies_table(outcomes) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    """The remedies' header and rows (the CLI's table, the app's remedies screen), for comparisons (diverged,
+    flips) and generation comparisons (continuations that differ, near-ties)."""
     rows = []
     # With --reference: each run's largest distance to float64, batched and single (a remedy must not pay for
     # equality with accuracy).
@@ -135,7 +141,7 @@ def format_remedies(outcomes) -> str:
     header = ["differ", "bitwise", "max|Δ|", "near-ties"] if generation else ["diverged", "bitwise", "max|Δ|", "flips"]
     if reference:
         header.append("B/S-f64")
-    return format_columns(("remedy", "applied", *header, "note"), rows, left={0, 1, len(header) + 2})
+    return ("remedy", "applied", *header, "note"), rows
 
 
 def _reference_cell(result: Comparison) -> str:

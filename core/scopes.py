@@ -45,12 +45,32 @@ class SharedScope:
 
 class ScopedKernels(SharedScope):
     """aten kernels replaced while entered: subclasses name them in `kernels()`, (op name, dispatch key) ->
-    function. Op overrides are process-wide: other threads run them too while any block is entered."""
+    function. A kernel registration is process-wide, so each replacement asks `active()` and computes what the
+    library computes in a thread that has not entered the block (the app's other workers, a baseline run)."""
 
     _library: torch.library.Library | None = None
+    _threads: threading.local
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._threads = threading.local()
+
+    @classmethod
+    def active(cls) -> bool:
+        """Whether the calling thread is inside a block of this scope."""
+        return getattr(cls._threads, "depth", 0) > 0
 
     def kernels(self) -> dict[tuple[str, str], Callable]:
         raise NotImplementedError
+
+    def __enter__(self):
+        super().__enter__()
+        type(self)._threads.depth = getattr(type(self)._threads, "depth", 0) + 1
+        return self
+
+    def __exit__(self, *exc) -> None:
+        type(self)._threads.depth -= 1
+        super().__exit__(*exc)
 
     def _install(self) -> None:
         library = torch.library.Library("aten", "IMPL")

@@ -90,3 +90,53 @@ def test_tail_free_lengths_cut_into_whole_vector_steps_per_thread():
             length = tail_free_length(n, threads)
             used = max(1, min(threads, -(-length // 32768)))
             assert length >= n and length % 64 == 0 and (length // used) % 64 == 0 and length % used == 0
+
+
+def test_other_threads_get_the_library_s_own_results_while_the_mode_is_on():
+    """Kernel registrations are process-wide; the mode's are not: a thread that did not enter it (the app's
+    other workers, a baseline measured meanwhile) computes exactly what the library computes."""
+    import threading
+
+    torch.manual_seed(0)
+    row, weight, x = torch.randn(1, 257), torch.randn(67, 257), torch.randn(5, 100)
+    plain = torch.nn.functional.linear(row, weight), torch.nn.functional.silu(x)
+    elsewhere = []
+    with RowInvariantMatmuls(), TailFreeElementwise():
+        inside = torch.nn.functional.linear(row, weight)
+        worker = threading.Thread(
+            target=lambda: elsewhere.extend([torch.nn.functional.linear(row, weight), torch.nn.functional.silu(x)])
+        )
+        worker.start()
+        worker.join()
+    assert not torch.equal(inside, plain[0]), "float32: one row alone takes another kernel than a padded call"
+    assert torch.equal(elsewhere[0], plain[0]) and torch.equal(elsewhere[1], plain[1])
+
+
+def test_a_measurement_made_with_fewer_threads_is_not_used_with_more(monkeypatch):
+    """The app's workers run with a core fewer than the main thread, and a library's row blocking depends on
+    the thread count: what was measured in a one-thread worker must not decide a two-thread call."""
+    import threading
+
+    monkeypatch.setattr(invariant_matmul, "_measured", {})
+    torch.manual_seed(0)
+    a, weight, bias = torch.randn(100, 128), torch.randn(128, 128), torch.randn(128)
+
+    def linear(x):
+        return torch.nn.functional.linear(x, weight, bias)
+
+    def in_one_thread():
+        torch.set_num_threads(1)
+        with RowInvariantMatmuls():
+            linear(a[:5])
+
+    threads = torch.get_num_threads()
+    worker = threading.Thread(target=in_one_thread)
+    worker.start()
+    worker.join()
+    torch.set_num_threads(2)
+    try:
+        with RowInvariantMatmuls():
+            whole = linear(a)
+            assert all(torch.equal(linear(a[:m]), whole[:m]) for m in range(1, 40))
+    finally:
+        torch.set_num_threads(threads)

@@ -10,7 +10,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, SelectionList, Static
 from textual.worker import get_current_worker
 
-from ..core.plain_text import format_float
+from ..core.plain_text import remedies_table
 from ..core.settings import Settings
 from .engine_calls import call_engine
 
@@ -46,8 +46,6 @@ class RemediesScreen(Screen[None]):
             if reason:
                 label.append(f"  ({reason})", style="dim")
             choices.add_option((label, remedy.name, reason is None))
-        table = self.query_one(DataTable)
-        table.add_columns("remedy", "applied", "diverged", "max|Δ|", "flips", "note")
         choices.focus()
 
     def action_measure(self) -> None:
@@ -75,19 +73,9 @@ class RemediesScreen(Screen[None]):
     def _show(self, outcomes) -> None:
         self.outcomes = outcomes
         table = self.query_one(DataTable)
-        table.clear()
-        for o in outcomes:
-            if o.comparison is None:
-                table.add_row(o.name, "no", "-", "-", "-", Text(o.note))
-                continue
-            s = o.comparison.summary
-            applied = "baseline" if o.name == "none" else "yes"
-            table.add_row(
-                o.name,
-                applied,
-                f"{s.diverged}/{s.texts}",
-                format_float(s.max_abs_diff),
-                str(s.top1_flips),
-                Text(o.note),
-            )
+        table.clear(columns=True)
+        header, rows = remedies_table(outcomes)
+        table.add_columns(*header)
+        for row in rows:
+            table.add_row(*row[:-1], Text(row[-1]))  # the note may quote a model's own words: never markup
         self.query_one("#remedy-status", Static).update(Text("before/after on the current texts:"))
