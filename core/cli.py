@@ -11,10 +11,13 @@ from .errors import BatchtuiError
 EXIT_OK, EXIT_DIVERGED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 # What a shell reports for a tool stopped by SIGPIPE: the reader of our output went away (`check | head`).
 EXIT_BROKEN_PIPE = 128 + 13
+# ... and for one stopped by SIGINT (Ctrl+C).
+EXIT_INTERRUPTED = 128 + 2
 
 
 def guarded(body: Callable[[], int]) -> int:
-    """Run a command's body: bad input is one line and exit 2, anything else one line and exit 3."""
+    """Run a command's body: bad input is one line and exit 2, Ctrl+C one line and exit 130, anything else one
+    line and exit 3."""
     try:
         code = body()
         sys.stdout.flush()  # here, so that a reader gone away is seen inside the guard
@@ -22,6 +25,9 @@ def guarded(body: Callable[[], int]) -> int:
     except BrokenPipeError:
         _discard_stdout()
         return EXIT_BROKEN_PIPE
+    except KeyboardInterrupt:  # a report being written is removed half-done (safe_files), never left behind
+        print("batchtui: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except BatchtuiError as exc:
         print(f"batchtui: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from .cli import EXIT_DIVERGED, EXIT_OK, parsed_and_guarded
-from .cli_options import OneLineParser, check_report_destination
+from .cli_options import OneLineParser, check_report_destination, human_output
 from .errors import InputError
 from .generation_result import DEFAULT_MAX_NEW_TOKENS
 from .plain_text import format_columns
@@ -64,7 +64,7 @@ def _bench(args: argparse.Namespace) -> int:
     from .models import load_model
 
     texts = workload(load_model(settings).tokenizer, args.texts, args.min_tokens, args.max_tokens)
-    out = sys.stderr if args.json == "-" else sys.stdout
+    out = human_output(args.json)
     result = bench(
         texts,
         settings,

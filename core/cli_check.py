@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from functools import partial
 
 from .cli import EXIT_DIVERGED, EXIT_OK, parsed_and_guarded
@@ -12,6 +11,7 @@ from .cli_options import (
     add_common_options,
     add_remedy_option,
     check_report_destination,
+    human_output,
     settings_from_args,
     texts_from_args,
 )
@@ -49,13 +49,7 @@ def _check(args: argparse.Namespace) -> int:
         comparison = outcomes[0].comparison
     else:
         comparison = compare(numbered.texts, settings, lines=numbered.lines)
-    if args.json:
-        report = to_json_dict(comparison)
-        if outcomes:
-            report["remedies"] = remedies_json(outcomes, summary_json)
-        write_json(report, args.json)
-    # With the report on stdout, the human-readable part goes to stderr so the JSON stays parseable.
-    out = sys.stderr if args.json == "-" else sys.stdout
+    out = human_output(args.json)
     print(format_table(comparison), file=out)
     if settings.modules:
         print(format_localization(comparison), file=out)
@@ -68,5 +62,11 @@ def _check(args: argparse.Namespace) -> int:
         from .plain_text import format_remedies
 
         print(format_remedies(outcomes), file=out)
+    if args.json:  # after the table: a report that cannot be written loses nothing already printed
+        report = to_json_dict(comparison)
+        if outcomes:
+            report["remedies"] = remedies_json(outcomes, summary_json)
+        write_json(report, args.json)
+    if outcomes:
         comparison = [o for o in outcomes if o.comparison is not None][-1].comparison
     return EXIT_OK if comparison.all_close else EXIT_DIVERGED

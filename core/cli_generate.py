@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from .cli import EXIT_DIVERGED, EXIT_OK, parsed_and_guarded
 from .cli_options import (
@@ -11,6 +10,7 @@ from .cli_options import (
     add_common_options,
     add_remedy_option,
     check_report_destination,
+    human_output,
     settings_from_args,
     texts_from_args,
 )
@@ -68,12 +68,7 @@ def _generate(args: argparse.Namespace) -> int:
         comparison = outcomes[0].comparison
     else:
         comparison = generate(numbered.texts, settings)
-    if args.json:
-        report = generation_json(comparison)
-        if outcomes:
-            report["remedies"] = remedies_json(outcomes, generation_summary_json)
-        write_json(report, args.json)
-    out = sys.stderr if args.json == "-" else sys.stdout
+    out = human_output(args.json)
     print(format_generation_table(comparison), file=out)
     for note in comparison.notes:
         print(f"note: {note}", file=out)
@@ -86,5 +81,11 @@ def _generate(args: argparse.Namespace) -> int:
         from .plain_text import format_remedies
 
         print(format_remedies(outcomes), file=out)
+    if args.json:  # after the table: a report that cannot be written loses nothing already printed
+        report = generation_json(comparison)
+        if outcomes:
+            report["remedies"] = remedies_json(outcomes, generation_summary_json)
+        write_json(report, args.json)
+    if outcomes:
         comparison = [o for o in outcomes if o.comparison is not None][-1].comparison
     return EXIT_DIVERGED if comparison.summary.differ else EXIT_OK

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import copy
+import sys
+from typing import TextIO
 
 from .errors import InputError
 from .remedies import REMEDIES
-from .safe_files import check_writable_file
+from .safe_files import check_writable_file, is_standard_output
 from .settings import DEFAULT_ATOL, DEFAULT_MODEL, DEFAULT_RTOL, DTYPES, PADDING_SIDES, POSITION_MODES, Settings
 from .texts import DEFAULT_TEXTS, NumberedTexts, read_texts_file, validate_texts
 
@@ -126,6 +128,12 @@ def given_options(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
     probe = copy.deepcopy(parser)
     probe.set_defaults(**{action.dest: not_given for action in probe._actions})
     return {dest for dest, value in vars(probe.parse_args(argv)).items() if value is not not_given}
+
+
+def human_output(json_path: str | None) -> TextIO:
+    """Where tables and verdicts go: stderr when the JSON report takes stdout (`-`, `/dev/stdout`), so that
+    the report stays parseable; stdout otherwise."""
+    return sys.stderr if json_path and is_standard_output(json_path) else sys.stdout
 
 
 def check_report_destination(path: str | None) -> None:

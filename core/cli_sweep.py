@@ -13,6 +13,7 @@ from .cli_options import (
     OneLineParser,
     add_common_options,
     check_report_destination,
+    human_output,
     settings_from_args,
     texts_from_args,
 )
@@ -95,7 +96,7 @@ def _sweep(args: argparse.Namespace) -> int:
         _progress_bar(done, total, f"{cell.dtype} bs={cell.batch_size} {cell.attn or 'default'} {cell.padding_side}")
 
     cells = sweep(texts, grid, compare, progress=progress)
-    out = sys.stderr if args.json == "-" else sys.stdout
+    out = human_output(args.json)
     rows = [sweep_row(c) for c in cells]
     header = GENERATE_SWEEP_HEADER if args.generate else SWEEP_HEADER
     print(format_columns(header, rows, left={0, 2, 3, 7}), file=out)
@@ -145,7 +146,7 @@ def _probe(args: argparse.Namespace) -> int:
         args.rtol,
         progress=lambda done, total: _progress_bar(done, total, "cells"),
     )
-    out = sys.stderr if args.json == "-" else sys.stdout
+    out = human_output(args.json)
     print(
         f"runs of {args.repeats} bitwise equal / allclose (row 0 of batch N vs alone) on {device}; * = not repeatable",
         file=out,

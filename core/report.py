@@ -10,7 +10,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from .comparison import Comparison, LayerMetrics, PositionMetrics, TextResult, TopToken
-from .safe_files import write_new, write_text
+from .errors import InputError
+from .safe_files import is_standard_output, write_new, write_text
 
 
 def number(value: float) -> float | None:
@@ -155,12 +156,20 @@ def to_json_dict(comparison: Comparison) -> dict:
 
 
 def write_json(data: dict, path: str | Path) -> Path:
-    """Write a report atomically (a reader never sees half a report); '-' is stdout."""
+    """Write a report atomically (a reader never sees half a report); '-' and a path naming stdout are the
+    stream. A report that cannot be written (a full disk) is one InputError line, after the results the
+    commands print first."""
     text = _json_text(data)
-    if str(path) == "-":
-        sys.stdout.write(text)
-        return Path("-")
-    return write_text(path, text)
+    try:
+        if is_standard_output(path):
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            return Path("-")
+        return write_text(path, text)
+    except OSError as exc:
+        if isinstance(exc, BrokenPipeError):
+            raise
+        raise InputError(f"cannot write the report to {path}: {exc.strerror or exc}") from exc
 
 
 def write_new_json(data: dict, directory: Path, stem: str) -> Path:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import os
 import stat
+import sys
 import tempfile
 from pathlib import Path
 
@@ -32,19 +33,31 @@ def umask() -> int:
     return current
 
 
+def is_standard_output(path: str | Path) -> bool:
+    """`-`, or a path naming this process's standard output (`/dev/stdout`, `/dev/fd/1`, the file or pipe it
+    is): a report there is written to the stream, never renamed over what the stream already holds."""
+    if str(path) == "-":
+        return True
+    try:
+        named, stdout = os.stat(path), os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no such path, or stdout closed or replaced
+        return False
+    return (named.st_dev, named.st_ino) == (stdout.st_dev, stdout.st_ino)
+
+
 def write_text(path: str | Path, text: str) -> Path:
     """Replace the content of `path` (through a symlink) with `text`; returns the file written."""
-    target = Path(os.path.realpath(path))
     try:
-        status = os.stat(target)
+        status = os.stat(path)  # through links: /dev/stdout is the pipe, terminal or file it stands for
     except FileNotFoundError:
         status = None
+    if status is not None and not stat.S_ISREG(status.st_mode) and not stat.S_ISDIR(status.st_mode):
+        with open(path, "w", encoding="utf-8") as handle:  # a FIFO or a device: written like `>` does
+            handle.write(text)
+        return Path(path)
+    target = Path(os.path.realpath(path))
     if status is not None and stat.S_ISDIR(status.st_mode):
         raise IsADirectoryError(21, "Is a directory", str(path))
-    if status is not None and not stat.S_ISREG(status.st_mode):
-        with open(target, "w", encoding="utf-8") as handle:  # a FIFO or a device: written like `>` does
-            handle.write(text)
-        return target
     mode = stat.S_IMODE(status.st_mode) if status is not None else 0o666 & ~umask()
     fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
@@ -77,13 +90,12 @@ def write_new(directory: Path, stem: str, suffix: str, text: str) -> Path:
 
 def check_writable_file(path: str | Path, what: str = "cannot write") -> None:
     """Raise InputError now if `write_text(path)` would fail later ('-' is stdout and always fine)."""
-    if str(path) == "-":
-        return
+    special = os.path.exists(path) and not os.path.isfile(path) and not os.path.isdir(path)
+    if is_standard_output(path) or special:
+        return  # the stream, a FIFO or a device: written in place
     target = Path(os.path.realpath(path))
     if target.is_dir():
         raise InputError(f"{what} {path}: it is a directory")
-    if target.exists() and not target.is_file():
-        return  # a FIFO or a device such as /dev/stdout, written in place
     if not target.parent.is_dir():
         raise InputError(f"{what} {path}: folder {target.parent} does not exist")
     if target.exists() and not os.access(target, os.W_OK):

@@ -165,3 +165,70 @@ async def test_unwritable_state_dir_gives_one_notice_and_the_app_works_on(tmp_pa
         notices = [n.message for n in app._notifications if "cannot save the session" in n.message]
         assert len(notices) == 1
         assert [t.text for t in app.comparison.texts] == ["abcone", "two"] and app.is_running
+
+
+def _check_command(*args):
+    import sys
+
+    return [sys.executable, "-m", "batchtui.core", "check", "--model", "tiny", "a", "bc", *args]
+
+
+def test_json_to_dev_stdout_works_through_a_pipe_and_a_file(tmp_path):
+    """`--json /dev/stdout` is `--json -`: piped it is the report alone, parseable; with stdout a file, the
+    report is written into that stream (not renamed over it) and the table goes to stderr."""
+    import subprocess
+
+    piped = subprocess.run(_check_command("--json", "/dev/stdout"), capture_output=True, text=True, timeout=120)
+    assert piped.returncode == 0, piped.stderr
+    assert json.loads(piped.stdout)["summary"]["texts"] == 2 and "allclose" in piped.stderr
+    into_file = tmp_path / "out.txt"
+    with open(into_file, "w") as stdout:
+        done = subprocess.run(
+            _check_command("--json", "/dev/stdout"), stdout=stdout, stderr=subprocess.PIPE, timeout=120
+        )
+    assert done.returncode == 0 and json.loads(into_file.read_text())["summary"]["texts"] == 2
+
+
+def test_a_full_disk_prints_the_results_then_one_line_and_exits_2():
+    import subprocess
+
+    done = subprocess.run(_check_command("--json", "/dev/full"), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "allclose" in done.stdout  # the table came first: nothing measured is lost
+    assert done.stderr.strip() == "batchtui: error: cannot write the report to /dev/full: No space left on device"
+
+
+def test_ctrl_c_exits_130_with_one_line(tmp_path):
+    """Interrupted while its report waits for a reader (a FIFO nobody opens): one line, exit 130."""
+    import signal
+    import subprocess
+    import time
+
+    fifo = tmp_path / "report.fifo"
+    os.mkfifo(fifo)
+    process = subprocess.Popen(
+        _check_command("--json", str(fifo)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while "allclose" not in process.stdout.readline():  # the table is printed before the report
+            assert time.monotonic() < deadline and process.poll() is None
+        time.sleep(0.3)  # now blocked opening the FIFO
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 130
+    assert stderr.strip() == "batchtui: interrupted"
+
+
+def test_an_interrupted_report_leaves_no_partial_file(tmp_path, monkeypatch):
+    target = tmp_path / "report.json"
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        write_text(target, '{"half": ')
+    assert list(tmp_path.iterdir()) == []
