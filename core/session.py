@@ -19,6 +19,7 @@ from pathlib import Path
 from .errors import InputError
 from .safe_files import write_text
 from .settings import Settings
+from .visible import literal
 
 VERSION = 1
 # Every session file we write starts so; a file that does and no longer parses is ours, damaged.
@@ -60,7 +61,7 @@ def load(path: Path) -> Loaded:
         return Loaded(None, None)  # missing or empty: a new session
     try:
         data = json.loads(raw.decode("utf-8"))
-    except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError alike
+    except (ValueError, RecursionError) as exc:  # undecodable, not JSON, or nested past the parser's depth
         if not raw.lstrip().startswith(_OUR_PREFIX):
             raise _foreign(path) from exc
         return Loaded(None, _set_aside(path, exc))
@@ -126,8 +127,15 @@ def _restored_settings(saved: dict) -> tuple[Settings, list[str]]:
         try:
             settings = settings.with_changes(**{field.name: value}).validated()
         except (InputError, TypeError, ValueError):
-            dropped.append(f"{field.name}={value!r}")
+            dropped.append(f"{field.name}={_short(value)}")
     return settings, dropped
+
+
+def _short(value) -> str:
+    """A dropped value as the notice names it: a scalar as written (cut), a container by its type alone."""
+    if isinstance(value, (list, dict)):
+        return f"<{type(value).__name__}>"
+    return literal(repr(value), 40)
 
 
 class SessionLock:

@@ -104,3 +104,64 @@ def test_sigterm_exits_cleanly_with_the_session_saved(tmp_path):
         os.close(fd)
     assert status is not None and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
     assert json.loads(path.read_text())["text"] == "kept"
+
+
+def test_a_session_nested_past_the_parser_s_depth_is_set_aside_and_the_app_starts(tmp_path):
+    path = tmp_path / "s.json"
+    path.write_text('{"version": 1, "text": "x", "settings": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    app = build_app(["--session", str(path)])
+    assert not isinstance(app, int) and "set aside" in app.startup_notice
+    assert not path.exists() and len(list(tmp_path.glob("s.json.corrupt-*"))) == 1
+
+
+def test_an_unusable_nested_value_is_named_by_its_type_not_dumped(tmp_path):
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps({"version": 1, "text": "x", "settings": {"dtype": [[["deep"] * 50] * 50]}}))
+    loaded = session_file.load(path)
+    assert loaded.session.texts == ["x"] and loaded.notice.endswith("dtype=<list>")
+
+
+def _folder_with_remote_code(folder, tiny_path):
+    """A checkpoint whose config names a modeling file of its own: running it leaves a marker file."""
+    import shutil
+
+    shutil.copytree(tiny_path, folder)
+    marker = folder / "RAN"
+    (folder / "hostile.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    config = json.loads((folder / "config.json").read_text())
+    config["auto_map"] = {"AutoModelForCausalLM": "hostile.Model", "AutoConfig": "hostile.Config"}
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder, marker
+
+
+def test_remote_code_runs_only_for_a_model_named_on_the_command_line(tmp_path, tiny_path):
+    """A session may bring a model back, but --trust-remote-code applies to the --model of the same command
+    line: a session naming a folder with code of its own loads it without running that code."""
+    hostile, marker = _folder_with_remote_code(tmp_path / "hostile", tiny_path)
+    path = tmp_path / "s.json"
+    session_file.save(path, "hello", Settings(model=str(hostile)))
+    app = build_app(["--session", str(path), "--trust-remote-code"])
+    assert app.settings.model == str(hostile) and app.settings.trust_remote_code is False
+    assert "--trust-remote-code is for a model named with --model" in app.startup_notice
+    named = build_app(["--session", str(path), "--trust-remote-code", "--model", "tiny"])
+    assert named.settings.model == "tiny" and named.settings.trust_remote_code is True
+    assert named.trusted_model == "tiny"
+    from batchtui.core.models import load_model
+
+    load_model(app.settings)  # the tiny weights load as a Qwen2; the folder's own code is never run
+    assert not marker.exists()
+
+
+async def test_switching_model_in_the_app_never_carries_the_trust_over(tmp_path, tiny_path):
+    from tui_helpers import make_app
+
+    app = make_app(model="tiny", trust_remote_code=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        await pilot.press("M")
+        await pilot.pause()
+        prompt = app.screen.query_one("Input")
+        prompt.value = "qwen2-english-4m"
+        await pilot.press("enter")
+        await settle(pilot, app)
+        assert app.settings.model == "qwen2-english-4m" and app.settings.trust_remote_code is False

@@ -100,6 +100,8 @@ class BatchtuiApp(GenerationRuns, NavigationKeys, SettingKeys, OutputActions, Ap
     ) -> None:
         super().__init__()
         self.settings = settings
+        # Remote code runs only for the model named with --trust-remote-code, never one switched to with M.
+        self.trusted_model = settings.model if settings.trust_remote_code else None
         self.session_path = session_path  # None: nothing is saved (tests, screenshots)
         self._session_saver = SessionSaver(self.notify)
         self.startup_notice = startup_notice

@@ -12,6 +12,7 @@ from ..core.cli_options import OneLineParser, add_common_options, given_options,
 from ..core.errors import BatchtuiError
 from ..core.safe_files import check_output_dir
 from ..core.settings import Settings
+from ..core.visible import literal
 from .daemon_executor import workers_running
 
 # Settings a session restores unless given on the command line (the model too: `M` switches it in the
@@ -103,18 +104,33 @@ def build_app(argv: list[str]):
         print(f"batchtui: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     texts = numbered.texts
+    notices = [restored.notice] if restored.notice else []
     if restored.session is not None and not ({"texts", "texts_file"} & given):
         texts = restored.session.texts  # no texts on the command line: the last session's come back
+        asked_trust = settings.trust_remote_code
         settings = _restored_settings(given, settings, restored.session.settings)
+        if asked_trust and not settings.trust_remote_code:
+            notices.append(
+                f"--trust-remote-code is for a model named with --model on the same command line: the session's "
+                f"model {literal(settings.model, 60)} loads without running its own code"
+            )
     from .app import BatchtuiApp
 
-    return BatchtuiApp(texts, settings, output_dir=output_dir, session_path=path, startup_notice=restored.notice)
+    notice = " · ".join(notices) or None
+    return BatchtuiApp(texts, settings, output_dir=output_dir, session_path=path, startup_notice=notice)
+
+
+def trusted(model: str, command_line: Settings) -> bool:
+    """Whether `model` may run its own code: only when it is the model named with --trust-remote-code."""
+    return command_line.trust_remote_code and model == command_line.model
 
 
 def _restored_settings(given: set[str], current: Settings, saved: Settings) -> Settings:
     """The saved live settings (the model too, since `M` switches it in the app), except those given on the
-    command line; none if another model is given there."""
+    command line; none if another model is given there. Remote code runs only for a model named on this
+    command line: a model the session brings back loads without it."""
     if "model" in given and saved.model != current.model:
         return current
     changes = {name: getattr(saved, name) for name in LIVE_SETTINGS if ARG_OF_SETTING.get(name, name) not in given}
-    return current.with_changes(**changes)
+    restored = current.with_changes(**changes)
+    return restored.with_changes(trust_remote_code=trusted(restored.model, current))

@@ -49,7 +49,8 @@ class SettingKeys:
 
         def switch(model: str | None) -> None:
             if model and model != self.settings.model:
-                self._apply_settings(self.settings.with_changes(model=model))
+                trust = model == self.trusted_model
+                self._apply_settings(self.settings.with_changes(model=model, trust_remote_code=trust))
 
         hint = "a hub id (Qwen/Qwen2.5-1.5B-Instruct), a local folder, or tiny · "
         self.push_screen(PromptScreen("model", self.settings.model, hint), switch)
