@@ -96,7 +96,9 @@ class Runner:
         self._handles.clear()
 
     def _capture(self, name: str, module, args, output) -> None:
-        self._captured[name] = module_output(output)
+        # A copy: a model may add into a module's output in place after the hook ran (Falcon adds its
+        # attention output into the MLP's), which would rewrite what was recorded.
+        self._captured[name] = module_output(output).clone()
 
     def _capture_route(self, name: str, module, args, output) -> None:
         self._captured[("route", name)] = chosen_experts(output, self.loaded.structure.experts_per_token)

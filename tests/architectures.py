@@ -34,6 +34,12 @@ ARCHITECTURES = {
     ),
     "qwen3": ("Qwen3Config", GQA, None),
     "mixtral": ("MixtralConfig", {**MOE, "num_local_experts": 4}, "mlp.gate"),
+    # Falcon: parallel attention, its own SDPA call, and the attention output added into the MLP's in place.
+    "falcon": (
+        "FalconConfig",
+        {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": 256},
+        None,
+    ),
     "qwen3-moe": (
         "Qwen3MoeConfig",
         {**MOE, "num_experts": 4, "moe_intermediate_size": 32, "decoder_sparse_step": 1, "mlp_only_layers": []},

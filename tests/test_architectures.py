@@ -31,7 +31,7 @@ def _every_module_output(model, ids, mask, positions):
         order.append(names[id(module)])
         tensor = output[0] if isinstance(output, tuple) else output
         if isinstance(tensor, torch.Tensor) and tensor.numel() % ids.numel() == 0:
-            outputs[names[id(module)]] = tensor.reshape(*ids.shape, -1)
+            outputs[names[id(module)]] = tensor.reshape(*ids.shape, -1).clone()  # as it was, not as edited later
 
     handles = [m.register_forward_hook(record) for m in model.modules()]
     with torch.no_grad():
@@ -181,3 +181,24 @@ def test_a_kernel_without_the_dtype_is_bad_input_not_a_crash(checkpoints):
             compare(TEXTS, settings)
     finally:
         handle.remove()
+
+
+def test_a_module_output_edited_in_place_afterwards_is_recorded_as_it_was(checkpoints):
+    """Falcon adds its attention output into the MLP's output in place after the MLP returns: the recorded MLP
+    output must be what the MLP returned (an independent hook's copy), not the sum."""
+    from batchtui.core.models import load_model
+    from batchtui.core.runner import Runner
+
+    loaded = load_model(Settings(model=str(checkpoints["falcon"]), dtype="float32", modules=True))
+    mlp_name = next(name for name, _ in loaded.model.named_modules() if name.endswith("h.0.mlp"))
+    returned = {}
+    handle = loaded.model.get_submodule(mlp_name).register_forward_hook(
+        lambda module, args, output: returned.__setitem__("mlp", output.clone())
+    )
+    try:
+        with torch.inference_mode(), Runner(loaded, "left", "mask", per_module=True) as runner:
+            recorded = runner.single(loaded.tokenizer("hello world")["input_ids"])
+    finally:
+        handle.remove()
+    index = [module.name for module in runner.recorded].index(mlp_name)
+    assert torch.equal(recorded.hidden[index][0], returned["mlp"][0])
