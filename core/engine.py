@@ -17,7 +17,7 @@ from .comparison import (
     ReferenceErrors,
     TextResult,
 )
-from .errors import BatchtuiError, Cancelled, InputError, ModelLoadError, ResourceError
+from .errors import BatchtuiError, Cancelled, InputError, ModelLoadError, ResourceError, is_out_of_memory
 from .invariant import invariant_if
 from .metrics import block_elements, max_abs_diff
 from .models import LoadedModel, first_line, load_model
@@ -124,9 +124,7 @@ def run_guarded(loaded: LoadedModel, run: Callable[[], object]):
 def _failure(exc: RuntimeError, loaded: LoadedModel) -> BatchtuiError | None:
     """The user-facing error for a run that failed for want of memory or of dtype support; None otherwise."""
     message = str(exc)
-    # CUDA raises OutOfMemoryError; the CPU allocator a plain RuntimeError ("can't allocate memory").
-    out_of_memory = "can't allocate memory" in message or "out of memory" in message
-    if isinstance(exc, torch.OutOfMemoryError) or out_of_memory:
+    if is_out_of_memory(exc):
         return ResourceError(
             f"out of memory on {loaded.device} ({first_line(exc)}): lower the batch size or the text length "
             "(--batch-size, --max-tokens); the run was stopped and its memory released"
@@ -165,12 +163,13 @@ def _run(texts, lines, settings, loaded, reference, progress, cancelled) -> list
         for start in range(0, len(texts), settings.batch_size):
             chunk_texts = texts[start : start + settings.batch_size]
             check_cancelled()
+            own = own_tokens(runner, chunk_texts, lines[start:])
             chunk = runner.batched(chunk_texts)
             step()
             group: list[tuple] = []  # (row, text, tokens, single pass, extras) measured together
             for row, text in enumerate(chunk_texts):
                 check_cancelled()
-                own_ids, truncated = runner.tokenize(text)
+                own_ids, truncated = own[row]
                 if chunk.real_rows(chunk.input_ids, row).tolist() != own_ids:
                     raise ModelLoadError(
                         f"text {lines[start + row]}: the tokenizer gives other tokens inside a batch than alone"
@@ -195,6 +194,16 @@ def _run(texts, lines, settings, loaded, reference, progress, cancelled) -> list
                     group = []
             del chunk  # free this chunk's logits before the next one
     return results
+
+
+def own_tokens(runner: Runner, texts: list[str], lines: list[int]) -> list[tuple[list[int], bool]]:
+    """Each text's own tokens (cut to max_tokens, and whether cut); InputError for a text the tokenizer turns
+    into no token at all (a normalizer may drop every character of it): there is nothing to compare."""
+    own = [runner.tokenize(text) for text in texts]
+    for (ids, _), line in zip(own, lines):
+        if not ids:
+            raise InputError(f"text {line}: the tokenizer gives no token for it, so there is nothing to compare")
+    return own
 
 
 def _measure(start, group, chunk, loaded, runner, settings) -> list[TextResult]:

@@ -17,6 +17,12 @@ class ResourceError(BatchtuiError):
     """The device ran out of memory; the run was stopped and its memory released."""
 
 
+def is_out_of_memory(exc: BaseException) -> bool:
+    """CUDA raises OutOfMemoryError; the CPU allocator a plain RuntimeError ("can't allocate memory")."""
+    message = str(exc)
+    return type(exc).__name__ == "OutOfMemoryError" or "can't allocate memory" in message or "out of memory" in message
+
+
 class Cancelled(BatchtuiError):
     """The caller abandoned a comparison through its `cancelled` hook."""
 

@@ -18,7 +18,7 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 
 from .assemble import columns_by_text
 from .comparison import PositionColumns
-from .engine import CancelledFn, ProgressFn, check_fits_model, resolved_config, run_guarded, total_passes
+from .engine import CancelledFn, ProgressFn, check_fits_model, own_tokens, resolved_config, run_guarded, total_passes
 from .errors import Cancelled, InputError
 from .generation_result import DEFAULT_MAX_NEW_TOKENS, Continuation, GenerationComparison, TextGeneration
 from .invariant import invariant_if
@@ -110,7 +110,7 @@ class _Generation:
             self.progress(self.done, self.total)
 
     def _chunk(self, texts: list[str], lines: list[int], start: int) -> list[TextGeneration]:
-        own = [self.runner.tokenize(text) for text in texts]
+        own = own_tokens(self.runner, texts, lines[start:])
         for (ids, _), line in zip(own, lines[start : start + len(texts)]):
             if len(ids) + self.max_new_tokens > self.loaded.max_tokens:
                 raise InputError(

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .errors import ResourceError, is_out_of_memory
+
 SIZES = (256, 512, 1024, 1536, 2048, 4096)
 BATCH_SIZES = (2, 4, 8, 16, 32, 64)
 DTYPES = ("bfloat16", "float16", "float32")
@@ -66,7 +68,14 @@ def probe(
     cells = []
     with torch.inference_mode():
         for done, (dtype, size, n) in enumerate(grid, start=1):
-            cells.append(probe_cell(dtype, size, n, repeats, device, atol, rtol))
+            try:
+                cells.append(probe_cell(dtype, size, n, repeats, device, atol, rtol))
+            except RuntimeError as exc:
+                if not is_out_of_memory(exc):
+                    raise
+                raise ResourceError(
+                    f"out of memory on {device} for a {size}x{size} {dtype} layer with {n} rows: use smaller --sizes"
+                ) from None
             if progress is not None:
                 progress(done, len(grid))
     return cells

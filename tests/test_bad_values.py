@@ -189,3 +189,34 @@ async def test_app_numbers_texts_by_their_editor_line():
         assert str(app.query_one("#detail").border_title) == "text 4 · position 0"
         assert str(app.query_one("#heatmap").border_subtitle) == "text 4 · pos 0"
         assert " text 4 " in str(app.query_one("#layers").border_title)
+
+
+def test_a_probe_that_runs_out_of_memory_is_bad_input(capsys):
+    """A 200000-wide layer needs 160 GB: the user's input, so one line and exit 2, not an internal error."""
+    args = ["--sizes", "200000", "--batch-sizes", "2", "--dtypes", "float32", "--repeats", "1"]
+    assert run_probe(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("batchtui: error: out of memory on cpu for a 200000x200000 float32 layer")
+
+
+@pytest.fixture
+def tokenizer_dropping_tildes():
+    """The tiny model as the engine holds it, its tokenizer given a normalizer that removes '~' (as some
+    tokenizers drop characters they do not know): a text of tildes has no token at all."""
+    from tokenizers import normalizers
+
+    backend = load_model(Settings(model="tiny", max_tokens=64)).tokenizer.backend_tokenizer
+    saved = backend.normalizer
+    backend.normalizer = normalizers.Replace("~", "")
+    yield "tiny"
+    backend.normalizer = saved
+
+
+@pytest.mark.parametrize("command", ["check", "generate"])
+def test_a_text_with_no_token_is_bad_input(tokenizer_dropping_tildes, command, capsys):
+    from batchtui.core.cli_generate import run_generate
+
+    run = {"check": run_check, "generate": run_generate}[command]
+    assert run(["hello", "~~~", "--model", tokenizer_dropping_tildes, "--max-tokens", "64"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "batchtui: error: text 2: the tokenizer gives no token for it, so there is nothing to compare"
