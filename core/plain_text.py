@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from .comparison import Comparison, TextResult
-from .visible import literal
+from .visible import columns, literal
 
 
 def format_float(value: float) -> str:
@@ -19,14 +19,20 @@ def format_float(value: float) -> str:
 def format_columns(header: tuple[str, ...], rows: list[tuple[str, ...]], left: set[int] = frozenset()) -> str:
     """An aligned table with a rule under the header; columns in `left` are left-aligned."""
     rows = [header, *rows]
-    widths = [max(len(row[c]) for row in rows) for c in range(len(header))]
+    widths = [max(columns(row[c]) for row in rows) for c in range(len(header))]
     lines = []
     for r, row in enumerate(rows):
-        cells = [cell.ljust(w) if c in left else cell.rjust(w) for c, (cell, w) in enumerate(zip(row, widths))]
+        cells = [_padded(cell, w, c in left) for c, (cell, w) in enumerate(zip(row, widths))]
         lines.append("  ".join(cells).rstrip())
         if r == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def _padded(cell: str, width: int, left: bool) -> str:
+    """`cell` filled to `width` terminal columns (by display width: wide characters and combining marks)."""
+    fill = " " * (width - columns(cell))
+    return cell + fill if left else fill + cell
 
 
 def _text_row(t: TextResult, comparison: Comparison) -> tuple[str, ...]:

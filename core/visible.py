@@ -20,11 +20,30 @@ def _escape(ch: str) -> str:
 
 
 def literal(text: str, width: int | None = None) -> str:
-    """`text` made safe for one line of a terminal: control and format characters shown as escapes."""
+    """`text` made safe for one line of a terminal: control and format characters shown as escapes; with
+    `width`, cut to at most that many terminal columns (wide characters take two, combining marks none)."""
     shown = "".join(repr(ch)[1:-1] if unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp") else ch for ch in text)
-    if width is not None and len(shown) > width:
-        shown = shown[: width - 1] + "…"
+    if width is not None and columns(shown) > width:
+        kept, used = [], 0
+        for ch in shown:
+            used += _char_columns(ch)
+            if used > width - 1:
+                break
+            kept.append(ch)
+        shown = "".join(kept) + "…"
     return shown
+
+
+def _char_columns(ch: str) -> int:
+    if unicodedata.combining(ch) or unicodedata.category(ch) in ("Mn", "Me", "Cf"):
+        return 0
+    return 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+
+
+def columns(text: str) -> int:
+    """How many terminal columns `text` takes: East Asian wide and full-width characters two, combining
+    marks none."""
+    return sum(_char_columns(ch) for ch in text)
 
 
 def shown_token(token: str, width: int | None = None) -> str:

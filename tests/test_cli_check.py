@@ -126,3 +126,22 @@ def test_console_script_exit_code():
     done = subprocess.run(["batchtui", "check", "--top-k", "-1", "x"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 2
     assert done.stderr.strip() == "batchtui: error: top-k must be at least 1, not -1"
+
+
+def test_table_columns_stay_aligned_with_wide_characters_and_combining_marks():
+    """Every row of the table ends its text column at the same terminal column: a wide character takes two
+    columns, a combining mark none (counted by an independent rule here: East Asian width and Mn)."""
+    import unicodedata
+
+    from batchtui.core.plain_text import format_columns
+
+    def on_screen(text):
+        return sum(
+            0 if unicodedata.category(ch) == "Mn" else 2 if unicodedata.east_asian_width(ch) in "WF" else 1
+            for ch in text
+        )
+
+    cells = ["日本語のテキスト", "e\u0301e\u0301e\u0301", "plain", "ｆｕｌｌ"]
+    table = format_columns(("#", "text", "n"), [(str(i), text, "7") for i, text in enumerate(cells)], left={1})
+    lines = table.splitlines()
+    assert len({on_screen(line) for line in lines}) == 1, table
