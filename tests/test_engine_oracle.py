@@ -1,6 +1,7 @@
 """The engine's numbers against the seed's method computed independently in the test."""
 
 import math
+from decimal import Decimal
 
 import pytest
 import torch
@@ -94,3 +95,40 @@ def test_kl_is_exact_far_below_float32_noise():
     exact = (np.exp(log_ps) * (log_ps - log_pb)).sum(-1)
     assert np.all((exact > 1e-14) & (exact < 1e-11))
     assert ours.tolist() == pytest.approx([float(v) for v in exact], rel=1e-3)
+
+
+def _kl_in_60_digits(single_row, batched_row) -> "Decimal":
+    """KL(softmax S || softmax B) of two rows of floats, each float taken exactly, in 60-digit arithmetic."""
+    from decimal import Decimal, localcontext
+
+    with localcontext() as context:
+        context.prec = 60
+        s = [Decimal(v) for v in single_row]
+        b = [Decimal(v) for v in batched_row]
+        top_s, top_b = max(s), max(b)
+        es = [(v - top_s).exp() for v in s]
+        eb = [(v - top_b).exp() for v in b]
+        zs, zb = sum(es), sum(eb)
+        return sum((e / zs) * ((v - top_s - zs.ln()) - (w - top_b - zb.ln())) for e, v, w in zip(es, s, b))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_kl_matches_60_digit_arithmetic_at_every_position(dtype):
+    """At every position of runs in each dtype, with differences from one ulp to many: relative error at most
+    1e-3 wherever the true KL exceeds 1e-30, and never 0 where the two distributions differ."""
+    from batchtui.core.metrics import position_stats
+
+    generator = torch.Generator().manual_seed(1)
+    single = (torch.randn(24, 64, generator=generator) * 3).to(dtype)
+    noise = torch.randn(24, 64, generator=generator) * torch.logspace(-7, -1, 24)[:, None]
+    batched = (single.float() + noise).to(dtype)
+    batched[0] = single[0]  # identical rows: KL exactly 0
+    batched[1] = single[1] + 1  # the same distribution shifted: KL 0 up to the float shift
+    ours = position_stats(batched, single, top_k=2, atol=1e-5, rtol=1e-3).kl.double()
+    for row in range(24):
+        exact = _kl_in_60_digits(single[row].double().tolist(), batched[row].double().tolist())
+        if exact > Decimal("1e-30"):
+            assert abs(ours[row].item() - float(exact)) <= 1e-3 * float(exact), (row, ours[row].item(), exact)
+        if not torch.equal(single[row].double().softmax(-1), batched[row].double().softmax(-1)):
+            assert ours[row].item() > 0, row
+    assert ours[0].item() == 0.0
