@@ -57,6 +57,11 @@ def position_ids(attention_mask: torch.Tensor, mode: str) -> torch.Tensor:
     return ids.masked_fill(attention_mask == 0, 1)
 
 
+# Tokens kept past the cut in a bounded prefix, so that the tokens before the cut are the whole text's (a
+# tokenizer merges characters near the end of a prefix otherwise than inside the text).
+_CUT_MARGIN = 64
+
+
 class Runner:
     """Runs passes on one loaded model with one set of settings, hooks attached while in use."""
 
@@ -105,10 +110,22 @@ class Runner:
 
     def tokenize(self, text: str) -> tuple[list[int], bool]:
         """The text's own tokens, cut to max_tokens, and whether they were cut."""
+        text = self.bounded(text)
         ids = self.loaded.tokenizer(text)["input_ids"]
         if len(ids) <= self.max_tokens:
             return ids, False
         return self.loaded.tokenizer(text, truncation=True, max_length=self.max_tokens)["input_ids"], True
+
+    def bounded(self, text: str) -> str:
+        """`text`, or a prefix of it long enough to hold max_tokens tokens and a margin: what is cut away lies
+        past the cut either way, and a 10 MB text costs the tokenizer a prefix's work, not the whole text's."""
+        budget = (self.max_tokens + _CUT_MARGIN) * 8
+        while budget < len(text):
+            prefix = text[:budget]
+            if len(self.loaded.tokenizer(prefix)["input_ids"]) >= self.max_tokens + _CUT_MARGIN:
+                return prefix
+            budget *= 4  # tokens of many characters each (runs of spaces, repeated words)
+        return text
 
     def batched(self, texts: list[str]) -> BatchedChunk:
         """Tokenize `texts` padded to their longest on the chosen side, then run them as one batch."""
@@ -116,7 +133,8 @@ class Runner:
         saved_side = tokenizer.padding_side
         tokenizer.padding_side = self.padding_side
         try:
-            encoded = tokenizer(texts, padding=True, truncation=True, max_length=self.max_tokens, return_tensors="pt")
+            bounded = [self.bounded(text) for text in texts]
+            encoded = tokenizer(bounded, padding=True, truncation=True, max_length=self.max_tokens, return_tensors="pt")
         finally:
             tokenizer.padding_side = saved_side
         device = self.loaded.device

@@ -133,3 +133,38 @@ async def test_app_survives_out_of_memory():
         await pilot.press("r")
         await settle(pilot, app)
         assert app.comparison is not None and app.is_running
+
+
+def test_a_10_mb_text_is_cut_before_it_is_tokenized(tmp_path):
+    """Only a prefix that surely holds --max-tokens tokens is tokenized: a 10 MB text stays within memory
+    (it took 3.3 GB whole; a 60 MB one aborted) and comes out cut and flagged."""
+    import os
+    import subprocess
+    import sys
+    import threading
+
+    big = tmp_path / "big.txt"
+    big.write_text("word " * 2_000_000 + "\n")
+    command = [sys.executable, "-m", "batchtui.core", "check", "--model", "tiny", "--max-tokens", "64"]
+    process = subprocess.Popen([*command, "--texts-file", str(big)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    watchdog = threading.Timer(180, process.kill)  # wait4 has no timeout of its own
+    watchdog.start()
+    try:
+        _, status, usage = os.wait4(process.pid, 0)  # this child's own peak memory
+    finally:
+        watchdog.cancel()
+    out = process.stdout.read().decode()
+    assert os.waitstatus_to_exitcode(status) == 0 and "64 cut" in out
+    assert usage.ru_maxrss < 1_500_000  # kB: the interpreter, torch and the model, not the text
+
+
+def test_a_cut_prefix_gives_the_whole_text_s_tokens_up_to_the_cut():
+    from batchtui.core.models import load_model
+    from batchtui.core.runner import Runner
+
+    loaded = load_model(Settings(model="qwen2-english-4m"))
+    runner = Runner(loaded, "left", "mask", max_tokens=40)
+    for text in ("The quick brown fox jumps. " * 400, "a" * 20_000, "  spaces   and\\ttabs " * 900, "日本語" * 5000):
+        whole = loaded.tokenizer(text, truncation=True, max_length=40)["input_ids"]
+        assert len(runner.bounded(text)) < len(text)
+        assert runner.tokenize(text) == (whole, True)
