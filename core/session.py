@@ -142,7 +142,8 @@ class SessionLock:
     """Held while an app uses a session file, so that a second app on the same file is refused at start.
 
     An advisory lock (flock) on `<session>.lock`: the system drops it when the process ends, even by
-    SIGKILL, so a crash never leaves the session locked.
+    SIGKILL, so a crash never leaves the session locked. A session file with a second name (a hard link)
+    is refused: the lock is named after one of its names, and the other would take a lock of its own.
     """
 
     def __init__(self, path: Path) -> None:
@@ -153,6 +154,13 @@ class SessionLock:
     def acquire(self) -> bool:
         """Take the lock: True if held, False where locks cannot be taken here (a read-only folder);
         InputError if another app holds it."""
+        with contextlib.suppress(FileNotFoundError):
+            names = os.stat(self.path.with_suffix("")).st_nlink
+            if names > 1:
+                raise InputError(
+                    f"session file {self.path.with_suffix('')} has {names} names (hard links), so two apps could "
+                    "write it at once; pass a session file of its own with --session"
+                )
         try:
             import fcntl
         except ImportError:  # no flock on this system

@@ -232,3 +232,18 @@ def test_an_interrupted_report_leaves_no_partial_file(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         write_text(target, '{"half": ')
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_hard_link_cannot_defeat_the_session_lock(tmp_path, capsys):
+    path = tmp_path / "session.json"
+    session_file.save(path, "the first app's edits", Settings(model="tiny"))
+    first = session_file.SessionLock(path)
+    assert first.acquire()
+    try:
+        alias = tmp_path / "alias.json"
+        os.link(path, alias)
+        assert run_app(["--session", str(alias)]) == 2
+        assert "has 2 names (hard links)" in capsys.readouterr().err
+        assert json.loads(path.read_text())["text"] == "the first app's edits"
+    finally:
+        first.release()
