@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections import OrderedDict
@@ -14,6 +15,7 @@ from .hf_compat import dtype_kwarg, experts_kwargs
 from .settings import Settings
 from .structure import Structure, discover
 from .token_text import token_label
+from .visible import literal
 
 
 @dataclass
@@ -106,7 +108,11 @@ def _load(settings: Settings, device: str) -> LoadedModel:
         if settings.device_map:
             _require_accelerate()
             kwargs["device_map"] = settings.device_map
-        model = AutoModelForCausalLM.from_pretrained(source, trust_remote_code=trust, **kwargs)
+        with _transformers_quiet():  # its load report is ours to say, in one line (below)
+            model, loading = AutoModelForCausalLM.from_pretrained(
+                source, trust_remote_code=trust, output_loading_info=True, **kwargs
+            )
+        _refuse_missing_weights(settings.model, loading)
     except BatchtuiError:
         raise
     except Exception as exc:  # transformers raises OSError, ValueError, KeyError... for a bad source
@@ -131,6 +137,11 @@ def _load(settings: Settings, device: str) -> LoadedModel:
             "earlier positions (an encoder such as BERT?); batched-vs-single comparison needs a causal LM"
         )
     notes = []
+    if _ignores_position_ids(model, device):
+        notes.append(
+            f"model {literal(settings.model, 60)} ignores position_ids (it derives positions itself): "
+            "--positions changes nothing for it"
+        )
     pad_id = tokenizer.pad_token_id
     if pad_id is None:
         if tokenizer.eos_token_id is None:
@@ -151,6 +162,43 @@ def _load(settings: Settings, device: str) -> LoadedModel:
         structure=structure,
         notes=tuple(notes),
     )
+
+
+@contextlib.contextmanager
+def _transformers_quiet():
+    from transformers.utils import logging as hf_logging
+
+    saved = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(saved)
+
+
+def _refuse_missing_weights(name: str, loading: dict) -> None:
+    """A checkpoint that lacks weights the model needs (or has them in another shape) loads with those
+    initialised at random, different on every load: nothing it computes is the checkpoint's. Refused."""
+    missing = [*loading.get("missing_keys", ()), *(m[0] for m in loading.get("mismatched_keys", ()))]
+    if missing:
+        shown = ", ".join(literal(key, 60) for key in list(missing)[:3]) + (", ..." if len(missing) > 3 else "")
+        raise ModelLoadError(
+            f"checkpoint {literal(name, 60)} lacks {len(missing)} weights the model needs ({shown}): they would "
+            "be random, different on every load; refused (is it a causal LM checkpoint of this architecture?)"
+        )
+
+
+def _ignores_position_ids(model, device: str) -> bool:
+    """Whether shifting position_ids leaves the logits unchanged (ALiBi models, and models that derive
+    positions from the mask): the positions setting then has no effect, and the report says so."""
+    import torch
+
+    ids = torch.arange(3, 9, device=device)[None].remainder(model.get_input_embeddings().weight.shape[0])
+    positions = torch.arange(6, device=device)[None]
+    with torch.inference_mode():
+        first = model(input_ids=ids, position_ids=positions, use_cache=False).logits
+        shifted = model(input_ids=ids, position_ids=positions + 5, use_cache=False).logits
+    return torch.equal(first, shifted)
 
 
 def _context_length(model, tokenizer) -> int:

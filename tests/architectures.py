@@ -88,3 +88,23 @@ def build_encoder(folder: Path, tiny_path: Path) -> Path:
 def copy_of(path: Path, folder: Path) -> Path:
     shutil.copytree(path, folder)
     return folder
+
+
+def build_seq2seq(folder: Path, tiny_path: Path) -> Path:
+    """A BART encoder-decoder checkpoint: as a causal LM it lacks the decoder's embeddings and head."""
+    tokenizer = AutoTokenizer.from_pretrained(tiny_path)
+    config = transformers.BartConfig(
+        vocab_size=len(tokenizer),
+        d_model=32,
+        encoder_layers=1,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=256,
+    )
+    torch.manual_seed(0)
+    transformers.BartForConditionalGeneration(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder

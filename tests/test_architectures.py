@@ -202,3 +202,35 @@ def test_a_module_output_edited_in_place_afterwards_is_recorded_as_it_was(checkp
         handle.remove()
     index = [module.name for module in runner.recorded].index(mlp_name)
     assert torch.equal(recorded.hidden[index][0], returned["mlp"][0])
+
+
+def test_a_checkpoint_missing_weights_is_refused_in_one_line(tmp_path, tiny_path, capsys):
+    """BART's encoder-decoder weights load into BartForCausalLM with its embeddings and head initialised at
+    random (other logits on every load): refused, exit 2, naming them, without transformers' load report."""
+    from architectures import build_seq2seq
+
+    from batchtui.core.cli_check import run_check
+
+    bart = build_seq2seq(tmp_path / "bart", tiny_path)
+    capsys.readouterr()  # the checkpoint's own writing
+    assert run_check(["hello", "--model", str(bart)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "lacks 2 weights the model needs" in err and "lm_head.weight" in err
+
+
+def test_a_model_that_ignores_position_ids_says_so(tmp_path, tiny_path):
+    """Falcon with ALiBi takes its positions from the mask, not from position_ids: the report says that
+    --positions changes nothing for it; a rotary model (Llama) gets no such note."""
+    import transformers
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_path)
+    config = transformers.FalconConfig(
+        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4, alibi=True
+    )
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path / "alibi")
+    tokenizer.save_pretrained(tmp_path / "alibi")
+    result = compare(["hello world"], Settings(model=str(tmp_path / "alibi")))
+    assert any("ignores position_ids" in note and "--positions changes nothing" in note for note in result.notes)
+    llama = compare(["hello world"], Settings(model=str(build("llama", tmp_path / "llama", tiny_path))))
+    assert not any("position_ids" in note for note in llama.notes)
