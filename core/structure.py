@@ -225,8 +225,13 @@ def _after_last_layer(finished, started, layer_names, head_name, named) -> tuple
 
 
 def _scores_experts(output, n_experts: int, module: torch.nn.Module) -> bool:
-    """A router: its first output scores tokens over the experts ([tokens, experts] or [b, T, experts])."""
+    """A router: a projection onto the experts (a weight with a row per expert) whose first output scores
+    tokens over them ([tokens, experts] or [b, T, experts]). A norm or projection that only happens to be as
+    wide as the number of experts (Jamba's `dt_layernorm`) is not one."""
     if output is None or isinstance(module, torch.nn.ModuleList):
+        return False
+    weight = getattr(module, "weight", None)
+    if not (isinstance(weight, torch.Tensor) and weight.dim() == 2 and n_experts in weight.shape):
         return False
     scores = module_output(output)
     return isinstance(scores, torch.Tensor) and scores.is_floating_point() and scores.shape[-1] == n_experts

@@ -76,11 +76,12 @@ def _make_router_rows_near_ties(model) -> None:
 
 
 def build_encoder(folder: Path, tiny_path: Path) -> Path:
-    """A BERT checkpoint (an encoder: every position sees every other) with the same tokenizer."""
+    """A BERT checkpoint with its LM head, complete (an encoder: every position sees every other), with the
+    same tokenizer."""
     tokenizer = AutoTokenizer.from_pretrained(tiny_path)
     config = transformers.BertConfig(vocab_size=len(tokenizer), **SMALL)
     torch.manual_seed(0)
-    transformers.BertModel(config).save_pretrained(folder)
+    transformers.BertLMHeadModel(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
 

@@ -234,3 +234,36 @@ def test_a_model_that_ignores_position_ids_says_so(tmp_path, tiny_path):
     assert any("ignores position_ids" in note and "--positions changes nothing" in note for note in result.notes)
     llama = compare(["hello world"], Settings(model=str(build("llama", tmp_path / "llama", tiny_path))))
     assert not any("position_ids" in note for note in llama.notes)
+
+
+def test_only_a_projection_onto_the_experts_is_taken_for_a_router(tmp_path, tiny_path):
+    """Jamba's Mamba layers hold a norm (`dt_layernorm`) as wide as the number of experts here: it is not a
+    router; the one router is the MoE layer's projection onto the experts."""
+    import transformers
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_path)
+    config = transformers.JambaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_experts=4,
+        num_experts_per_tok=2,
+        expert_layer_period=2,
+        expert_layer_offset=1,
+        attn_layer_period=2,
+        attn_layer_offset=1,
+        mamba_dt_rank=4,
+        mamba_d_state=4,
+        mamba_expand=2,
+        max_position_embeddings=256,
+    )
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path / "jamba")
+    tokenizer.save_pretrained(tmp_path / "jamba")
+    from batchtui.core.models import load_model
+
+    structure = load_model(Settings(model=str(tmp_path / "jamba"))).structure
+    assert [name for _, name in structure.routers] == ["model.layers.1.feed_forward.router"]
