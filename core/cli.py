@@ -29,11 +29,21 @@ def guarded(body: Callable[[], int]) -> int:
         print("batchtui: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BatchtuiError as exc:
-        print(f"batchtui: error: {exc}", file=sys.stderr)
+        print(error_line(exc), file=sys.stderr)
         return EXIT_BAD_INPUT
     except Exception as exc:  # noqa: BLE001 - the user gets one line, never a traceback
-        print(f"batchtui: internal error: {type(exc).__name__}: {exc}".splitlines()[0], file=sys.stderr)
+        print(error_line(exc, internal=True), file=sys.stderr)
         return EXIT_INTERNAL
+
+
+def error_line(exc: BaseException, internal: bool = False) -> str:
+    """One line for the terminal. Messages quote paths, option values, model names and transformers' words:
+    control characters (an escape sequence in a folder's name) are shown as escapes, never sent raw."""
+    from .visible import literal
+
+    text = f"{type(exc).__name__}: {exc}" if internal else str(exc)
+    first = text.splitlines()[0] if text.strip() else type(exc).__name__
+    return f"batchtui: {'internal error' if internal else 'error'}: {literal(first)}"
 
 
 def _discard_stdout() -> None:

@@ -100,7 +100,8 @@ def _load(settings: Settings, device: str) -> LoadedModel:
     source = _source(settings.model)
     trust = settings.trust_remote_code
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust)
+        with _transformers_quiet():
+            tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust)
         kwargs = {dtype_kwarg(): "auto" if settings.dtype == "auto" else getattr(torch, settings.dtype)}
         kwargs.update(experts_kwargs(settings.dtype))
         if settings.attn:
@@ -169,7 +170,7 @@ def _transformers_quiet():
     from transformers.utils import logging as hf_logging
 
     saved = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
+    hf_logging.set_verbosity(hf_logging.CRITICAL)  # what went wrong reaches the user in our one line
     try:
         yield
     finally:

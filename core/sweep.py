@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from .errors import BatchtuiError, Cancelled, InputError
 from .generation_result import GenerationSummary
 from .settings import Settings
+from .visible import literal
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ def sweep(
         except Cancelled:
             raise
         except BatchtuiError as exc:  # one cell that cannot run (a dtype the device lacks) is reported
-            cells.append(_cell(cell_settings, cell_settings.attn or "default", len(texts), error=str(exc)))
+            cells.append(_cell(cell_settings, cell_settings.attn or "default", len(texts), error=literal(str(exc))))
         if progress is not None:
             progress(done, len(grid), cell_settings)
     return cells

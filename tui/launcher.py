@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from ..core import session as session_file
-from ..core.cli import COMMANDS, EXIT_BAD_INPUT, run_command
+from ..core.cli import COMMANDS, EXIT_BAD_INPUT, error_line, run_command
 from ..core.cli_options import OneLineParser, add_common_options, given_options, settings_from_args, texts_from_args
 from ..core.errors import BatchtuiError
 from ..core.safe_files import check_output_dir
@@ -67,7 +67,7 @@ def run_app(argv: list[str]) -> int:
     try:
         lock.acquire()
     except BatchtuiError as exc:
-        print(f"batchtui: error: {exc}", file=sys.stderr)
+        print(error_line(exc), file=sys.stderr)
         return EXIT_BAD_INPUT
     try:
         app.run()
@@ -101,7 +101,7 @@ def build_app(argv: list[str]):
         path = Path(args.session) if args.session else session_file.default_session_path()
         restored = session_file.load(path)
     except BatchtuiError as exc:
-        print(f"batchtui: error: {exc}", file=sys.stderr)
+        print(error_line(exc), file=sys.stderr)
         return EXIT_BAD_INPUT
     texts = numbered.texts
     notices = [restored.notice] if restored.notice else []
