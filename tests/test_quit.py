@@ -62,3 +62,22 @@ def test_quit_mid_pass_exits_at_once_with_the_session_saved(how, tmp_path):
     assert status is not None, f"{how} did not end the app while a pass ran"
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
     assert json.loads(path.read_text())["text"] == "typed stuck"
+
+
+def test_the_app_without_a_terminal_exits_with_a_message(tmp_path):
+    """stdin not a terminal (a pipe, /dev/null, a cron job): one line and exit 2, not a busy wait."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "batchtui.tui", "--session", str(tmp_path / "s.json"), "--model", "tiny"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "batchtui: error: the app needs a terminal (stdin and stdout); for scripts and CI use `batchtui check` "
+        "(see batchtui --help)"
+    )

@@ -214,3 +214,23 @@ async def test_per_module_view_labels_every_point():
         chart = _chart_text(layers)
         assert all(mark in chart for mark in ("a", "m", "n", "L"))
         assert "a attn" in layers.border_subtitle
+
+
+async def test_a_fifo_given_as_texts_file_is_refused_and_the_app_stays_responsive(tmp_path):
+    """Reading a FIFO nobody writes to would block the app's only thread (q and ctrl+c no longer quit)."""
+    import os
+
+    fifo = tmp_path / "texts.fifo"
+    os.mkfifo(fifo)
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        before = app.query_one(TextsEditor).source()
+        await pilot.press("ctrl+o")
+        app.screen.query_one(Input).value = str(fifo)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert any("is not a regular file" in n.message for n in app._notifications)
+        assert app.query_one(TextsEditor).source() == before
+        await pilot.press("q")
+    assert app.return_code == 0

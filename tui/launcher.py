@@ -69,6 +69,15 @@ def run_app(argv: list[str]) -> int:
     except BatchtuiError as exc:
         print(error_line(exc), file=sys.stderr)
         return EXIT_BAD_INPUT
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        # Without a terminal the app has no keys to read and would wait on them at full speed.
+        lock.release()
+        print(
+            "batchtui: error: the app needs a terminal (stdin and stdout); for scripts and CI use "
+            "`batchtui check` (see batchtui --help)",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_INPUT
     try:
         app.run()
     finally:

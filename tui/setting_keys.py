@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from ..core.errors import BatchtuiError
 from ..core.settings import DTYPES, PADDING_SIDES, POSITION_MODES
 from ..core.texts import read_text_lines
@@ -61,6 +63,13 @@ class SettingKeys:
 
         def load(path: str | None) -> None:
             if not path:
+                return
+            if os.path.exists(path) and not os.path.isfile(path):  # a FIFO or device would block until written
+                self.notify(
+                    f"{path} is not a regular file: the app reads texts from files only",
+                    title="texts not loaded",
+                    severity="error",
+                )
                 return
             try:
                 lines = read_text_lines(path)
