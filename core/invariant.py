@@ -29,7 +29,8 @@ from .invariant_elementwise import TailFreeElementwise
 from .invariant_matmul import RowInvariantMatmuls
 from .structure import layer_count
 
-# model -> why the mode cannot cover it (None: covered), found once per model object
+# model -> (its attention implementation, why the mode cannot cover it or None), found once per model and
+# implementation
 _gaps: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -50,9 +51,11 @@ def invariant_if(on: bool, model) -> contextlib.AbstractContextManager:
 
 def coverage_gap(model) -> str | None:
     """Why the mode cannot make `model` batch-invariant, in one line; None when it covers it."""
-    if model not in _gaps:
-        _gaps[model] = _static_gap(model) or _probed_gap(model)
-    return _gaps[model]
+    implementation = _implementation(model)  # the answer holds for the attention the model has now
+    known = _gaps.get(model)
+    if known is None or known[0] != implementation:
+        known = _gaps[model] = (implementation, _static_gap(model) or _probed_gap(model))
+    return known[1]
 
 
 def _configs(model) -> list:

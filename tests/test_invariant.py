@@ -227,9 +227,8 @@ def test_attention_a_model_calls_itself_is_caught(outside_the_matrix, name):
                 assert all(torch.equal(b, s) for b, s in zip(batched, singles)), side
         eager = model.config._attn_implementation
     model.config._attn_implementation = "eager"  # then Falcon's own attention is out of reach: refused
-    from batchtui.core.invariant import _static_gap
-
-    assert "outside transformers' attention interface" in _static_gap(model)
+    with pytest.raises(NotInvariant, match="outside transformers' attention interface"), batch_invariant(model):
+        pass
     model.config._attn_implementation = eager
 
 
