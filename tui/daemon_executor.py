@@ -7,14 +7,10 @@ import threading
 import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 
-# Worker threads still alive. `batchtui` itself leaves with os._exit while one runs, but a program that
-# embeds the app (tests, scripts) reaches the interpreter's teardown, which must not run beside a forward
-# pass in native code (it aborts): there the cancelled workers are waited for, each ending at its next check.
+# Worker threads still alive. `batchtui` itself leaves with os._exit, but a program that embeds the app
+# (tests, scripts) reaches the interpreter's teardown, which must not run beside a forward pass in native
+# code (it aborts): there the cancelled workers are waited for, each ending at its next check.
 _LIVE: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
-
-
-def workers_running() -> bool:
-    return any(thread.is_alive() for thread in list(_LIVE))
 
 
 @atexit.register

@@ -13,7 +13,6 @@ from ..core.errors import BatchtuiError
 from ..core.safe_files import check_output_dir
 from ..core.settings import Settings
 from ..core.visible import literal
-from .daemon_executor import workers_running
 
 # Settings a session restores unless given on the command line (the model too: `M` switches it in the
 # app); the device and the trust flag always come from the command line.
@@ -60,6 +59,7 @@ def app_parser() -> OneLineParser:
 
 
 def run_app(argv: list[str]) -> int:
+    """The app: an exit code when it cannot start; once it has run, the process ends here."""
     app = build_app(argv)
     if isinstance(app, int):
         return app
@@ -82,13 +82,11 @@ def run_app(argv: list[str]) -> int:
         app.run()
     finally:
         lock.release()
-    if workers_running():
-        # A pass abandoned on quit: the session is saved and the terminal restored, so leave now rather
-        # than let the interpreter's teardown run beside it.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(app.return_code or 0)
-    return app.return_code or 0
+    # The session is saved and the terminal restored: leave now. The interpreter's teardown (torch's and
+    # transformers' modules, a pass abandoned on quit still running) takes over a second and saves nothing.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(app.return_code or 0)
 
 
 def build_app(argv: list[str]):
