@@ -1,4 +1,4 @@
-"""How fast the app answers: time to the first frame, and key-press latency while a comparison runs.
+"""How fast the app answers: time to the first frame, key-press latency while a comparison runs, and quit.
 
     python scripts/tui_latency.py [--presses 60] [--texts 48] [--tokens 270]
 
@@ -9,21 +9,28 @@ its first frame was drawn; counted from just before the child was spawned, inter
 Key latency: with a long comparison running in its worker, each press of a move key is timed from
 posting the key until the heatmap has rendered the moved selection (the heatmap's render is wrapped
 to count frames; Pilot's own press is not used, as it waits for the app to go idle, which a running
-comparison's progress messages never let it). Prints p50/p95/max and PASS/FAIL against the targets.
+comparison's progress messages never let it). Quit: the real app in a pseudo-terminal, results on screen,
+from writing `q` (and, in another start, ctrl+c) to the process's exit. Prints p50/p95/max and PASS/FAIL
+against the targets.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import pty
+import select
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 FIRST_FRAME_LIMIT_S = 1.5
 KEY_P95_LIMIT_S = 0.100
+QUIT_LIMIT_S = 1.0
 
 CHILD = """
 import asyncio, sys, time
@@ -94,6 +101,35 @@ async def key_latencies(presses: int, n_texts: int, n_tokens: int) -> tuple[list
     return latencies, still_running
 
 
+def quit_seconds(key: bytes) -> float:
+    """The app in a pseudo-terminal on the tiny model: once its results are on screen, `key` until exit."""
+    session = Path(tempfile.mkdtemp()) / "session.json"
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execv(sys.executable, [sys.executable, "-m", "batchtui.tui", "--session", str(session), "--model", "tiny"])
+    screen, deadline = b"", time.monotonic() + 120
+    while b"texts diverge" not in screen and time.monotonic() < deadline:
+        if select.select([fd], [], [], 0.1)[0]:
+            screen += os.read(fd, 65536)
+    time.sleep(1.0)  # idle
+    started = time.monotonic()
+    os.write(fd, key)
+    while True:
+        if select.select([fd], [], [], 0.05)[0]:
+            try:
+                os.read(fd, 65536)
+            except OSError:  # the terminal closed with the process
+                pass
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done:
+            os.close(fd)
+            return time.monotonic() - started
+        if time.monotonic() - started > 30:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            return float("inf")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--presses", type=int, default=60)
@@ -114,9 +150,13 @@ def main() -> int:
     )
     ok_first = first <= FIRST_FRAME_LIMIT_S
     ok_keys = p95 <= KEY_P95_LIMIT_S
+    quits = {name: quit_seconds(key) for name, key in (("q", b"q"), ("ctrl+c", b"\x03"))}
+    ok_quit = max(quits.values()) <= QUIT_LIMIT_S
     print(f"first_frame {first:.3f} s <= {FIRST_FRAME_LIMIT_S} s: {'PASS' if ok_first else 'FAIL'}")
     print(f"key_p95 {p95 * 1000:.1f} ms <= {KEY_P95_LIMIT_S * 1000:.0f} ms: {'PASS' if ok_keys else 'FAIL'}")
-    return 0 if ok_first and ok_keys else 1
+    for name, seconds in quits.items():
+        print(f"quit_{name} {seconds:.2f} s <= {QUIT_LIMIT_S} s: {'PASS' if seconds <= QUIT_LIMIT_S else 'FAIL'}")
+    return 0 if ok_first and ok_keys and ok_quit else 1
 
 
 if __name__ == "__main__":
