@@ -169,9 +169,10 @@ async def test_a_texts_file_replaces_the_texts_keeping_its_line_numbers(tmp_path
         await pilot.press("ctrl+o")
         app.screen.query_one(Input).value = str(tmp_path / "missing.txt")
         await pilot.press("enter")
-        await pilot.pause()
+        await wait_for(
+            pilot, lambda: any("cannot read texts file" in n.message for n in app._notifications), "the refusal"
+        )
         assert app.query_one(TextsEditor).source() == before  # a bad file changes nothing
-        assert any("cannot read texts file" in n.message for n in app._notifications)
         await pilot.press("ctrl+o")
         app.screen.query_one(Input).value = str(texts)
         await pilot.press("enter")

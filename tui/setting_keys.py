@@ -71,13 +71,20 @@ class SettingKeys:
                     severity="error",
                 )
                 return
-            try:
-                lines = read_text_lines(path)
-            except BatchtuiError as exc:
-                self.notify(str(exc), title="texts not loaded", severity="error")
-                return
-            self.query_one(TextsEditor).replace_texts(lines)
-            count = sum(1 for line in lines if line.strip())
-            self.notify(f"{count} texts from {path} (ctrl+z in the editor brings the previous ones back)")
+            # Read in a thread (a slow disk or network mount never stalls the keys), at most 64 MiB.
+            self.run_worker(lambda: self._read_texts_file(path), thread=True, group="texts-file", exclusive=True)
 
         self.push_screen(PromptScreen("texts file (one text per line)", "", "a path · "), load)
+
+    def _read_texts_file(self, path: str) -> None:
+        try:
+            lines = read_text_lines(path)
+        except BatchtuiError as exc:
+            self.call_from_thread(self.notify, str(exc), title="texts not loaded", severity="error")
+            return
+        self.call_from_thread(self._load_texts, path, lines)
+
+    def _load_texts(self, path: str, lines: list[str]) -> None:
+        self.query_one(TextsEditor).replace_texts(lines)
+        count = sum(1 for line in lines if line.strip())
+        self.notify(f"{count} texts from {path} (ctrl+z in the editor brings the previous ones back)")
