@@ -11,7 +11,9 @@ from .cli_options import (
     add_common_options,
     add_remedy_option,
     check_report_destination,
+    finish_report,
     human_output,
+    measured,
     settings_from_args,
     texts_from_args,
 )
@@ -38,17 +40,10 @@ def _check(args: argparse.Namespace) -> int:
     numbered = texts_from_args(args)
     check_report_destination(args.json)
     from .engine import compare  # torch loads only once the arguments are known good
-    from .plain_text import format_localization, format_table, invariant_verdict, verdict
-    from .report import remedies_json, summary_json, to_json_dict, write_json
+    from .plain_text import format_localization, format_table, verdict
+    from .report import summary_json, to_json_dict
 
-    outcomes = []
-    if args.remedy:
-        from .remedies import compare_remedies
-
-        outcomes = compare_remedies(numbered.texts, settings, args.remedy, partial(compare, lines=numbered.lines))
-        comparison = outcomes[0].comparison
-    else:
-        comparison = compare(numbered.texts, settings, lines=numbered.lines)
+    comparison, outcomes = measured(numbered.texts, settings, args.remedy, partial(compare, lines=numbered.lines))
     out = human_output(args.json)
     print(format_table(comparison), file=out)
     if settings.modules:
@@ -56,17 +51,5 @@ def _check(args: argparse.Namespace) -> int:
     for note in comparison.notes:
         print(f"note: {note}", file=out)
     print(verdict(comparison), file=out)
-    if settings.invariant:
-        print(f"invariant mode: {invariant_verdict(comparison)}", file=out)
-    if outcomes:
-        from .plain_text import format_remedies
-
-        print(format_remedies(outcomes), file=out)
-    if args.json:  # after the table: a report that cannot be written loses nothing already printed
-        report = to_json_dict(comparison)
-        if outcomes:
-            report["remedies"] = remedies_json(outcomes, summary_json)
-        write_json(report, args.json)
-    if outcomes:
-        comparison = [o for o in outcomes if o.comparison is not None][-1].comparison
-    return EXIT_OK if comparison.all_close else EXIT_DIVERGED
+    followed = finish_report(comparison, outcomes, settings, args.json, to_json_dict, summary_json)
+    return EXIT_OK if followed.all_close else EXIT_DIVERGED

@@ -10,7 +10,9 @@ from .cli_options import (
     add_common_options,
     add_remedy_option,
     check_report_destination,
+    finish_report,
     human_output,
+    measured,
     settings_from_args,
     texts_from_args,
 )
@@ -55,37 +57,15 @@ def _generate(args: argparse.Namespace) -> int:
         generation_summary_json,
         generation_verdict,
     )
-    from .report import remedies_json, write_json
 
     def generate(texts, run_settings):
         return generate_and_compare(texts, run_settings, args.max_new_tokens, args.from_embeds, lines=numbered.lines)
 
-    outcomes = []
-    if args.remedy:
-        from .remedies import compare_remedies
-
-        outcomes = compare_remedies(numbered.texts, settings, args.remedy, generate)
-        comparison = outcomes[0].comparison
-    else:
-        comparison = generate(numbered.texts, settings)
+    comparison, outcomes = measured(numbered.texts, settings, args.remedy, generate)
     out = human_output(args.json)
     print(format_generation_table(comparison), file=out)
     for note in comparison.notes:
         print(f"note: {note}", file=out)
     print(generation_verdict(comparison), file=out)
-    if settings.invariant:
-        from .plain_text import invariant_verdict
-
-        print(f"invariant mode: {invariant_verdict(comparison)}", file=out)
-    if outcomes:
-        from .plain_text import format_remedies
-
-        print(format_remedies(outcomes), file=out)
-    if args.json:  # after the table: a report that cannot be written loses nothing already printed
-        report = generation_json(comparison)
-        if outcomes:
-            report["remedies"] = remedies_json(outcomes, generation_summary_json)
-        write_json(report, args.json)
-    if outcomes:
-        comparison = [o for o in outcomes if o.comparison is not None][-1].comparison
-    return EXIT_DIVERGED if comparison.summary.differ else EXIT_OK
+    followed = finish_report(comparison, outcomes, settings, args.json, generation_json, generation_summary_json)
+    return EXIT_DIVERGED if followed.summary.differ else EXIT_OK
