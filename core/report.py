@@ -139,8 +139,9 @@ def remedies_json(outcomes, summary_fn) -> list[dict]:
         }
         if result is not None:
             entry["bitwise_equal"] = sum(t.bitwise_equal for t in result.texts)
-        if isinstance(result, Comparison) and reference_json(result) is not None:
-            entry["reference"] = reference_json(result)
+        reference = reference_json(result) if isinstance(result, Comparison) else None
+        if reference is not None:
+            entry["reference"] = reference
         entries.append(entry)
     return entries
 

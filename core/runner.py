@@ -86,6 +86,7 @@ class Runner:
         self.routers = list(structure.routers)
         self._captured: dict[str, torch.Tensor] = {}
         self._handles = []
+        self._prefixes: dict[str, str] = {}
 
     def __enter__(self) -> Runner:
         modules = dict(self.loaded.model.named_modules())
@@ -120,12 +121,18 @@ class Runner:
         """`text`, or a prefix of it long enough to hold max_tokens tokens and a margin: what is cut away lies
         past the cut either way, and a 10 MB text costs the tokenizer a prefix's work, not the whole text's."""
         budget = (self.max_tokens + _CUT_MARGIN) * 8
-        while budget < len(text):
-            prefix = text[:budget]
-            if len(self.loaded.tokenizer(prefix)["input_ids"]) >= self.max_tokens + _CUT_MARGIN:
-                return prefix
-            budget *= 4  # tokens of many characters each (runs of spaces, repeated words)
-        return text
+        if budget >= len(text):
+            return text
+        if text not in self._prefixes:  # a text is cut for its single pass and again for its batch
+            while budget < len(text):
+                prefix = text[:budget]
+                if len(self.loaded.tokenizer(prefix)["input_ids"]) >= self.max_tokens + _CUT_MARGIN:
+                    break
+                budget *= 4  # tokens of many characters each (runs of spaces, repeated words)
+            if len(self._prefixes) >= 256:  # keys are the caller's own strings; the prefixes are bounded
+                self._prefixes.clear()
+            self._prefixes[text] = text[:budget]
+        return self._prefixes[text]
 
     def batched(self, texts: list[str]) -> BatchedChunk:
         """Tokenize `texts` padded to their longest on the chosen side, then run them as one batch."""
