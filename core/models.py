@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from .builtin_models import builtin_names, builtin_path
 from .errors import BatchtuiError, InputError, ModelLoadError
 from .hf_compat import dtype_kwarg, experts_kwargs
+from .model_source import first_line, load_failure_message, source_problem
 from .settings import Settings
 from .structure import Structure, discover
 from .token_text import token_label
@@ -98,6 +97,8 @@ def _load(settings: Settings, device: str) -> LoadedModel:
 
     hf_logging.disable_progress_bar()
     source = _source(settings.model)
+    if source == settings.model and (problem := source_problem(source)):
+        raise ModelLoadError(problem)
     trust = settings.trust_remote_code
     try:
         with _transformers_quiet():
@@ -117,7 +118,7 @@ def _load(settings: Settings, device: str) -> LoadedModel:
     except BatchtuiError:
         raise
     except Exception as exc:  # transformers raises OSError, ValueError, KeyError... for a bad source
-        raise ModelLoadError(_load_failure_message(settings.model, exc)) from exc
+        raise ModelLoadError(load_failure_message(settings.model, exc)) from exc
     if settings.device_map:
         # Sharded by accelerate: inputs go where the embeddings are; metrics gather to the logits' device.
         device = str(model.get_input_embeddings().weight.device)
@@ -167,14 +168,18 @@ def _load(settings: Settings, device: str) -> LoadedModel:
 
 @contextlib.contextmanager
 def _transformers_quiet():
+    from huggingface_hub.utils import logging as hub_logging
     from transformers.utils import logging as hf_logging
 
-    saved = hf_logging.get_verbosity()
-    hf_logging.set_verbosity(hf_logging.CRITICAL)  # what went wrong reaches the user in our one line
+    # What went wrong reaches the user in our one line, not as the hub's retry warnings on the terminal.
+    saved = hf_logging.get_verbosity(), hub_logging.get_verbosity()
+    hf_logging.set_verbosity(hf_logging.CRITICAL)
+    hub_logging.set_verbosity(hub_logging.CRITICAL)
     try:
         yield
     finally:
-        hf_logging.set_verbosity(saved)
+        hf_logging.set_verbosity(saved[0])
+        hub_logging.set_verbosity(saved[1])
 
 
 def _refuse_missing_weights(name: str, loading: dict) -> None:
@@ -214,18 +219,3 @@ def _require_accelerate() -> None:
 
     if importlib.util.find_spec("accelerate") is None:
         raise InputError("--device-map needs accelerate: pip install 'batchtui[multi-gpu]' (or accelerate)")
-
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0]
-
-
-def _load_failure_message(name: str, exc: BaseException) -> str:
-    message = f"cannot load model {name!r}: {first_line(exc)}"
-    if not Path(name).exists():
-        if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false", "False"):
-            message += " (HF_HUB_OFFLINE is set: only local folders and cached Hub models load)"
-        else:
-            message += " (not a local folder; if the Hub is unreachable, pass a local path or set HF_HUB_OFFLINE=1)"
-    return message

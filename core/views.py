@@ -210,9 +210,10 @@ def divergent_cells(comparison: Comparison) -> list[tuple[int, int]]:
     ]
 
 
-def describe_outcome(comparison: Comparison, batch_size: int) -> str:
-    """The status line's account of a run: how many texts diverge and flip, the batch size actually used
-    when there are fewer texts than it, and what usually reveals a divergence when none showed."""
+def describe_outcome(comparison: Comparison, batch_size: int) -> list[str]:
+    """The status line's account of a run, most important first: how many texts diverge and flip, the
+    invariant mode's verdict, the batch size actually used when there are fewer texts than it, and what
+    usually reveals a divergence when none showed."""
     summary = comparison.summary
     parts = [f"{summary.diverged}/{summary.texts} texts diverge · {summary.top1_flips} flips"]
     if comparison.config.get("invariant"):
@@ -221,7 +222,7 @@ def describe_outcome(comparison: Comparison, batch_size: int) -> str:
         parts.append(f"effective batch size {summary.texts} (of {batch_size}: {summary.texts} texts)")
     if summary.diverged == 0 and summary.top1_flips == 0 and not comparison.config.get("invariant"):
         parts.append("no divergence: right padding (p), arange positions (o) or another dtype (d) usually shows one")
-    return " · ".join(parts)
+    return parts
 
 
 # The summary's orders: the texts' own, then worst first by each measure.

@@ -249,7 +249,7 @@ async def test_the_app_keeps_the_mode_on_while_exploring():
         assert app.comparison.config["invariant"] is True
         assert app.query_one("#invariant", Checkbox).value is True
         assert all(t.bitwise_equal for t in app.comparison.texts)
-        status = str(app.query_one(StatusLine).render())
+        status = app.query_one(StatusLine).full_text()
         assert f"invariant mode: bitwise: all {len(app.comparison.texts)} texts equal their single runs" in status
         await pilot.press("i")
         await settle(pilot, app)

@@ -72,3 +72,16 @@ def test_help_screen(snap_compare):
         await pilot.pause()
 
     assert snap_compare(app_for_snapshot(), terminal_size=(80, 24), run_before=help_)
+
+
+async def _failed_run(pilot) -> None:
+    """A run that fails for real (a model folder that is not there) after one that succeeded."""
+    await _ready(pilot)
+    app = pilot.app
+    app._apply_settings(app.settings.with_changes(model="./no-such-model"))
+    await settle(pilot, app)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+def test_status_line_with_an_error(snap_compare, size):
+    assert snap_compare(app_for_snapshot(), terminal_size=size, run_before=_failed_run)

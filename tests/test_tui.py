@@ -81,7 +81,7 @@ async def test_editing_a_text_reruns_and_changes_the_table():
         assert app.generation == before + 1  # one re-run for the whole burst of keys
         assert app.query_one(SummaryTable).row_count == len(MIXED) + 1
         assert app.comparison.texts[-1].text == "new text here"
-        assert "1 blank line skipped" in str(app.query_one("#status").render())
+        assert "1 blank line skipped" in app.query_one("#status").full_text()
         await pilot.press("q")  # typed into the editor, not quitting
         assert app.is_running
         await pilot.press("escape")
@@ -121,7 +121,7 @@ async def test_engine_error_is_shown_and_the_app_survives():
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot, app)
         messages = [n.message for n in app._notifications]
-        assert any("cannot load model 'no-such-org/no-such-model'" in m for m in messages)
+        assert any("hub id 'no-such-org/no-such-model' is not in the local cache" in m for m in messages)
         assert app.is_running and app.comparison is None
         await pilot.press("e")
         app.focused.text = "   \n"

@@ -38,7 +38,7 @@ async def test_one_key_shows_for_every_text_whether_and_where_batching_changed_t
             for row, t in enumerate(result.texts):
                 split = str(table.get_row_at(row)[1])
                 assert split == "same" if t.split_step is None else split.startswith(str(t.split_step))
-            assert "continuations differ" in str(app.query_one(StatusLine).render())
+            assert "continuations differ" in app.query_one(StatusLine).full_text()
             assert f"{result.summary.differ} of {len(TEXTS)} continuations differ" in pane.border_title
             # The first differing token is marked in both continuations, the shared prefix dim.
             text = next(i for i, t in enumerate(result.texts) if t.differs)

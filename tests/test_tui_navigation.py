@@ -10,7 +10,7 @@ FLIPPING = ["a", LONG, "Hello, world! How are you today?", "xyz"]
 
 
 def _status(app) -> str:
-    return str(app.query_one(StatusLine).render())
+    return app.query_one(StatusLine).full_text()
 
 
 async def test_flip_keys_walk_every_flip_across_texts_and_say_it_in_words():

@@ -31,7 +31,7 @@ from .heatmap import Heatmap
 from .help_screen import HelpScreen
 from .layers import LayersPane
 from .messages import ComparisonReady, RunFailed, RunProgress
-from .navigation_keys import NavigationKeys
+from .navigation_keys import MOVE_BINDINGS, NavigationKeys
 from .output_actions import OutputActions, SessionSaver
 from .setting_keys import SettingKeys, next_in
 from .settings_panel import SettingsPanel
@@ -59,6 +59,8 @@ class BatchtuiApp(GenerationRuns, NavigationKeys, SettingKeys, OutputActions, Ap
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
     VERTICAL_BREAKPOINTS = [(0, "-short"), (32, "-tall")]
     BINDINGS = [
+        *MOVE_BINDINGS,
+        Binding("escape", "focus_heatmap", "Back to the heatmap", show=False),
         Binding("n", "next_divergent", "Next divergent"),
         Binding("N", "previous_divergent", "Prev divergent", key_display="N", show=False),
         Binding("f", "next_flip", "Next flip"),
@@ -163,6 +165,8 @@ class BatchtuiApp(GenerationRuns, NavigationKeys, SettingKeys, OutputActions, Ap
             return
         self.generation += 1
         status = self.query_one(StatusLine)
+        device = self.comparison.config["device"] if self.comparison else self.settings.device
+        self._show_setup(self.settings.dtype, device)  # the dtype this run uses, not the last one's
         status.set_skipped(blank)
         status.set_activity("starting run")
         status.start_run()
@@ -228,9 +232,14 @@ class BatchtuiApp(GenerationRuns, NavigationKeys, SettingKeys, OutputActions, Ap
             self.start_generation()
 
     def _show_setup(self, dtype: str, device: str) -> None:
+        """The model, device and dtype in the status line and the settings' title; `auto` as what it
+        resolved to, once a run has loaded the model."""
         s = self.settings
-        self.query_one(StatusLine).set_setup(s.model, device, dtype, s.trust_remote_code)
-        self.query_one(SettingsPanel).show_model(s.model, device)
+        shown = f"{dtype} (auto)" if s.dtype == "auto" and dtype != "auto" else dtype
+        self.query_one(StatusLine).set_setup(s.model, device, shown, s.trust_remote_code)
+        panel = self.query_one(SettingsPanel)
+        panel.show_model(s.model, device)
+        panel.show_resolved_dtype(dtype if s.dtype == "auto" else None)
 
     # -- selection -----------------------------------------------------------------------
 
@@ -261,7 +270,32 @@ class BatchtuiApp(GenerationRuns, NavigationKeys, SettingKeys, OutputActions, Ap
         self.query_one(TextsEditor).focus()
 
     def action_focus_heatmap(self) -> None:
+        """Escape, from anywhere: back to the heatmap (closing the generation view, which covers it)."""
+        if self.generation_view:
+            self.action_toggle_generation()
         self.query_one(Heatmap).focus()
+
+    def action_focus_next(self) -> None:  # the screen's Tab
+        self._cycle_focus(1)
+
+    def action_focus_previous(self) -> None:  # the screen's shift+Tab
+        self._cycle_focus(-1)
+
+    def _cycle_focus(self, step: int) -> None:
+        """Tab / shift+Tab: the next pane in view of heatmap (or generation table), summary and settings.
+        The editor is not on the cycle: `e` enters it and Escape leaves, so typing never runs a command."""
+        panes = [
+            self.query_one(GenerationPane).table if self.generation_view else self.query_one(Heatmap),
+            self.query_one(SummaryTable),
+            self.query_one(SettingsPanel),
+        ]
+        focused = self.focused
+        here = next((i for i, pane in enumerate(panes) if focused and pane in focused.ancestors_with_self), -1)
+        target = panes[(here + step) % len(panes)]
+        if isinstance(target, SettingsPanel):
+            target.focus_field()
+        else:
+            target.focus()
 
     def save_session(self) -> None:
         """Texts and settings to the session file; called on every edit, so a kill loses nothing typed."""
@@ -352,8 +386,8 @@ class BatchtuiApp(GenerationRuns, NavigationKeys, SettingKeys, OutputActions, Ap
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
-            keys = [(b.key_display or b.key, b.description) for b in self.BINDINGS]
-            self.push_screen(HelpScreen(keys, self.output_dir))
+            keys = [(b.key_display or b.key, b.description) for b in self.BINDINGS if "_selection" not in b.action]
+            self.push_screen(HelpScreen(keys, self.output_dir, self.query_one(StatusLine).full_text()))
 
     def get_system_commands(self, screen):
         yield from super().get_system_commands(screen)

@@ -14,17 +14,26 @@ def failure_message(exc: BaseException) -> str:
     return str(exc) if isinstance(exc, BatchtuiError) else f"{type(exc).__name__}: {exc}"
 
 
-def call_engine(app: App, work: Callable[[], object], on_result: Callable[[object], None]) -> None:
+def call_engine(
+    app: App,
+    work: Callable[[], object],
+    on_result: Callable[[object], None],
+    on_failure: Callable[[str], None] | None = None,
+) -> None:
     """Run `work` (in the calling worker thread); hand its result to `on_result` on the UI thread.
 
-    A cancelled run ends silently; any failure becomes an error notification and the app carries on.
+    A cancelled run ends silently; any failure goes to `on_failure` (default: an error notification)
+    with its one-line message, and the app carries on.
     """
     try:
         result = work()
     except Cancelled:
         return
     except Exception as exc:  # noqa: BLE001 - the app must survive anything the engine raises
-        app.call_from_thread(app.notify, failure_message(exc), severity="error", markup=False)
+        if on_failure is None:
+            app.call_from_thread(app.notify, failure_message(exc), severity="error", markup=False)
+        else:
+            app.call_from_thread(on_failure, failure_message(exc))
         return
     app.call_from_thread(on_result, result)
 

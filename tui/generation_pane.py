@@ -115,5 +115,9 @@ class GenerationPane(Vertical):
         if event.data_table.has_focus:
             self.post_message(self.TextChosen(event.cursor_row))
 
+    @property
+    def table(self) -> DataTable:
+        return self.query_one(DataTable)
+
     def focus_table(self) -> None:
-        self.query_one(DataTable).focus()
+        self.table.focus()

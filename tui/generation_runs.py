@@ -68,7 +68,8 @@ class GenerationRuns:
         self.generated = (message.generation, message.result)
         status = self.query_one(StatusLine)
         verdict = generation_verdict(message.result)
-        status.set_activity(f"{describe_outcome(self.comparison, self.comparison.config['batch_size'])} · {verdict}")
+        outcome = describe_outcome(self.comparison, self.comparison.config["batch_size"])
+        status.set_activity([outcome[0], verdict, *outcome[1:]])
         self.query_one(GenerationPane).show(message.result, self.selected[0])
 
     def on_generation_failed(self, message: GenerationFailed) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import Static
@@ -24,17 +23,7 @@ TITLE = "max|Δ| per text (rows) and token position (columns)"
 
 
 class Heatmap(Vertical, can_focus=True):
-    BINDINGS = [
-        Binding("left,h", "move(0, -1)", "Position ←", show=False),
-        Binding("right,l", "move(0, 1)", "Position →", show=False),
-        Binding("up,k", "move(-1, 0)", "Text ↑", show=False),
-        Binding("down,j", "move(1, 0)", "Text ↓", show=False),
-        Binding("home,g", "move(0, -1_000_000_000)", "First position", show=False),
-        Binding("end,G", "move(0, 1_000_000_000)", "Last position", show=False),
-        Binding("pageup", "page(-1)", "Page ←", show=False),
-        Binding("pagedown", "page(1)", "Page →", show=False),
-        Binding("z", "zoom", "Zoom/overview"),
-    ]
+    # Its keys (arrows, hjkl, Home/End, PgUp/PgDn, z) are the app's: they work from every pane.
     # Positions a page key moves when the heatmap has not been drawn yet.
     DEFAULT_PAGE = 50
 
@@ -77,6 +66,9 @@ class Heatmap(Vertical, can_focus=True):
         self.post_message(self.Move(0, pages * (columns if columns > 2 else self.DEFAULT_PAGE)))
 
     def action_zoom(self) -> None:
+        if not self.zoomed and self._span == 1:
+            self.app.notify("every position already has a cell of its own: z zooms texts longer than the heatmap")
+            return
         self.zoomed = not self.zoomed
         self._window = None
         self.replot()

@@ -14,8 +14,11 @@ from textual.widgets import Static
 
 from ..core.visible import literal
 
-# The heatmap's own keys live on the widget; listed here so the help covers them too.
+# How focus moves, then the moves whose bindings carry no description of their own.
 NAVIGATION = (
+    ("Tab / shift+Tab", "next / previous pane: heatmap, summary, settings (e enters the editor)"),
+    ("Escape", "back to the heatmap, from anywhere (leaves the editor, closes the generation view)"),
+    ("↑ ↓ in settings", "previous / next setting; enter opens a list or ticks a box"),
     ("← → / h l", "previous / next token position"),
     ("↑ ↓ / k j", "previous / next text"),
     ("Home End / g G", "first / last position of the text"),
@@ -27,10 +30,11 @@ NAVIGATION = (
 class HelpScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,q,question_mark,f1", "dismiss", "Close help")]
 
-    def __init__(self, bindings: list[tuple[str, str]], output_dir: Path) -> None:
+    def __init__(self, bindings: list[tuple[str, str]], output_dir: Path, status: str = "") -> None:
         super().__init__()
         self._keys = bindings
         self._output_dir = output_dir
+        self._status = status  # the status line's whole account, parts it has no room for included
 
     def compose(self) -> ComposeResult:
         table = Table(box=None, padding=(0, 2), show_header=False)
@@ -39,7 +43,10 @@ class HelpScreen(ModalScreen[None]):
         for keys, description in (*NAVIGATION, *self._keys):
             table.add_row(keys, description)
         with VerticalScroll(id="help"):
-            yield Static("batchtui keys", id="help-title")
+            if self._status:
+                yield Static("status", classes="help-heading")
+                yield Static(Text(self._status), id="help-status")
+            yield Static("batchtui keys", classes="help-heading")
             yield Static(table)
             yield Static(
                 Text(f"ctrl+s and f8 write to {literal(str(self._output_dir))} (--output-dir DIR sets it)."),

@@ -1,12 +1,49 @@
-"""Keys that move the selection to the next flip, divergent position or text, or to the worst flip."""
+"""Keys that move the selection: over positions and texts, to the next flip, divergent position or text,
+or to the worst flip. They act wherever focus is (but in the texts editor, which types them)."""
 
 from __future__ import annotations
 
+from textual.binding import Binding
+
 from ..core.views import next_divergent, next_flip, worst_flip
+
+# The heatmap's moves, bound on the app so that they work from every pane; a widget that uses one of these
+# keys itself (an Input's cursor keys, the summary's up/down) keeps it.
+MOVE_BINDINGS = [
+    Binding("left,h", "move_selection(0, -1)", "Position ←", show=False),
+    Binding("right,l", "move_selection(0, 1)", "Position →", show=False),
+    Binding("up,k", "move_selection(-1, 0)", "Text ↑", show=False),
+    Binding("down,j", "move_selection(1, 0)", "Text ↓", show=False),
+    Binding("home,g", "move_selection(0, -1_000_000_000)", "First position", show=False),
+    Binding("end,G", "move_selection(0, 1_000_000_000)", "Last position", show=False),
+    Binding("pageup", "page_selection(-1)", "Page ←", show=False),
+    Binding("pagedown", "page_selection(1)", "Page →", show=False),
+    Binding("z", "zoom", "Zoom/overview"),
+]
+# The same moves along a text for a widget that binds the keys itself (the summary's DataTable).
+POSITION_BINDINGS = [
+    Binding(b.key, f"app.{b.action}", b.description, show=False)
+    for b in MOVE_BINDINGS
+    if b.action.startswith(("move_selection(0,", "page_selection"))
+]
 
 
 class NavigationKeys:
     """Mixed into the app: each key finds a cell in the comparison on screen and selects it."""
+
+    def _heatmap(self):
+        from .heatmap import Heatmap
+
+        return self.query_one(Heatmap)
+
+    def action_move_selection(self, texts: int, positions: int) -> None:
+        self._heatmap().action_move(texts, positions)
+
+    def action_page_selection(self, pages: int) -> None:
+        self._heatmap().action_page(pages)
+
+    def action_zoom(self) -> None:
+        self._heatmap().action_zoom()
 
     def _jump(self, finder, forward: bool, none_found: str) -> None:
         """Select the next (or previous) cell `finder` gives after the selection, or say there is none."""

@@ -7,6 +7,7 @@ import os
 from ..core.errors import BatchtuiError
 from ..core.settings import DTYPES, PADDING_SIDES, POSITION_MODES
 from ..core.texts import read_text_lines
+from .engine_calls import call_engine
 from .prompt_screen import PromptScreen
 from .settings_panel import BATCH_SIZES
 from .texts_editor import TextsEditor
@@ -52,10 +53,24 @@ class SettingKeys:
         def switch(model: str | None) -> None:
             if model and model != self.settings.model:
                 trust = model == self.trusted_model
-                self._apply_settings(self.settings.with_changes(model=model, trust_remote_code=trust))
+                candidate = self.settings.with_changes(model=model, trust_remote_code=trust)
+                self.notify(f"loading the model {model}…", timeout=3)
+                self.run_worker(lambda: self._load_model(candidate), thread=True, group="model", exclusive=True)
 
         hint = "a hub id (Qwen/Qwen2.5-1.5B-Instruct), a local folder, or tiny · "
         self.push_screen(PromptScreen("model", self.settings.model, hint), switch)
+
+    def _load_model(self, candidate) -> None:
+        """Load the model first, in this thread worker; only a model that loads becomes the settings' (and
+        the session's). On failure the model in use stays, named as before, and the reason is one line."""
+        from ..core.models import load_model
+
+        call_engine(self, lambda: load_model(candidate), lambda _: self._apply_settings(candidate), self._switch_failed)
+
+    def _switch_failed(self, message: str) -> None:
+        self.notify(
+            f"{message} · still on {self.settings.model}", title="model not switched", severity="error", timeout=15
+        )
 
     def action_open_texts(self) -> None:
         """Replace the editor's texts with a file's lines (one text per line, blank lines kept so the line

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Grid
 from textual.markup import escape
 from textual.message import Message
@@ -34,8 +35,22 @@ class OnOffCheckbox(Checkbox):
         return "✓" if self.value else " "
 
 
+class SettingSelect(Select, inherit_bindings=False):
+    """A select that opens on enter or space; up and down move between the panel's fields."""
+
+    BINDINGS = [Binding("enter,space", "show_overlay", "Show menu", show=False)]
+
+
 class SettingsPanel(Grid):
-    """A compact grid of labelled selects; posts `Changed` with the new Settings."""
+    """A compact grid of labelled selects; posts `Changed` with the new Settings.
+
+    One stop on the app's Tab cycle: up and down move between its fields, enter opens a select or
+    toggles a box, Escape goes back to the heatmap."""
+
+    BINDINGS = [
+        Binding("up", "step_field(-1)", "Previous setting", show=False),
+        Binding("down", "step_field(1)", "Next setting", show=False),
+    ]
 
     class Changed(Message):
         def __init__(self, settings: Settings) -> None:
@@ -45,6 +60,7 @@ class SettingsPanel(Grid):
     def __init__(self, settings: Settings, **kwargs) -> None:
         super().__init__(**kwargs)
         self.settings = settings
+        self._last_field = None
         self.show_model(settings.model, settings.device)
 
     def show_model(self, model: str, device: str) -> None:
@@ -68,7 +84,35 @@ class SettingsPanel(Grid):
     @staticmethod
     def _select(label: str, field: str, values, current) -> ComposeResult:
         yield Label(label)
-        yield Select(_options(values, current), value=current, id=field, allow_blank=False, compact=True)
+        yield SettingSelect(_options(values, current), value=current, id=field, allow_blank=False, compact=True)
+
+    def _fields(self) -> list:
+        return [widget for widget in self.children if widget.focusable]
+
+    def focus_field(self) -> None:
+        """The field focused last (the first one at first)."""
+        fields = self._fields()
+        (self._last_field if self._last_field in fields else fields[0]).focus()
+
+    def action_step_field(self, step: int) -> None:
+        fields = self._fields()
+        here = fields.index(self.app.focused) if self.app.focused in fields else -1
+        fields[(here + step) % len(fields)].focus()
+
+    def on_descendant_focus(self, event) -> None:
+        self._last_field = event.widget
+
+    def show_resolved_dtype(self, resolved: str | None) -> None:
+        """`auto` in the dtype list says what it resolved to (None: not resolved, or not auto)."""
+        select = self.query_one("#dtype", Select)
+        label = f"auto → {resolved}" if resolved and resolved != "auto" else "auto"
+        options = [(label if value == "auto" else name, value) for name, value in _options(DTYPES, self.settings.dtype)]
+        if str(select.query_one("SelectCurrent").label) == label or select.value != "auto":
+            return
+        with self.prevent(Select.Changed):
+            select.set_options(options)
+            select.value = "float32"  # an unchanged value would keep the old label on the select
+            select.value = "auto"
 
     def show(self, settings: Settings) -> None:
         """Reflect settings changed elsewhere (keys d, p, b) without re-posting them."""

@@ -9,6 +9,7 @@ from ..core.comparison import Comparison
 from ..core.plain_text import format_float
 from ..core.views import summary_order
 from ..core.visible import literal
+from .navigation_keys import POSITION_BINDINGS
 
 COLUMNS = ("#", "text", "tok", "max|Δ|", "KL", "flips", "allclose")
 # On screens narrower than this the text and token-count columns go (the editor's lines show the
@@ -19,6 +20,9 @@ MIN_TEXT_WIDTH, MAX_TEXT_WIDTH = 8, 40
 
 
 class SummaryTable(DataTable):
+    # Up and down pick a row (its text); the keys along a text move the selection as on the heatmap.
+    BINDINGS = POSITION_BINDINGS
+
     def __init__(self, **kwargs) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
         self.border_title = "summary"

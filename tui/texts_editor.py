@@ -16,11 +16,30 @@ from ..core.visible import from_editable, to_editable
 
 
 class TextsEditor(TextArea):
+    """Every key typed here is text: Tab types a tab (it does not leave, so the next letters never become
+    commands), and only Escape leaves, back to the heatmap."""
+
     BINDINGS = [Binding("escape", "leave", "Leave editor")]
 
     def __init__(self, texts: list[str], **kwargs) -> None:
-        super().__init__(_editable(texts), soft_wrap=False, show_line_numbers=True, **kwargs)
+        super().__init__(_editable(texts), soft_wrap=False, show_line_numbers=True, tab_behavior="indent", **kwargs)
+        self.indent_type = "tabs"
         self.border_title = "texts · one per line"
+
+    def on_focus(self) -> None:
+        self.border_title = "texts · one per line · Esc leaves"
+
+    def on_blur(self) -> None:
+        self.border_title = "texts · one per line · e edits"
+
+    async def _on_key(self, event: events.Key) -> None:
+        if event.key in ("escape", "shift+tab"):  # TextArea would move focus on either
+            event.stop()
+            event.prevent_default()
+            if event.key == "escape":
+                self.action_leave()
+            return
+        await super()._on_key(event)
 
     def source(self) -> str:
         """Every line, blank ones included, as the texts it stands for, joined by newlines."""

@@ -1,0 +1,59 @@
+"""What is wrong with a model's path or hub id, said in one line before (or instead of) transformers'
+own words: a missing folder, a file where a folder is wanted, a folder without config or weights, a name
+that is not a hub id, a hub id that is neither cached nor reachable."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+# owner/name or name: letters, digits, '-', '_', '.'; neither part starts or ends with '-' or '.'.
+_PART = r"[A-Za-z0-9](?:[\w.-]{0,94}[A-Za-z0-9])?"
+_HUB_ID = re.compile(rf"^(?:{_PART}/)?{_PART}$")
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
+
+
+def _looks_like_a_path(name: str) -> bool:
+    return name.startswith(("/", "./", "../", "~")) or os.sep in name.strip("/").replace("/", os.sep, 1)[1:]
+
+
+def source_problem(name: str) -> str | None:
+    """One line saying why `name` cannot be a model, from the file system and the name alone; None when
+    it may well be one (a model folder, or a well-formed hub id)."""
+    path = Path(name).expanduser()
+    if path.is_dir():
+        files = {child.name for child in path.iterdir()}
+        if "config.json" not in files:
+            return f"folder {name!r} has no config.json: it is not a transformers model folder"
+        if not any(file.endswith(WEIGHT_SUFFIXES) for file in files):
+            return f"folder {name!r} has a config.json but no weights (*.safetensors or *.bin)"
+        return None
+    if path.exists():
+        return f"{name!r} is a file: a model is a folder (config.json, weights, tokenizer) or a hub id"
+    if _looks_like_a_path(name) and not _HUB_ID.match(name):
+        return f"no folder {name!r} (a model is a local folder or a hub id such as Qwen/Qwen2.5-1.5B-Instruct)"
+    if not _HUB_ID.match(name):
+        return f"{name!r} is neither a local folder nor a hub id (owner/name, such as Qwen/Qwen2.5-1.5B-Instruct)"
+    return None
+
+
+def load_failure_message(name: str, exc: BaseException) -> str:
+    """transformers' error for a source that passed `source_problem`, in words about the path or id."""
+    said = first_line(exc)
+    if Path(name).expanduser().exists():
+        return f"cannot load model {name!r}: {said}"
+    offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false", "False")
+    lowered = said.lower()
+    if offline:
+        return f"hub id {name!r} is not in the local cache and HF_HUB_OFFLINE is set: pass a local folder"
+    if "couldn't connect" in lowered or "connection" in lowered or "offline" in lowered:
+        return f"hub id {name!r} is not in the local cache and the hub cannot be reached: pass a local folder"
+    if "not a valid model identifier" in lowered or "repository not found" in lowered or "404" in lowered:
+        return f"no model {name!r} on the hub and no local folder of that name"
+    return f"cannot load model {name!r} (no local folder of that name, so read as a hub id): {said}"

@@ -1,0 +1,88 @@
+"""Where keys go: typing in the editor is text, Escape comes back to the heatmap from anywhere, Tab visits
+the panes (not every field), and the navigation keys move the selection from every pane but the editor."""
+
+from __future__ import annotations
+
+from tui_helpers import make_app, settle
+
+from batchtui.tui.heatmap import Heatmap
+from batchtui.tui.settings_panel import SettingsPanel
+from batchtui.tui.summary_table import SummaryTable
+from batchtui.tui.texts_editor import TextsEditor
+
+LONG = ["a", "The quick brown fox jumps over the lazy dog.", "Hello, world!"]
+
+
+async def test_typing_in_the_editor_never_runs_a_command_and_escape_leaves_it():
+    app = make_app(texts=LONG)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        editor = app.query_one(TextsEditor)
+        await pilot.press("e")
+        assert app.focused is editor
+        await pilot.press("end", "tab", "d", "q", "M", "shift+tab", "p")
+        # Tab typed a tab and the letters went into the text: no dtype change, no quit, no model prompt.
+        assert editor.text.split("\n")[0] == "a\tdqMp"
+        assert app.settings.dtype == "bfloat16" and app.settings.padding_side == "left"
+        assert app.focused is editor and len(app.screen_stack) == 1
+        await pilot.press("escape")
+        assert isinstance(app.focused, Heatmap)
+
+
+async def test_tab_cycles_three_panes_and_escape_returns_from_each():
+    app = make_app(texts=LONG)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        seen = []
+        for _ in range(3):
+            await pilot.press("tab")
+            kinds = set(map(type, app.focused.ancestors_with_self))
+            seen.append(next(p for p in (Heatmap, SummaryTable, SettingsPanel) if p in kinds))
+        assert seen == [SummaryTable, SettingsPanel, Heatmap]
+        await pilot.press("shift+tab")
+        assert SettingsPanel in map(type, app.focused.ancestors_with_self)
+        for pane_keys in (("tab",), ("tab", "tab"), ("e",)):
+            await pilot.press("escape")
+            await pilot.press(*pane_keys)
+            assert not isinstance(app.focused, Heatmap)
+            await pilot.press("escape")
+            assert isinstance(app.focused, Heatmap)
+
+
+async def test_navigation_keys_move_the_selection_from_the_summary_and_the_settings():
+    app = make_app(texts=LONG)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        await pilot.press("j")  # the long text
+        assert app.selected == (1, 0)
+        await pilot.press("tab")  # the summary
+        await pilot.press("right", "right", "end")
+        last = len(app.comparison.texts[1].positions) - 1
+        assert app.selected == (1, last)
+        await pilot.press("home")
+        assert app.selected == (1, 0)
+        await pilot.press("tab")  # the settings: up / down move between fields, the rest navigates
+        panel = app.query_one(SettingsPanel)
+        first = app.focused
+        await pilot.press("down")
+        assert app.focused is not first and app.focused.parent is panel
+        await pilot.press("up")
+        assert app.focused is first
+        await pilot.press("l", "l", "pagedown")
+        assert app.selected == (1, last)
+        await pilot.press("g")
+        assert app.selected == (1, 0)
+        # Escape from a settings field is the heatmap again, whose own keys still work.
+        await pilot.press("escape", "down")
+        assert isinstance(app.focused, Heatmap) and app.selected[0] == 2
+
+
+async def test_the_focused_pane_is_marked_in_its_title():
+    app = make_app(texts=LONG)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app)
+        heatmap, summary = app.query_one(Heatmap), app.query_one(SummaryTable)
+        focused_title = heatmap.styles.border_title_background
+        await pilot.press("tab")
+        assert summary.styles.border_title_background == focused_title
+        assert heatmap.styles.border_title_background != focused_title

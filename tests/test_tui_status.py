@@ -1,0 +1,41 @@
+"""The status line in the app: the most important first at any width, the rest on the help screen."""
+
+from __future__ import annotations
+
+from tui_helpers import make_app, settle
+
+from batchtui.core.status_parts import MORE
+from batchtui.tui.help_screen import HelpScreen
+from batchtui.tui.status_line import StatusLine
+
+
+async def test_an_error_leads_the_status_line_and_the_help_screen_has_the_rest():
+    for size in ((80, 24), (120, 40)):
+        app = make_app(batch_size=1)  # no divergence: the status carries its long hint
+        async with app.run_test(size=size) as pilot:
+            await settle(pilot, app)
+            status = app.query_one(StatusLine)
+            whole = status.full_text()
+            assert "no divergence" in whole and "last run" in whole
+            app._apply_settings(app.settings.with_changes(model="./no-such-model"))
+            await settle(pilot, app)
+            line = str(status.render())
+            assert line.startswith("last run failed: no folder './no-such-model'")
+            assert len(line) <= size[0] - 2 and line.endswith(MORE)
+            await pilot.press("f1")
+            assert isinstance(app.screen, HelpScreen)
+            shown = str(app.screen.query_one("#help-status").render())
+            assert "no folder './no-such-model'" in shown and "last run" in shown
+
+
+async def test_the_status_names_the_dtype_of_the_run_going_on_and_auto_as_what_it_became():
+    app = make_app(dtype="auto")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        status = app.query_one(StatusLine)
+        assert "bfloat16 (auto)" in status.full_text()  # what the built-in tiny model is saved in
+        dtype = app.query_one("#dtype")
+        assert "auto → bfloat16" in str(dtype.query_one("SelectCurrent").label)
+        await pilot.press("d")  # the next dtype: named from the moment its run starts
+        assert app.settings.dtype in status.full_text()
+        await settle(pilot, app)
