@@ -79,7 +79,7 @@ def _sweep(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     texts = texts_from_args(args).texts
     check_report_destination(args.json)
-    from .sweep import sweep, sweep_grid
+    from .sweep import describe_cell, sweep, sweep_grid, sweep_summary
 
     padding_sides = ["left"] if args.generate else args.padding_sides  # generation pads on the left
     grid = sweep_grid(settings, args.dtypes, args.batch_sizes, args.attns, padding_sides)
@@ -92,14 +92,15 @@ def _sweep(args: argparse.Namespace) -> int:
     else:
         from .engine import compare
 
-    def progress(done, total, cell):
-        _progress_bar(done, total, f"{cell.dtype} bs={cell.batch_size} {cell.attn or 'default'} {cell.padding_side}")
+    def progress(done: int, total: int, cell) -> None:
+        _progress_bar(done, total, describe_cell(cell))
 
     cells = sweep(texts, grid, compare, progress=progress)
     out = human_output(args.json)
     rows = [sweep_row(c) for c in cells]
     header = GENERATE_SWEEP_HEADER if args.generate else SWEEP_HEADER
     print(format_columns(header, rows, left={0, 2, 3, 7}), file=out)
+    print(sweep_summary(cells), file=out)
     if args.json:
         from .report import write_json
 
@@ -148,7 +149,9 @@ def _probe(args: argparse.Namespace) -> int:
     )
     out = human_output(args.json)
     print(
-        f"runs of {args.repeats} bitwise equal / allclose (row 0 of batch N vs alone) on {device}; * = not repeatable",
+        f"row 0 of a batch of N vs the same row alone, through one Linear layer on {device}; each N= cell is "
+        f"equal/close/runs: of {args.repeats} runs, how many gave bitwise-equal rows and how many allclose ones "
+        "(* = two runs of the same inputs differed: not repeatable)",
         file=out,
     )
     for dtype in args.dtypes:
@@ -160,7 +163,7 @@ def _probe(args: argparse.Namespace) -> int:
                 row.append(f"{c.bitwise_equal}/{c.allclose}/{c.repeats}{'' if c.repeatable else '*'}")
             worst = max(c.max_abs_diff for c in cells if (c.dtype, c.size) == (dtype, size))
             rows.append((*row, format_float(worst)))
-        header = (f"{dtype} size", *(f"N={n}" for n in args.batch_sizes), "max|Δ|")
+        header = (f"{dtype} size", *(f"N={n} eq/close/runs" for n in args.batch_sizes), "max|Δ|")
         print(format_columns(header, rows), file=out)
     if args.json:
         from .report import write_json

@@ -59,9 +59,11 @@ def sweep(
     texts: list[str],
     grid: list[Settings],
     compare_fn,  # compare, or generate_and_compare (generate mode)
-    progress: Callable[[int, int, Settings], None] | None = None,
+    progress: Callable[[int, int, SweepCell], None] | None = None,
     cancelled: Callable[[], bool] | None = None,
 ) -> list[SweepCell]:
+    """Each cell of the grid in turn; `progress(done, total, cell)` after each with the cell just measured
+    (its attention as the model resolved it: `sdpa`, not `default`)."""
     cells = []
     for done, cell_settings in enumerate(grid, start=1):
         if cancelled is not None and cancelled():
@@ -74,8 +76,33 @@ def sweep(
         except BatchtuiError as exc:  # one cell that cannot run (a dtype the device lacks) is reported
             cells.append(_cell(cell_settings, cell_settings.attn or "default", len(texts), error=literal(str(exc))))
         if progress is not None:
-            progress(done, len(grid), cell_settings)
+            progress(done, len(grid), cells[-1])
     return cells
+
+
+def describe_cell(cell: SweepCell) -> str:
+    return f"{cell.dtype} batch {cell.batch_size} {cell.attn} {cell.padding_side} padding"
+
+
+def sweep_summary(cells: list[SweepCell]) -> str:
+    """One line: how many cells diverge (or have continuations that differ), the worst, the ones that
+    could not run, and the dtypes allclose (the same) in every cell."""
+    ran = [c for c in cells if c.error is None]
+    generate = any(c.differ is not None for c in ran)
+    bad = [c for c in ran if (c.differ if generate else c.diverged)]
+    said = "have continuations that differ" if generate else "diverge"
+    parts = [f"{len(bad)} of {len(cells)} cells {said}"]
+    if bad:
+        worst = max(bad, key=lambda c: c.max_abs_diff or 0.0)
+        figures = f"{worst.differ} differ" if generate else f"{worst.diverged} texts, {worst.top1_flips} flips"
+        parts.append(f"worst {describe_cell(worst)}: max|Δ| {worst.max_abs_diff:.3g} ({figures})")
+    clean = [d for d in dict.fromkeys(c.dtype for c in ran) if not any(c.dtype == d for c in bad)]
+    if clean and bad:
+        parts.append(f"{', '.join(clean)} {'the same' if generate else 'allclose'} in every cell")
+    failed = len(cells) - len(ran)
+    if failed:
+        parts.append(f"{failed} could not run")
+    return " · ".join(parts)
 
 
 def _counts(summary) -> dict:

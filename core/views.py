@@ -200,6 +200,16 @@ def decade_ticks(log10_values) -> tuple[list[int], list[str]]:
     return decades, [f"1e{d}" for d in decades]
 
 
+def thinned(ticks: list, labels: list[str], room: int) -> tuple[list, list[str]]:
+    """At most `room` of the ticks, every k-th from the last down, the first always kept: each label then
+    gets a row (or column) of its own instead of the chart dropping some of them where they collide."""
+    if len(ticks) <= room:
+        return list(ticks), list(labels)
+    step = -(-(len(ticks) - 1) // max(room - 1, 1))
+    kept = sorted({0, *range(len(ticks) - 1, 0, -step)})
+    return [ticks[i] for i in kept], [labels[i] for i in kept]
+
+
 def divergent_cells(comparison: Comparison) -> list[tuple[int, int]]:
     """(text, position) of every divergent position (not allclose, or a top-1 flip), reading order."""
     return [

@@ -71,13 +71,40 @@ def test_sweep_shape_and_json(tmp_path, capsys):
         assert cell["texts"] == len(MIXED_TEXTS) and cell["error"] is None
         if cell["batch_size"] == 1:
             assert cell["max_abs_diff"] == 0.0 and cell["diverged"] == 0
-    assert "diverged" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    # The table, then one line that sums it up: how many cells diverge and the worst of them.
+    summary = captured.out.strip().splitlines()[-1]
+    diverged = [c for c in cells if c["diverged"]]
+    assert summary.startswith(f"{len(diverged)} of 8 cells diverge")
+    if diverged:
+        worst = max(diverged, key=lambda c: c["max_abs_diff"])
+        assert f"worst {worst['dtype']} batch {worst['batch_size']} {worst['attn']} left padding" in summary
+    # Progress names the attention the model resolved for a cell, never "default".
+    assert "default" not in captured.err
 
 
-def test_probe_shape_and_json(tmp_path):
+def test_sweep_summary_counts_cells_and_names_the_clean_dtypes():
+    from batchtui.core.sweep import SweepCell, sweep_summary
+
+    cells = [
+        SweepCell("bfloat16", 1, "sdpa", "left", 2, 0, 0.0, 0),
+        SweepCell("bfloat16", 4, "sdpa", "left", 2, 1, 0.25, 1),
+        SweepCell("float32", 1, "sdpa", "left", 2, 0, 0.0, 0),
+        SweepCell("float32", 4, "sdpa", "left", 2, 0, 1e-6, 0),
+        SweepCell("float16", 4, "sdpa", "left", 2, None, None, None, error="no float16 here"),
+    ]
+    assert sweep_summary(cells) == (
+        "1 of 5 cells diverge · worst bfloat16 batch 4 sdpa left padding: max|Δ| 0.25 (1 texts, 1 flips)"
+        " · float32 allclose in every cell · 1 could not run"
+    )
+
+
+def test_probe_shape_and_json(tmp_path, capsys):
     out = tmp_path / "probe.json"
     args = ["--sizes", "64,128", "--batch-sizes", "2,4,8", "--dtypes", "bfloat16,float32", "--repeats", "2"]
     assert run_probe([*args, "--json", str(out)]) == 0
+    header = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("bfloat16 size"))
+    assert "N=2 eq/close/runs" in header  # every cell's three numbers are named
     data = json.loads(out.read_text())
     assert len(data["cells"]) == 2 * 3 * 2
     for cell in data["cells"]:

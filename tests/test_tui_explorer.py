@@ -203,27 +203,44 @@ async def test_a_texts_file_replaces_the_texts_keeping_its_line_numbers(tmp_path
         assert [t.text for t in app.comparison.texts] == ["first prompt", "third prompt"]
 
 
-async def test_sweep_grid_is_set_in_the_app():
-    app = make_app(texts=MIXED[:2])
-    async with app.run_test(size=(120, 40)) as pilot:
+async def test_the_sweep_runs_on_enter_only_and_its_grid_is_set_on_the_screen():
+    app = make_app(texts=MIXED[:2], attn=None)
+    async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot, app)
         await pilot.press("S")
         screen = app.screen
         assert isinstance(screen, SweepScreen)
-        await wait_for(pilot, lambda: screen.cells is not None, "the default sweep")
-        screen.query_one("#sweep-batch-sizes", Input).value = "1,x"
-        screen.query_one("#sweep-batch-sizes", Input).focus()
+        dtypes = screen.query_one("#sweep-dtypes", Input)
+        assert app.focused is dtypes and dtypes.value == "bfloat16,float16,float32"
+        await pilot.pause(0.3)
+        assert screen.cells is None and not app.workers  # opened, not run
+        await pilot.press("tab")  # Tab leaves a field for the next one
+        sizes = screen.query_one("#sweep-batch-sizes", Input)
+        assert app.focused is sizes
+        sizes.value = "1,x"
         await pilot.press("enter")
-        assert any("batch sizes" in n.message for n in app._notifications)
-        screen.query_one("#sweep-dtypes", Input).value = "float32"
-        screen.query_one("#sweep-batch-sizes", Input).value = "1,2"
-        first = screen.cells
+        assert any("batch sizes" in n.message for n in app._notifications) and screen.cells is None
+        await pilot.press("shift+tab")
+        assert app.focused is dtypes
+        dtypes.value = "float32,bfloat16"
+        sizes.value = "1,2"
         await pilot.press("enter")
-        await wait_for(pilot, lambda: screen.cells is not first, "the new grid")
-        assert [(c.dtype, c.batch_size) for c in screen.cells] == [("float32", 1), ("float32", 2)]
-        assert screen.query_one(DataTable).row_count == 2
+        await pilot.press("end", "x")  # typed while the grid runs: kept in the field
+        await wait_for(pilot, lambda: screen.cells is not None, "the grid")
+        assert dtypes.value == "float32,bfloat16x"
+        assert [(c.dtype, c.batch_size) for c in screen.cells] == [
+            ("float32", 1),
+            ("float32", 2),
+            ("bfloat16", 1),
+            ("bfloat16", 2),
+        ]
+        assert screen.query_one(DataTable).row_count == 4
         legend = str(screen.query_one("#sweep-legend").render())
-        assert "float32" in legend
+        assert "float32" in legend and "bfloat16" in legend
+        # One line sums the grid up, and the attention is named as the model resolved it.
+        summary = str(screen.query_one("#sweep-status").render())
+        assert summary.startswith(f"{sum(bool(c.diverged) for c in screen.cells)} of 4 cells diverge")
+        assert "attn sdpa" in str(screen.query_one("#title").render())
 
 
 async def test_per_module_view_labels_every_point():
@@ -233,9 +250,9 @@ async def test_per_module_view_labels_every_point():
         await pilot.press("j")  # the padded text: its modules diverge
         layers = app.query_one(LayersPane)
         assert layers.border_title.startswith("modules")
-        chart = _chart_text(layers)
+        chart = _chart_text(layers.query_one(PlotextPlot))
         assert all(mark in chart for mark in ("a", "m", "n", "L"))
-        assert "a attn" in layers.border_subtitle
+        assert "a attn" in layers.legend and "diverges from model.layers.0" in layers.legend
 
 
 async def test_a_fifo_given_as_texts_file_is_refused_and_the_app_stays_responsive(tmp_path):

@@ -58,17 +58,21 @@ class BatchtuiApp(GenerationRuns, NavigationKeys, SettingKeys, OutputActions, Ap
     # Screen classes the stylesheet uses to fit 80x24 as well as 120x40 and larger.
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
     VERTICAL_BREAKPOINTS = [(0, "-short"), (32, "-tall")]
+    # In the footer's order: help first, so that it shows on a narrow screen too.
     BINDINGS = [
+        Binding("question_mark,f1", "help", "Help", key_display="?/F1"),
         *MOVE_BINDINGS,
         Binding("escape", "focus_heatmap", "Back to the heatmap", show=False),
+        Binding("e", "focus_editor", "Edit texts"),
         Binding("n", "next_divergent", "Next divergent"),
         Binding("N", "previous_divergent", "Prev divergent", key_display="N", show=False),
         Binding("f", "next_flip", "Next flip"),
         Binding("F", "previous_flip", "Prev flip", key_display="F", show=False),
         Binding("w", "worst_flip", "Worst flip"),
-        Binding("right_square_bracket", "next_text", "Next text", key_display="]"),
+        Binding("right_square_bracket", "next_text", "Next text", key_display="]", show=False),
         Binding("left_square_bracket", "previous_text", "Prev text", key_display="[", show=False),
-        Binding("e", "focus_editor", "Edit texts"),
+        Binding("t", "toggle_topk", "Top-k chart"),
+        Binding("c", "toggle_generation", "Continuations"),
         Binding("r", "rerun", "Re-run"),
         Binding("d", "cycle_dtype", "dtype"),
         Binding("p", "toggle_padding", "Padding side"),
@@ -76,18 +80,15 @@ class BatchtuiApp(GenerationRuns, NavigationKeys, SettingKeys, OutputActions, Ap
         Binding("o", "toggle_positions", "Positions", show=False),
         Binding("a", "cycle_attention", "Attention", show=False),
         Binding("i", "toggle_invariant", "Invariant mode", show=False),
-        Binding("t", "toggle_topk", "Top-k chart"),
-        Binding("c", "toggle_generation", "Continuations"),
-        Binding("L", "toggle_layers", "Detail/layers", key_display="L"),
+        Binding("L", "toggle_layers", "Detail/layers", key_display="L", show=False),
         Binding("s", "cycle_summary_order", "Sort summary", show=False),
         Binding("m", "toggle_module_view", "Layers/modules"),
         Binding("M", "switch_model", "Model…", key_display="M", show=False),
         Binding("ctrl+o", "open_texts", "Open texts file…", show=False),
         Binding("R", "remedies", "Remedies", key_display="R"),
         Binding("S", "sweep", "Sweep", key_display="S"),
-        Binding("ctrl+s", "save_report", "Save JSON"),
+        Binding("ctrl+s", "save_report", "Save report"),
         Binding("f8", "screenshot", "Screenshot", show=False),
-        Binding("question_mark,f1", "help", "Help", key_display="?/F1"),
         Binding("q", "quit", "Quit"),
         Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
     ]
@@ -275,11 +276,17 @@ class BatchtuiApp(GenerationRuns, NavigationKeys, SettingKeys, OutputActions, Ap
             self.action_toggle_generation()
         self.query_one(Heatmap).focus()
 
-    def action_focus_next(self) -> None:  # the screen's Tab
-        self._cycle_focus(1)
+    def action_focus_next(self) -> None:  # the screen's Tab: field by field on the other screens
+        if len(self.screen_stack) > 1:
+            super().action_focus_next()
+        else:
+            self._cycle_focus(1)
 
     def action_focus_previous(self) -> None:  # the screen's shift+Tab
-        self._cycle_focus(-1)
+        if len(self.screen_stack) > 1:
+            super().action_focus_previous()
+        else:
+            self._cycle_focus(-1)
 
     def _cycle_focus(self, step: int) -> None:
         """Tab / shift+Tab: the next pane in view of heatmap (or generation table), summary and settings.
@@ -377,7 +384,8 @@ class BatchtuiApp(GenerationRuns, NavigationKeys, SettingKeys, OutputActions, Ap
 
     def check_action(self, action: str, parameters) -> bool | None:
         # Over the remedies, sweep or help screen only the app-wide keys act.
-        if len(self.screen_stack) > 1 and action not in ("quit", "help", "screenshot", "command_palette"):
+        app_wide = ("quit", "help", "screenshot", "command_palette", "focus_next", "focus_previous")
+        if len(self.screen_stack) > 1 and action not in app_wide:
             return False
         # Detail and layers share the space only on short screens; elsewhere both are shown.
         if action == "toggle_layers":
@@ -386,7 +394,7 @@ class BatchtuiApp(GenerationRuns, NavigationKeys, SettingKeys, OutputActions, Ap
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
-            keys = [(b.key_display or b.key, b.description) for b in self.BINDINGS if "_selection" not in b.action]
+            keys = [(b.key_display or b.key, b.description) for b in self.BINDINGS if b not in MOVE_BINDINGS]
             self.push_screen(HelpScreen(keys, self.output_dir, self.query_one(StatusLine).full_text()))
 
     def get_system_commands(self, screen):

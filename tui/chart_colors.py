@@ -11,3 +11,11 @@ OTHER = (200, 200, 200)
 def rich(rgb: tuple[int, int, int]) -> str:
     """The same colour as a rich style."""
     return "rgb({},{},{})".format(*rgb)
+
+
+# A letter per dtype for the points of a chart: `b`float16, `h`alf, `f`loat32, `d`ouble.
+DTYPE_MARKS = {"bfloat16": "b", "float16": "h", "float32": "f", "float64": "d"}
+
+
+def dtype_mark(dtype: str) -> str:
+    return DTYPE_MARKS.get(dtype, "•")

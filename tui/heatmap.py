@@ -132,7 +132,7 @@ class Heatmap(Vertical, can_focus=True):
         window = self._fit_window(columns, rows, longest)
         first_pos, first_text = window
         last_pos = min(first_pos + columns * span, max(longest, columns)) - 1
-        self._name_range(position, first_pos, last_pos, longest)
+        self._name_range(position, first_pos, last_pos, longest, (first_text, min(first_text + rows, n_texts)))
         # The marker is drawn over the rendered figure: the figure is only rebuilt when the window moves.
         marker = (1 + text - first_text, label_width + 1 + (position - first_pos) // span)
         if window == self._window:
@@ -157,15 +157,18 @@ class Heatmap(Vertical, can_focus=True):
         plt.xticks(list(range(-(-first_pos // step) * step, last_pos + 1, step)))
         plot.redraw(marker=marker, rebuilt=True)
 
-    def _name_range(self, position: int, first: int, last: int, longest: int) -> None:
-        """Where the selection is and which positions are in view, when not all of them are: under the
-        heatmap, or as its title on a short screen (which draws no bottom border)."""
+    def _name_range(self, position: int, first: int, last: int, longest: int, texts: tuple[int, int]) -> None:
+        """Where the selection is and which positions and texts are in view, when not all of them are:
+        under the heatmap, or as its title on a short screen (which draws no bottom border)."""
         line = self._comparison.texts[self._selected[0]].line
         label, hint = f"text {line} · pos {position}", ""
         if self._span > 1:
             label, hint = f"{label} · all {longest}, {self._span}/cell", " · z zoom"
         elif longest > last + 1 or first > 0:
             label, hint = f"{label} · {first}–{last} of {longest}", " · z all"
+        count = len(self._comparison.texts)
+        if texts != (0, count):  # rows scrolled away: which are shown, and that ↑ ↓ reach the rest
+            label += f" · rows {texts[0] + 1}–{texts[1]} of {count} ↑↓"
         if self.screen.has_class("-short"):
             self.border_title, self.border_subtitle = label, ""
         else:

@@ -1,18 +1,29 @@
-"""Where divergence starts and how it grows: per-layer max|Δ| of the selected text."""
+"""Where divergence starts and how it grows: per-layer max|Δ| of the selected text, with a legend line
+under the chart (inside the pane: short screens draw no bottom border) that names the first divergent
+layer or module in full."""
 
 from __future__ import annotations
 
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
 from ..core.comparison import Comparison
 from ..core.views import MARK_LEGEND, decade_ticks, fitted_labels, layer_curve
+from ..core.visible import literal
 
 
-class LayersPane(PlotextPlot):
+class LayersPane(Vertical):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.border_title = "layers"
         self._shown: tuple | None = None
+
+    def compose(self) -> ComposeResult:
+        yield PlotextPlot(id="layers-chart")
+        yield Static(id="layers-legend")
 
     def show(self, comparison: Comparison | None, text: int, per_module: bool = False) -> None:
         shown = self._shown
@@ -27,10 +38,13 @@ class LayersPane(PlotextPlot):
 
     def _draw(self) -> None:
         comparison, text, per_module = self._shown
-        plt = self.plt
+        chart = self.query_one(PlotextPlot)
+        plt = chart.plt
         plt.clear_figure()
+        legend = self.query_one("#layers-legend", Static)
         if comparison is None or not comparison.texts or not comparison.texts[text].layers:
-            self.refresh()
+            legend.update("")
+            chart.refresh()
             return
         curve = layer_curve(comparison.texts[text], per_module)
         xs = list(range(len(curve.names)))
@@ -49,12 +63,18 @@ class LayersPane(PlotextPlot):
         if equal:
             plt.scatter(equal, [floor] * len(equal), marker="=", color="green")
         ticks = list(curve.tick_indices)
-        width = max(self.size.width - 6, 2)  # less the y labels and the frame
+        width = max(chart.size.width - 6, 2)  # less the y labels and the frame
         plt.xticks(ticks, fitted_labels(ticks, [curve.tick_labels[i] for i in ticks], len(curve.names), width))
         plt.yticks([floor, *decades], ["=", *decade_labels])
-        start = f"diverges from {curve.first_divergent}" if curve.first_divergent else "all bitwise equal"
         view = "modules" if modules else "layers"
-        self.border_title = f"{view} · text {comparison.texts[text].line} · {start}"
-        legend = MARK_LEGEND if modules else "log10 max|Δ| per layer"
-        self.border_subtitle = f"{legend} · = bitwise equal · m: layers/modules"
-        self.refresh()
+        self.border_title = f"{view} · text {comparison.texts[text].line}"
+        start = f"diverges from {literal(curve.first_divergent)}" if curve.first_divergent else "all bitwise equal"
+        marks = MARK_LEGEND if modules else "log10 max|Δ| per layer"
+        # No-break spaces inside an item: a narrow pane wraps the legend between items, never inside one.
+        items = [start, *marks.split(" · "), "= bitwise equal", "m: layers/modules"]
+        legend.update(Text(" · ".join(item.replace(" ", "\u00a0") for item in items)))
+        chart.refresh()
+
+    @property
+    def legend(self) -> str:
+        return str(self.query_one("#layers-legend", Static).render()).replace("\u00a0", " ")

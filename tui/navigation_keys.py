@@ -18,7 +18,7 @@ MOVE_BINDINGS = [
     Binding("end,G", "move_selection(0, 1_000_000_000)", "Last position", show=False),
     Binding("pageup", "page_selection(-1)", "Page ←", show=False),
     Binding("pagedown", "page_selection(1)", "Page →", show=False),
-    Binding("z", "zoom", "Zoom/overview"),
+    Binding("z", "zoom", "Zoom/overview", show=False),  # the heatmap's subtitle offers it where it helps
 ]
 # The same moves along a text for a widget that binds the keys itself (the summary's DataTable).
 POSITION_BINDINGS = [

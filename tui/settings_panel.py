@@ -77,8 +77,7 @@ class SettingsPanel(Grid):
         for field in ("atol", "rtol"):
             yield Label(field)
             yield Input(f"{getattr(s, field):g}", id=field, compact=True)
-        for field, label in CHECKBOXES:
-            yield Label("")
+        for field, label in CHECKBOXES:  # each takes a label's column and a field's: never cut
             yield OnOffCheckbox(label, getattr(s, field), id=field, compact=True)
 
     @staticmethod

@@ -1,6 +1,7 @@
 """Sweep: dtype x batch size on the current texts; max|Δ| against batch size per dtype.
 
-The grid is set on the screen (dtypes and batch sizes, comma-separated; enter runs it again)."""
+The grid is set on the screen (dtypes and batch sizes, comma-separated) and runs on enter (or ctrl+r),
+never on its own; a finished sweep of the same texts and settings comes back as it was."""
 
 from __future__ import annotations
 
@@ -15,15 +16,17 @@ from textual.worker import get_current_worker
 from textual_plotext import PlotextPlot
 
 from ..core.errors import InputError
-from ..core.plain_text import sweep_row
+from ..core.plain_text import SWEEP_HEADER, sweep_row
 from ..core.settings import Settings
-from ..core.sweep import parse_batch_sizes, parse_names
-from ..core.views import decade_ticks, log2_positions, sweep_series
+from ..core.sweep import describe_cell, parse_batch_sizes, parse_names, sweep_summary
+from ..core.views import decade_ticks, log2_positions, sweep_series, thinned
 from . import chart_colors
 from .engine_calls import call_engine
 
 SWEEP_DTYPES = ("bfloat16", "float16", "float32")
 SWEEP_BATCH_SIZES = (1, 2, 4, 8, 16)
+# Rows of the chart that are not the plot: title, x ticks, x label and the frame.
+CHART_FURNITURE = 5
 
 
 class SweepScreen(Screen[None]):
@@ -40,33 +43,29 @@ class SweepScreen(Screen[None]):
         self._on_finished = on_finished  # called with (dtypes, batch sizes, cells) once a sweep completes
 
     def compose(self) -> ComposeResult:
-        s = self.settings
-        yield Static(
-            f"Sweep of dtype x batch size · attn {s.attn or 'default'} · {s.padding_side} padding · "
-            f"{s.positions} positions · {len(self.texts)} texts",
-            id="title",
-            markup=False,
-        )
+        yield Static(self._title(self.settings.attn or "default"), id="title", markup=False)
         with Horizontal(id="sweep-grid"):
             yield Label("dtypes")
             yield Input(",".join(self.grid[0]), id="sweep-dtypes", compact=True)
             yield Label("batch sizes")
             yield Input(",".join(map(str, self.grid[1])), id="sweep-batch-sizes", compact=True)
-            yield Label("enter / ctrl+r: run", id="sweep-hint")
-        yield ProgressBar(id="sweep-progress", show_eta=False)
+        with Horizontal(id="sweep-state"):
+            yield ProgressBar(id="sweep-progress", show_eta=True)
+            yield Static("enter (or ctrl+r) runs the grid · tab: next field · esc: back", id="sweep-status")
         yield PlotextPlot(id="sweep-chart")
         yield Static(id="sweep-legend")
         yield DataTable(id="sweep-table", cursor_type="row")
         yield Footer()
 
+    def _title(self, attn: str) -> str:
+        s = self.settings
+        return f"Sweep · attn {attn} · {s.padding_side} padding · {s.positions} positions · {len(self.texts)} texts"
+
     def on_mount(self) -> None:
-        self.query_one(DataTable).add_columns(
-            "dtype", "batch", "attn", "padding", "diverged", "max|Δ|", "flips", "error"
-        )
+        self.query_one(DataTable).add_columns(*SWEEP_HEADER)
+        self.query_one(ProgressBar).display = False
         if self._finished is not None:
             self._show(self._finished)
-        else:
-            self.action_run()
 
     @on(Input.Submitted)
     def action_run(self) -> None:
@@ -91,29 +90,43 @@ class SweepScreen(Screen[None]):
         from ..core.sweep import sweep, sweep_grid
 
         grid = sweep_grid(self.settings, *grid_axes, [self.settings.attn or "default"], [self.settings.padding_side])
-        bar = self.query_one(ProgressBar)
-        self.app.call_from_thread(bar.update, total=len(grid), progress=0)
+        self.app.call_from_thread(self._progress, 0, len(grid), "")
+
+        def progress(done: int, total: int, cell) -> None:
+            self.app.call_from_thread(self._progress, done, total, f"{done}/{total} done, last {describe_cell(cell)}")
+
         call_engine(
             self.app,
-            lambda: sweep(
-                self.texts,
-                grid,
-                compare,
-                progress=lambda done, total, _: self.app.call_from_thread(bar.update, progress=done),
-                cancelled=lambda: worker.is_cancelled,
-            ),
+            lambda: sweep(self.texts, grid, compare, progress=progress, cancelled=lambda: worker.is_cancelled),
             self._show,
         )
+
+    def _progress(self, done: int, total: int, label: str) -> None:
+        bar = self.query_one(ProgressBar)
+        bar.display = True
+        bar.update(total=total, progress=done)
+        self.query_one("#sweep-status", Static).update(Text(label or f"running {total} cells…"))
 
     def _show(self, cells) -> None:
         self.cells = cells
         if self._on_finished is not None:
             self._on_finished((*self.grid, cells))
-        self.query_one(ProgressBar).update(total=1, progress=1)
+        self.query_one(ProgressBar).display = False
+        self.query_one("#sweep-status", Static).update(Text(sweep_summary(cells), style="bold"))
+        attns = sorted({c.attn for c in cells if c.error is None})
+        if attns:  # the attention the model resolved, not "default"
+            self.query_one("#title", Static).update(self._title(",".join(attns)))
         table = self.query_one(DataTable)
         table.clear()
         for c in cells:
             table.add_row(*(Text(cell) for cell in sweep_row(c)))
+        self._chart(cells)
+
+    def on_resize(self) -> None:
+        if self.cells is not None:
+            self._chart(self.cells)  # how many y ticks fit depends on the height
+
+    def _chart(self, cells) -> None:
         chart = self.query_one(PlotextPlot)
         plt = chart.plt
         plt.clear_figure()
@@ -122,17 +135,26 @@ class SweepScreen(Screen[None]):
         ticks, labels = decade_ticks(all_values)
         floor = (ticks[0] if ticks else 0) - 1
         legend = Text()
+        points = []
         for dtype, (batch_sizes, values) in series.items():
             color = chart_colors.DTYPES.get(dtype, chart_colors.OTHER)
             ys = [floor if v is None else v for v in values]
-            plt.plot(log2_positions(batch_sizes), ys, marker="hd", color=color)
-            legend.append("━━ ", style=chart_colors.rich(color))
+            xs = log2_positions(batch_sizes)
+            plt.plot(xs, ys, marker="hd", color=color)
+            points.append((xs, ys, chart_colors.dtype_mark(dtype), color))
+            legend.append(f"{points[-1][2]}━━ ", style=chart_colors.rich(color))
             legend.append(f"{dtype}   ")
+        # Each measured point as its dtype's letter, over every curve: a curve under another still shows.
+        for xs, ys, mark, color in points:
+            plt.scatter(xs, ys, marker=mark, color=color)
         # The legend is a line of its own under the chart, never drawn over the curves.
         self.query_one("#sweep-legend", Static).update(legend)
         sizes = sorted({c.batch_size for c in cells})
         plt.xticks(log2_positions(sizes), [str(b) for b in sizes])
-        plt.yticks([floor, *ticks], ["0", *labels])
+        # Only as many decades as the plot has rows, evenly spaced: plotext would drop some unevenly.
+        rows = max(chart.size.height - CHART_FURNITURE, 2)
+        plt.yticks(*thinned([floor, *ticks], ["0", *labels], rows))
         plt.xlabel("batch size (log2 axis)")
-        plt.title("max|Δ| against batch size, per dtype (0 = bitwise equal)")
+        plt.ylabel("max|Δ|")
+        plt.title("max|Δ| (log10) against batch size, per dtype (0 = bitwise equal)")
         chart.refresh()
