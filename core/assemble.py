@@ -88,6 +88,7 @@ def group_results(
                 layers=tuple(modules[i] for i in runner.layer_indices) + (logits,),
                 modules=modules if settings.modules else (),
                 routing_changes=_routing_changes(chunk, row, singles[group_row], runner),
+                padding=chunk.attention_mask.shape[1] - len(ids),
             )
         )
     return results

@@ -41,6 +41,12 @@ class PositionMetrics:
     def divergent(self) -> bool:
         return not self.allclose or self.top1_flip
 
+    @property
+    def near_tie(self) -> bool:
+        """The single run's top-1 margin is within 2·max|Δ|: rounding-sized differences are enough to
+        change the choice (a flip here is a near-tie, not a large change of the logits)."""
+        return self.margin <= 2 * self.max_abs_diff
+
 
 @dataclass(frozen=True)
 class LayerMetrics:
@@ -172,6 +178,7 @@ class TextResult:
     reference: ReferenceErrors | None = None
     routing_changes: tuple[RoutingChange, ...] = ()  # MoE: tokens routed to other experts in B than in S
     line: int = 0  # the line the text came from (texts file, editor, argument position); 1-based
+    padding: int = 0  # pad tokens this text had in its batch (0: the longest of its batch)
 
     @cached_property
     def positions(self) -> tuple[PositionMetrics, ...]:

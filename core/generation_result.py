@@ -52,7 +52,7 @@ class TextGeneration:
         """At the split, the single run's top-1 margin was within 2·max|Δ|: rounding-sized differences
         were enough to change the choice. None without a split."""
         split = self.split
-        return None if split is None else split.margin <= 2 * split.max_abs_diff
+        return None if split is None else split.near_tie
 
     @property
     def max_abs_diff(self) -> float:

@@ -16,6 +16,16 @@ def format_float(value: float) -> str:
     return f"{value:.3g}" if 1e-3 <= abs(value) < 1e4 else f"{value:.2e}"
 
 
+def decimals_to_tell_apart(values, least: int = 2, most: int = 6) -> int:
+    """The fewest decimals (at least `least`, at most `most`) with which the distinct values among
+    `values` all print differently: a near-tie reads 11.1875 vs 11.1882, not 11.19 vs 11.19."""
+    distinct = set(values)
+    for decimals in range(least, most + 1):
+        if len({f"{v:.{decimals}f}" for v in distinct}) == len(distinct):
+            return decimals
+    return most
+
+
 def format_columns(header: tuple[str, ...], rows: list[tuple[str, ...]], left: set[int] = frozenset()) -> str:
     """An aligned table with a rule under the header; columns in `left` are left-aligned."""
     rows = [header, *rows]

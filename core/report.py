@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .comparison import Comparison, LayerMetrics, PositionMetrics, TextResult, TopToken
 from .errors import InputError
-from .safe_files import is_standard_output, write_new, write_text
+from .safe_files import is_standard_output, write_fresh, write_text
 
 
 def number(value: float) -> float | None:
@@ -173,9 +173,9 @@ def write_json(data: dict, path: str | Path) -> Path:
         raise InputError(f"cannot write the report to {path}: {exc.strerror or exc}") from exc
 
 
-def write_new_json(data: dict, directory: Path, stem: str) -> Path:
-    """Write a report under a fresh name in `directory` (`stem.json`, `stem-2.json`...), never over another."""
-    return write_new(directory, stem, ".json", _json_text(data))
+def write_fresh_json(data: dict, path: Path) -> Path:
+    """Write a report to `path`, which must not exist (FileExistsError): never over another file."""
+    return write_fresh(path, _json_text(data))
 
 
 # json escapes C0 controls itself; these it writes raw, and a terminal showing the report would act on them.

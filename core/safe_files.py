@@ -75,17 +75,30 @@ def write_new(directory: Path, stem: str, suffix: str, text: str) -> Path:
     """Write `text` to `stem + suffix` in `directory`, or `stem-2`, `stem-3`... : never over an existing
     file, even when two saves come in the same second. The name is claimed first, then filled atomically."""
     for number in itertools.count(1):
-        path = directory / (f"{stem}{suffix}" if number == 1 else f"{stem}-{number}{suffix}")
         try:
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            return write_fresh(directory / (f"{stem}{suffix}" if number == 1 else f"{stem}-{number}{suffix}"), text)
         except FileExistsError:
             continue
-        try:
-            write_text(path, text)
-        except BaseException:
-            path.unlink(missing_ok=True)
-            raise
-        return path
+
+
+def free_name(directory: Path, stem: str, suffix: str) -> Path:
+    """The name `write_new` would take now: a name to offer the user."""
+    for number in itertools.count(1):
+        path = directory / (f"{stem}{suffix}" if number == 1 else f"{stem}-{number}{suffix}")
+        if not os.path.lexists(path):
+            return path
+
+
+def write_fresh(path: Path, text: str) -> Path:
+    """Write `text` to `path`, which must not exist (FileExistsError otherwise, the file left alone): the
+    name is claimed first, then filled atomically."""
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    try:
+        write_text(path, text)
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+    return path
 
 
 def check_writable_file(path: str | Path, what: str = "cannot write") -> None:

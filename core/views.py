@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from .comparison import Comparison, LayerMetrics, PositionMetrics, RoutingChange, TextResult
 from .plain_text import invariant_verdict
+from .token_text import readable_pieces
 
 # Heatmap colour scale: bucket 0 is exactly zero, then one bucket per decade of max|Δ|.
 _DECADES = tuple(range(-6, 1))  # upper bounds 1e-6 .. 1e0
@@ -93,19 +94,21 @@ class StripToken:
     token: str
     bucket: int  # the heatmap's colour bucket of the position's max|Δ|
     flip: bool
+    label: str  # what the strip shows: the token, or for byte pieces the character they spell (or `·`)
 
 
 def token_strip(text: TextResult, position: int, width: int, shown=len) -> list[StripToken]:
     """The text's tokens around `position` that fit `width` columns, the selected one as near the middle
-    as the text's ends allow. `shown(token)` is a token's width on screen (one space between tokens)."""
+    as the text's ends allow. `shown(label)` is a token label's width on screen (one space between)."""
     columns = text.columns
     count = len(columns.token_ids)
     if count == 0:
         return []
     position = min(max(position, 0), count - 1)
+    labels = readable_pieces(text.tokens)
 
     def cost(index: int) -> int:
-        return shown(text.tokens[index]) + 1
+        return shown(labels[index]) + 1
 
     first = last = position
     used = cost(position)
@@ -119,7 +122,7 @@ def token_strip(text: TextResult, position: int, width: int, shown=len) -> list[
                 first, last = min(first, index), max(last, index)
                 grew = True
     return [
-        StripToken(i, text.tokens[i], bucket_of(columns.max_abs_diff[i]), columns.top1_flip[i])
+        StripToken(i, text.tokens[i], bucket_of(columns.max_abs_diff[i]), columns.top1_flip[i], labels[i])
         for i in range(first, last + 1)
     ]
 
@@ -210,6 +213,21 @@ def thinned(ticks: list, labels: list[str], room: int) -> tuple[list, list[str]]
     return [ticks[i] for i in kept], [labels[i] for i in kept]
 
 
+def round_ticks(top: float, most: int) -> list[float]:
+    """Evenly spaced round ticks from 0 to at least `top` (steps of 1, 2 or 5 times a power of ten), at
+    most `most` of them (2 at least: 0 and one above `top`)."""
+    if not top > 0:
+        return [0.0, 1.0]
+    most = max(most, 2)
+    power = 10.0 ** math.floor(math.log10(top / (most - 1)))
+    for factor in (1, 2, 5, 10, 20, 50):
+        step = factor * power
+        count = math.ceil(top / step - 1e-9) + 1
+        if count <= most:
+            return [round(i * step, 12) for i in range(count)]
+    return [0.0, round(math.ceil(top / (50 * power)) * 50 * power, 12)]
+
+
 def divergent_cells(comparison: Comparison) -> list[tuple[int, int]]:
     """(text, position) of every divergent position (not allclose, or a top-1 flip), reading order."""
     return [
@@ -240,14 +258,15 @@ SUMMARY_ORDERS = ("text", "max|Δ|", "flips", "KL")
 
 
 def summary_order(comparison: Comparison, order: str) -> list[int]:
-    """Text indices in the order the summary lists them (worst first; ties keep the texts' order)."""
+    """Text indices in the order the summary lists them: worst first by the order's measure, ties broken
+    by the other measures (an allclose text never above a divergent one), then the texts' order."""
     key = {
-        "text": lambda t: 0,
-        "max|Δ|": lambda t: -t.max_abs_diff,
-        "flips": lambda t: -t.top1_flips,
-        "KL": lambda t: -t.kl_max,
+        "text": lambda t: (),
+        "max|Δ|": lambda t: (-t.max_abs_diff, -t.top1_flips, t.allclose, -t.kl_max),
+        "flips": lambda t: (-t.top1_flips, t.allclose, -t.max_abs_diff, -t.kl_max),
+        "KL": lambda t: (-t.kl_max, t.allclose, -t.max_abs_diff, -t.top1_flips),
     }[order]
-    return [t.index for t in sorted(comparison.texts, key=lambda t: (key(t), t.index))]
+    return [t.index for t in sorted(comparison.texts, key=lambda t: (*key(t), t.index))]
 
 
 def flip_cells(comparison: Comparison) -> list[tuple[int, int]]:

@@ -100,6 +100,30 @@ def test_token_strip_is_centred_on_the_selection_and_fits(comparison):
             assert abs(before - after) <= 3  # near the middle where the text goes on both ways
 
 
+def test_the_strip_shows_the_characters_that_byte_pieces_spell():
+    from batchtui.core.token_text import CONTINUATION, readable_pieces
+
+    # What the built-in models' tokenizers give for "日本 ok": three byte pieces a character.
+    tokens = ["<0xE6>", "<0x97>", "<0xA5>", "<0xE6>", "<0x9C>", "<0xAC>", " o", "k"]
+    assert readable_pieces(tokens) == ["日", CONTINUATION, CONTINUATION, "本", CONTINUATION, CONTINUATION, " o", "k"]
+    # A piece holding two bytes, a byte that starts no character, a character cut at the text's end.
+    assert readable_pieces(["<0xE6><0x97>", "<0xA5>", "<0xFF>", "<0x41>", "<0xE6>"]) == [
+        "日",
+        CONTINUATION,
+        "<0xFF>",
+        "A",
+        "<0xE6>",
+    ]
+
+
+def test_a_cjk_text_reads_as_its_characters_in_the_strip():
+    comparison = compare(["日本語のテキスト ok"], Settings(model="qwen2-english-4m", dtype="float32"))
+    text = comparison.texts[0]
+    strip = token_strip(text, 0, 1000)
+    assert "".join(t.label for t in strip if t.label != "·").startswith("日本語のテキスト")
+    assert [t.token for t in strip] == list(text.tokens)  # the tokens themselves stay bytes
+
+
 def test_worst_flip_is_the_flip_with_the_largest_max_abs_diff(comparison):
     flips = flip_cells(comparison)
     assert flips, "bf16 with arange positions flips on the built-in model"

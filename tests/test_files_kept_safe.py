@@ -134,7 +134,7 @@ async def test_app_reports_in_one_second_get_two_names_in_the_output_dir(tmp_pat
     assert app.output_dir == out.resolve()
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot, app)
-        await pilot.press("ctrl+s", "ctrl+s", "f8", "f8")
+        await pilot.press("ctrl+s", "enter", "ctrl+s", "enter", "f8", "f8")  # the offered names: never the same
         await pilot.pause()
         await pilot.press("question_mark")
         await pilot.pause()

@@ -2,12 +2,14 @@
 
 import json
 
-from tui_helpers import MIXED, detail_title, make_app, settle
+from textual.widgets import Input
+from tui_helpers import MIXED, detail_title, make_app, settle, wait_for
 
 from batchtui.core.views import divergent_cells, next_divergent
 from batchtui.tui.heatmap import Heatmap
 from batchtui.tui.help_screen import HelpScreen
 from batchtui.tui.messages import ComparisonReady
+from batchtui.tui.prompt_screen import PromptScreen
 from batchtui.tui.summary_table import SummaryTable
 
 
@@ -133,12 +135,43 @@ async def test_ctrl_s_writes_the_report_and_f8_a_screenshot(tmp_path):
     app = make_app(tmp_path=tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot, app)
-        await pilot.press("ctrl+s", "f8")
+        await pilot.press("ctrl+s")
+        assert isinstance(app.screen, PromptScreen)  # where: a fresh name in the output folder, offered
+        await pilot.press("enter", "f8")
         await pilot.pause()
-    reports = list(tmp_path.glob("batchtui-report-*.json"))
-    assert len(reports) == 1
+        reports = list(tmp_path.glob("batchtui-report-*.json"))
+        assert len(reports) == 1
+        assert any(f"written to {reports[0]}" in n.message for n in app._notifications)
     assert json.loads(reports[0].read_text())["summary"]["texts"] == len(MIXED)
     assert len(list(tmp_path.glob("*.svg"))) == 1
+
+
+async def test_ctrl_s_saves_what_was_run_where_the_user_says_and_never_over_a_file(tmp_path):
+    app = make_app(tmp_path=tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        await pilot.press("c")  # the generation view: its continuations belong in the report
+        await wait_for(pilot, lambda: app.generated is not None and app.generated[0] == app.generation, "generation")
+        chosen = tmp_path / "sub" / "mine.json"
+        chosen.parent.mkdir()
+        await pilot.press("ctrl+s")
+        app.screen.query_one(Input).value = str(chosen)
+        await pilot.press("enter")
+        await pilot.pause()
+        report = json.loads(chosen.read_text())
+        assert report["summary"]["texts"] == len(MIXED)
+        generation = report["generation"]
+        assert [t["line"] for t in generation["texts"]] == [t.line for t in app.generated[1].texts]
+        assert generation["summary"]["differ"] == app.generated[1].summary.differ
+        assert any("comparison, generation written to" in n.message for n in app._notifications)
+        # The same name again: refused, the file as it was.
+        before = chosen.read_bytes()
+        await pilot.press("ctrl+s")
+        app.screen.query_one(Input).value = str(chosen)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert chosen.read_bytes() == before
+        assert any("exists: a report never overwrites a file" in n.message for n in app._notifications)
 
 
 async def test_help_screen_and_quit():

@@ -135,7 +135,9 @@ async def test_summary_sorts_worst_first_and_a_row_selects_its_text():
         lines = [t.line for t in app.comparison.texts]
         assert [int(str(table.get_row_at(r)[0])) for r in range(table.row_count)] == lines
         await pilot.press("s")  # worst max|Δ| first
-        by_max = sorted(app.comparison.texts, key=lambda t: (-t.max_abs_diff, t.index))
+        by_max = sorted(
+            app.comparison.texts, key=lambda t: (-t.max_abs_diff, -t.top1_flips, t.allclose, -t.kl_max, t.index)
+        )
         assert [int(str(table.get_row_at(r)[0])) for r in range(table.row_count)] == [t.line for t in by_max]
         assert "worst max|Δ| first" in str(table.border_title)
         table.focus()
@@ -144,8 +146,13 @@ async def test_summary_sorts_worst_first_and_a_row_selects_its_text():
         await pilot.pause()
         assert app.selected[0] == by_max[0].index  # the top row is the worst text, and selects it
         await pilot.press("s")  # flips
-        by_flips = sorted(app.comparison.texts, key=lambda t: (-t.top1_flips, t.index))
+        by_flips = sorted(
+            app.comparison.texts, key=lambda t: (-t.top1_flips, t.allclose, -t.max_abs_diff, -t.kl_max, t.index)
+        )
         assert [int(str(table.get_row_at(r)[0])) for r in range(table.row_count)] == [t.line for t in by_flips]
+        # No allclose text above a divergent one among texts of as many flips.
+        rows = [app.comparison.texts[table.text_at(r)] for r in range(table.row_count)]
+        assert [(-t.top1_flips, t.allclose) for t in rows] == sorted((-t.top1_flips, t.allclose) for t in rows)
 
 
 async def test_a_flip_at_80x24_shows_every_column():

@@ -115,6 +115,7 @@ class BatchtuiApp(GenerationRuns, NavigationKeys, SettingKeys, OutputActions, Ap
         self.module_view = settings.modules  # the layers pane shows per-module divergence
         self.summary_order = "text"  # or worst first by one of SUMMARY_ORDERS
         self._last_sweep: tuple[tuple, tuple] | None = None  # ((texts, settings), (dtypes, sizes, cells))
+        self._last_remedies: tuple[tuple, list] | None = None  # ((texts, settings), outcomes)
         self.generation = 0  # of the latest run started; older runs are stale
         self.settled_generation = 0  # of the latest run whose result or error is on screen
         self._debounce: Timer | None = None
@@ -353,25 +354,44 @@ class BatchtuiApp(GenerationRuns, NavigationKeys, SettingKeys, OutputActions, Ap
         else:
             self.select(*self.selected)
 
+    def _on_screen_key(self) -> tuple:
+        """What the remedies and the sweep run on: the editor's texts and the settings."""
+        return (tuple(self.query_one(TextsEditor).numbered()[0].texts), self.settings)
+
+    def sweep_on_screen(self) -> tuple | None:
+        """The last sweep's (dtypes, batch sizes, cells), if it was of the texts and settings now in use."""
+        return self._last_sweep[1] if self._last_sweep and self._last_sweep[0] == self._on_screen_key() else None
+
+    def remedies_on_screen(self) -> list | None:
+        """The last remedies measured, if of the texts and settings now in use."""
+        last = self._last_remedies
+        return last[1] if last and last[0] == self._on_screen_key() else None
+
     def action_remedies(self) -> None:
         from .remedies_screen import RemediesScreen
 
-        self.push_screen(RemediesScreen(self.query_one(TextsEditor).numbered()[0].texts, self.settings))
+        key = self._on_screen_key()
+
+        def keep(outcomes) -> None:
+            self._last_remedies = (key, outcomes)
+
+        self.push_screen(RemediesScreen(list(key[0]), self.settings, on_finished=keep))
 
     def action_sweep(self) -> None:
         from .sweep_screen import SweepScreen
 
-        texts = self.query_one(TextsEditor).numbered()[0].texts
-        key = (tuple(texts), self.settings)
-        # A finished sweep of these texts and settings comes back as it was, not measured again.
-        finished = self._last_sweep[1] if self._last_sweep and self._last_sweep[0] == key else None
+        key = self._on_screen_key()
 
         def keep(finished) -> None:
             self._last_sweep = (key, finished)
 
-        self.push_screen(SweepScreen(texts, self.settings, finished=finished, on_finished=keep))
+        # A finished sweep of these texts and settings comes back as it was, not measured again.
+        self.push_screen(SweepScreen(list(key[0]), self.settings, finished=self.sweep_on_screen(), on_finished=keep))
 
     def action_toggle_layers(self) -> None:
+        if not self.screen.has_class("-short"):
+            self.notify("the detail and the layers are both in view at this size: L swaps them on short screens")
+            return
         self.screen.toggle_class("-layers")
 
     def action_toggle_topk(self) -> None:
@@ -387,9 +407,6 @@ class BatchtuiApp(GenerationRuns, NavigationKeys, SettingKeys, OutputActions, Ap
         app_wide = ("quit", "help", "screenshot", "command_palette", "focus_next", "focus_previous")
         if len(self.screen_stack) > 1 and action not in app_wide:
             return False
-        # Detail and layers share the space only on short screens; elsewhere both are shown.
-        if action == "toggle_layers":
-            return self.screen.has_class("-short")
         return True
 
     def action_help(self) -> None:

@@ -1,14 +1,17 @@
-"""What the app writes: the session on every edit, reports (ctrl+s) and screenshots (f8)."""
+"""What the app writes: the session on every edit, reports (ctrl+s, to a path the user confirms) and
+screenshots (f8)."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from ..core import session as session_file
-from ..core.safe_files import write_new
+from ..core.safe_files import free_name, write_new
 from ..core.settings import Settings
+from .prompt_screen import PromptScreen
 
 
 class SessionSaver:
@@ -38,23 +41,46 @@ class SessionSaver:
 
 
 class OutputActions:
-    """The app's ctrl+s and f8: files under fresh names in the output folder, never over another one."""
+    """The app's ctrl+s and f8: ctrl+s asks where (a fresh name in the output folder offered), f8 writes
+    under a fresh name; neither ever writes over another file."""
 
     output_dir: Path
+
+    def report_on_screen(self) -> dict | None:
+        """The comparison on screen with the generation, sweep and remedies run from it (None: nothing yet)."""
+        if self.comparison is None:
+            return None
+        from ..core.explorer_report import explorer_report
+
+        generated = self.generated[1] if self.generated and self.generated[0] == self.generation else None
+        return explorer_report(self.comparison, generated, self.sweep_on_screen(), self.remedies_on_screen())
 
     def action_save_report(self) -> None:
         if self.comparison is None:
             self.notify("no comparison to save yet", severity="warning")
             return
-        from ..core.report import to_json_dict, write_new_json
+        offered = free_name(self.output_dir, f"batchtui-report-{time.strftime('%Y%m%d-%H%M%S')}", ".json")
+        hint = "a new .json file (an existing one is never overwritten) · "
+        self.push_screen(PromptScreen("save the report to", str(offered), hint), self._save_report_to)
 
-        stem = f"batchtui-report-{time.strftime('%Y%m%d-%H%M%S')}"
-        try:
-            path = write_new_json(to_json_dict(self.comparison), self.output_dir, stem)
-        except OSError as exc:
-            self.notify(f"cannot write a report in {self.output_dir}: {exc.strerror or exc}", severity="error")
+    def _save_report_to(self, answer: str | None) -> None:
+        if not answer:
             return
-        self.notify(f"report written to {path}", title="saved")
+        from ..core.explorer_report import sections
+        from ..core.report import write_fresh_json
+
+        path = Path(os.path.expanduser(answer))
+        report = self.report_on_screen()
+        try:
+            write_fresh_json(report, path)
+        except FileExistsError:
+            problem = f"{path} exists: a report never overwrites a file, give another name"
+        except OSError as exc:
+            problem = f"cannot write {path}: {exc.strerror or exc}"
+        else:
+            self.notify(f"{', '.join(sections(report))} written to {path.resolve()}", title="report saved", timeout=10)
+            return
+        self.notify(problem, title="report not written", severity="error", timeout=10)
 
     def action_screenshot(self) -> None:
         stem = f"batchtui-screenshot-{time.strftime('%Y%m%d-%H%M%S')}"

@@ -21,11 +21,12 @@ class RemediesScreen(Screen[None]):
         Binding("r", "measure", "Measure"),
     ]
 
-    def __init__(self, texts: list[str], settings: Settings) -> None:
+    def __init__(self, texts: list[str], settings: Settings, on_finished=None) -> None:
         super().__init__()
         self.texts = texts
         self.settings = settings
         self.outcomes = None
+        self._on_finished = on_finished  # called with the outcomes once measured (the app's report keeps them)
 
     def compose(self) -> ComposeResult:
         yield Static("Remedies: select with space, measure with r. Each runs alone, then all together.", id="title")
@@ -72,6 +73,8 @@ class RemediesScreen(Screen[None]):
 
     def _show(self, outcomes) -> None:
         self.outcomes = outcomes
+        if self._on_finished is not None:
+            self._on_finished(outcomes)
         table = self.query_one(DataTable)
         table.clear(columns=True)
         header, rows = remedies_table(outcomes)

@@ -10,13 +10,15 @@ from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
 from ..core.comparison import Comparison
-from ..core.views import topk_union
+from ..core.views import round_ticks, topk_union
 from ..core.visible import shown_token
 from .chart_colors import BATCHED, SINGLE, rich
 
 # Columns of the y axis and frame; a token label gets at least MIN_LABEL columns, at most MAX_LABEL.
 AXIS_WIDTH = 8
 MIN_LABEL, MAX_LABEL = 5, 10
+# Rows of the chart that hold no bars (frame, x labels); at most this many y ticks.
+PLOT_FURNITURE, MAX_TICKS = 3, 6
 
 
 class TopkPane(Vertical):
@@ -29,6 +31,7 @@ class TopkPane(Vertical):
         yield PlotextPlot(id="topk-chart")
         legend = Text.assemble(("█", rich(SINGLE)), " single  ", ("█", rich(BATCHED)), " batched · p of each token")
         yield Static(legend, id="topk-legend")
+        yield Static(id="topk-values")
 
     def show(self, comparison: Comparison | None, selected: tuple[int, int]) -> None:
         self._shown = (comparison, selected)
@@ -63,7 +66,15 @@ class TopkPane(Vertical):
             [[row.p_single for row in shown], [row.p_batched for row in shown]],
             color=[SINGLE, BATCHED],
         )
-        plt.ylim(0, max(max(row.p_single, row.p_batched) for row in shown) * 1.05 or 1)
+        # Round ticks, as many as the plot has rows for, and the probabilities themselves under the chart.
+        top = max(max(row.p_single, row.p_batched) for row in shown)
+        ticks = round_ticks(top, min(max(chart.size.height - PLOT_FURNITURE, 2), MAX_TICKS))
+        plt.ylim(0, ticks[-1])
+        plt.yticks(ticks, [f"{tick:g}" for tick in ticks])
+        values = Text("p single/batched: ", style="dim")
+        for index, (label, row) in enumerate(zip(labels, shown)):
+            values.append(("" if index == 0 else " · ") + f"{label}\u00a0{row.p_single:.3f}/{row.p_batched:.3f}")
+        self.query_one("#topk-values", Static).update(values)
         which = "" if fits == len(rows) else f" · {fits} most probable of {len(rows)}"
         self.border_title = f"top-k · text {result.line} · position {position}{which}"
         chart.refresh()
