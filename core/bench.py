@@ -202,8 +202,19 @@ def bench(
         "compare_invariant": lambda: compare(texts, invariant_settings),
         "generate_invariant": lambda: generate_and_compare(texts, invariant_settings, new_tokens),
     }
-    for fn in methods.values():  # warm-up: kernels, caches, the tokenizer's decode table
+    peak_methods = ("floor", "compare")
+    steps = len(methods) * (rounds + 1) + len(peak_methods)
+    done = 0
+
+    def step(label: str) -> None:  # `progress(done, total, label)` after every call the bench makes
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(done, steps, label)
+
+    for name, fn in methods.items():  # warm-up: kernels, caches, the tokenizer's decode table
         fn()
+        step(f"warm-up {name}")
     times: dict[str, list[float]] = {name: [] for name in methods}
     for round_ in range(rounds):
         # Rotate the order each round so drift (heat, other load) falls on every method alike.
@@ -214,9 +225,11 @@ def bench(
             methods[name]()
             _synchronize(device)
             times[name].append(time.perf_counter() - started)
-        if progress is not None:
-            progress(round_ + 1, rounds)
-    peaks = {name: peak_memory(methods[name], device) for name in ("floor", "compare")}
+            step(f"round {round_ + 1}/{rounds} {name}")
+    peaks = {}
+    for name in peak_methods:
+        peaks[name] = peak_memory(methods[name], device)
+        step(f"peak memory {name}")
     medians = {name: statistics.median(values) for name, values in times.items()}
     tokens = sum(len(loaded.tokenizer(t)["input_ids"]) for t in texts)
     result = BenchResult(

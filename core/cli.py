@@ -59,6 +59,10 @@ def parsed_and_guarded(parser, argv: list[str], body: Callable) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exit_:
         return int(exit_.code or 0)
+    if hasattr(args, "threads"):
+        from .threads import use_threads  # torch loads here, once the arguments are known good
+
+        use_threads(args.threads)
     return guarded(lambda: body(args))
 
 

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from .cli import EXIT_DIVERGED, EXIT_OK, parsed_and_guarded
-from .cli_options import OneLineParser, check_report_destination, human_output
+from .cli_options import OneLineParser, ProgressLine, add_threads_option, check_report_destination, human_output
 from .errors import InputError
 from .generation_result import DEFAULT_MAX_NEW_TOKENS
 from .plain_text import format_columns
@@ -41,6 +40,7 @@ def run_bench(argv: list[str], prog: str = "batchtui bench") -> int:
         "--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS, metavar="N", help="new tokens per generate"
     )
     parser.add_argument("--trust-remote-code", action="store_true", help="run the checkpoint's own Python code")
+    add_threads_option(parser)
     parser.add_argument("--json", metavar="PATH", help="write the figures to PATH ('-' for stdout)")
     return parsed_and_guarded(parser, argv, _bench)
 
@@ -69,7 +69,7 @@ def _bench(args: argparse.Namespace) -> int:
         texts,
         settings,
         args.rounds,
-        progress=lambda d, t: print(f"round {d}/{t}", file=sys.stderr),
+        progress=ProgressLine(),
         new_tokens=args.max_new_tokens,
     )
     print(
@@ -89,7 +89,7 @@ def _bench(args: argparse.Namespace) -> int:
     rows = [
         (t["name"], f"{t['value']:.3f}", f"{t['limit']:.2f}", "PASS" if t["pass"] else "FAIL") for t in result.targets
     ]
-    print(format_columns(("target", "value", "limit", ""), rows, left={0}), file=out)
+    print(format_columns(("target", "value", "limit", "result"), rows, left={0}), file=out)
     if args.json:
         from .report import write_json
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import copy
 import sys
+import time
 from typing import TextIO
 
 from .errors import InputError
@@ -24,6 +25,27 @@ class _DefaultsShown(argparse.HelpFormatter):
             return text
         default = ",".join(map(str, action.default)) if isinstance(action.default, list) else action.default
         return f"{text} (default: {default})" if text else f"default: {default}"
+
+
+class ProgressLine:
+    """Progress on stderr: a bar, done/total, what ran last, the time so far and an estimate of the time
+    left; redrawn in place on a terminal, about ten lines in a log file."""
+
+    def __init__(self) -> None:
+        self._started = time.monotonic()
+
+    def __call__(self, done: int, total: int, label: str) -> None:
+        width = 24
+        filled = width * done // max(total, 1)
+        elapsed = time.monotonic() - self._started
+        timing = f"{elapsed:.0f} s" + (
+            f", about {elapsed / done * (total - done):.0f} s left" if 0 < done < total else ""
+        )
+        line = f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {label} · {timing}"
+        if sys.stderr.isatty():
+            print(f"\r{line[:110]:<110}", end="" if done < total else "\n", file=sys.stderr, flush=True)
+        elif done == total or done % max(1, total // 10) == 0:
+            print(line, file=sys.stderr)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -60,6 +82,7 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--atol", type=float, default=DEFAULT_ATOL, help=f"default: {DEFAULT_ATOL:g}")
     parser.add_argument("--rtol", type=float, default=DEFAULT_RTOL, help=f"default: {DEFAULT_RTOL:g}")
     parser.add_argument("--trust-remote-code", action="store_true", help="run the checkpoint's own Python code")
+    add_threads_option(parser)
     parser.add_argument(
         "--layers", action="store_true", help="localize per module: norms, attention, MLP, residual of each layer"
     )
@@ -70,6 +93,26 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--invariant", action="store_true", help="run in the batch-invariant mode: batched logits equal single runs"
     )
+
+
+def add_threads_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--threads",
+        type=_positive_int,
+        metavar="N",
+        help="CPU threads for torch's kernels (default: the cores not busy when the command starts; the count "
+        "can change CPU results, so give the same N to runs you compare)",
+    )
+
+
+def _positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, not {value!r}")
+    return number
 
 
 def add_remedy_option(parser: argparse.ArgumentParser) -> None:

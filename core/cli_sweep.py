@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from dataclasses import asdict
 from functools import partial
 
@@ -11,6 +10,7 @@ from .cli import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OK, parsed_and_guarded
 from .cli_generate import add_generation_options
 from .cli_options import (
     OneLineParser,
+    ProgressLine,
     add_common_options,
     check_report_destination,
     human_output,
@@ -40,17 +40,6 @@ def _as_argument(parse):
 
 _names = _as_argument(parse_names)
 _ints = _as_argument(parse_batch_sizes)
-
-
-def _progress_bar(done: int, total: int, label: str) -> None:
-    """One line on stderr, redrawn in place when stderr is a terminal."""
-    width = 24
-    filled = width * done // total
-    line = f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {label}"
-    if sys.stderr.isatty():
-        print(f"\r{line[:100]:<100}", end="" if done < total else "\n", file=sys.stderr, flush=True)
-    elif done == total or done % max(1, total // 10) == 0:  # a log file gets about ten lines
-        print(line, file=sys.stderr)
 
 
 def run_sweep(argv: list[str], prog: str = "batchtui sweep") -> int:
@@ -92,10 +81,8 @@ def _sweep(args: argparse.Namespace) -> int:
     else:
         from .engine import compare
 
-    def progress(done: int, total: int, cell) -> None:
-        _progress_bar(done, total, describe_cell(cell))
-
-    cells = sweep(texts, grid, compare, progress=progress)
+    bar = ProgressLine()
+    cells = sweep(texts, grid, compare, progress=lambda done, total, cell: bar(done, total, describe_cell(cell)))
     out = human_output(args.json)
     rows = [sweep_row(c) for c in cells]
     header = GENERATE_SWEEP_HEADER if args.generate else SWEEP_HEADER
@@ -137,6 +124,7 @@ def _probe(args: argparse.Namespace) -> int:
     from .probe import probe
 
     device = resolve_device(args.device)
+    bar = ProgressLine()
     cells = probe(
         args.sizes,
         args.batch_sizes,
@@ -145,7 +133,7 @@ def _probe(args: argparse.Namespace) -> int:
         device,
         args.atol,
         args.rtol,
-        progress=lambda done, total: _progress_bar(done, total, "cells"),
+        progress=lambda done, total: bar(done, total, "cells"),
     )
     out = human_output(args.json)
     print(

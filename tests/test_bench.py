@@ -8,10 +8,14 @@ from batchtui.core.models import load_model
 from batchtui.core.settings import Settings
 
 
-def test_bench_json_has_ratios_and_targets(tmp_path):
+def test_bench_json_has_ratios_and_targets(tmp_path, capsys):
     out = tmp_path / "bench.json"
     args = ["--texts", "3", "--min-tokens", "4", "--max-tokens", "9", "--rounds", "1", "--max-new-tokens", "4"]
     code = run_bench([*args, "--json", str(out)])
+    # Progress after every call the bench makes (8 methods warmed up and timed once, 2 peaks), with an estimate.
+    progress = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[")]
+    assert progress[-1].startswith("[########################] 18/18 peak memory compare")
+    assert any("s left" in line for line in progress)
     data = json.loads(out.read_text())
     assert set(data["ratios"]) >= {"compare_vs_floor", "layers_vs_floor", "compare_vs_seed", "generate_vs_floor"}
     assert data["ratios"]["compare_vs_floor"] == data["seconds"]["compare"] / data["seconds"]["floor"]

@@ -145,3 +145,15 @@ def test_table_columns_stay_aligned_with_wide_characters_and_combining_marks():
     table = format_columns(("#", "text", "n"), [(str(i), text, "7") for i, text in enumerate(cells)], left={1})
     lines = table.splitlines()
     assert len({on_screen(line) for line in lines}) == 1, table
+
+
+def test_threads_option_sets_the_cpu_threads_and_the_default_leaves_busy_cores(capsys):
+    import torch
+
+    from batchtui.core.threads import free_cores, use_threads
+
+    assert run_check(["--threads", "1", "--model", "tiny", "hello"]) == 0
+    assert torch.get_num_threads() == 1
+    assert run_check(["--threads", "0", "hello"]) == 2
+    assert "--threads: must be a whole number of at least 1" in capsys.readouterr().err
+    assert 1 <= use_threads(None) <= free_cores()

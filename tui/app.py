@@ -43,13 +43,16 @@ from .topk_pane import TopkPane
 EDIT_DEBOUNCE_S = 0.5
 
 
-def _leave_a_core_for_the_ui() -> None:
-    """torch's kernels use every core by default; one is kept free so keys are answered mid-run."""
+def _set_threads(requested: int | None) -> None:
+    """--threads N, or the free cores less one kept for the UI, so that keys are answered mid-run."""
     import torch
 
+    from ..core.threads import use_threads
+
+    count = use_threads(requested)
     cores = os.cpu_count() or 1
-    if cores > 1 and torch.get_num_threads() >= cores:
-        torch.set_num_threads(cores - 1)
+    if requested is None and count > 1 and count >= cores:
+        torch.set_num_threads(count - 1)
 
 
 class BatchtuiApp(GenerationRuns, NavigationKeys, SettingKeys, OutputActions, App[None]):
@@ -106,6 +109,7 @@ class BatchtuiApp(GenerationRuns, NavigationKeys, SettingKeys, OutputActions, Ap
         # Remote code runs only for the model named with --trust-remote-code, never one switched to with M.
         self.trusted_model = settings.model if settings.trust_remote_code else None
         self.session_path = session_path  # None: nothing is saved (tests, screenshots)
+        self.threads: int | None = None  # --threads: torch's CPU threads (None: the free cores less one)
         self._session_saver = SessionSaver(self.notify)
         self.startup_notice = startup_notice
         self.initial_texts = texts
@@ -186,7 +190,7 @@ class BatchtuiApp(GenerationRuns, NavigationKeys, SettingKeys, OutputActions, Ap
             from ..core.engine import compare, passes_per_text, running_stage  # torch loads here, off the UI thread
             from ..core.models import load_model
 
-            _leave_a_core_for_the_ui()
+            _set_threads(self.threads)
             self.post_message(RunProgress(generation, f"loading the model {settings.model}"))
             load_model(settings)
             if stale():

@@ -124,7 +124,9 @@ def build_app(argv: list[str]):
     from .app import BatchtuiApp
 
     notice = " · ".join(notices) or None
-    return BatchtuiApp(texts, settings, output_dir=output_dir, session_path=path, startup_notice=notice)
+    app = BatchtuiApp(texts, settings, output_dir=output_dir, session_path=path, startup_notice=notice)
+    app.threads = args.threads
+    return app
 
 
 def trusted(model: str, command_line: Settings) -> bool:
