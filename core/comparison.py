@@ -42,6 +42,14 @@ class PositionMetrics:
         return not self.allclose or self.top1_flip
 
     @property
+    def margin_ulp(self) -> float | None:
+        """The margin in units of the dtype's spacing at the position's largest |logit| (None where max|Δ|
+        is 0 and the spacing is not known from it)."""
+        if self.max_abs_diff > 0 and self.max_abs_diff_ulp > 0:
+            return self.margin / (self.max_abs_diff / self.max_abs_diff_ulp)
+        return None
+
+    @property
     def near_tie(self) -> bool:
         """The single run's top-1 margin is within 2·max|Δ|: rounding-sized differences are enough to
         change the choice (a flip here is a near-tie, not a large change of the logits)."""

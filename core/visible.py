@@ -106,3 +106,19 @@ def _backslash_needs_doubling(text: str, i: int) -> bool:
 def from_editable(line: str) -> str:
     """The text an editor line stands for."""
     return _ESCAPE.sub(_decoded, line)
+
+
+def packed(items: list[str], width: int, separator: str = "  ") -> list[list[int]]:
+    """`items` laid out left to right in lines of at most `width` columns, `separator` between two on a
+    line, an item never split (one wider than `width` gets a line of its own): each line's item indices."""
+    lines: list[list[int]] = []
+    used = 0
+    for index, item in enumerate(items):
+        size = columns(item)
+        if lines and used + columns(separator) + size <= width:
+            lines[-1].append(index)
+            used += columns(separator) + size
+        else:
+            lines.append([index])
+            used = size
+    return lines

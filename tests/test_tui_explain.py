@@ -56,7 +56,7 @@ async def test_sweep_screen_fills_the_matrix_and_chart():
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot, app)
-        await pilot.press("S")
+        await pilot.press("S", "enter")
         screen = app.screen
         assert isinstance(screen, SweepScreen)
         await wait_for(pilot, lambda: screen.cells is not None, "the sweep")
@@ -74,6 +74,8 @@ async def test_sweep_screen_fills_the_matrix_and_chart():
         await settle(pilot, app)
         await pilot.press("S")
         fresh = app.screen
+        assert fresh.cells is None  # not run until asked
+        await pilot.press("enter")
         await wait_for(pilot, lambda: fresh.cells is not None, "the new sweep")
         assert fresh.cells is not screen.cells and {c.padding_side for c in fresh.cells} == {"right"}
 

@@ -2,6 +2,7 @@
 
 from tui_helpers import make_app, settle
 
+from batchtui.core.plain_text import decimals_to_tell_apart
 from batchtui.core.views import flip_cells, next_flip
 from batchtui.tui.status_line import StatusLine
 
@@ -31,8 +32,12 @@ async def test_flip_keys_walk_every_flip_across_texts_and_say_it_in_words():
         position = app.comparison.texts[app.selected[0]].positions[app.selected[1]]
         shown = str(app.query_one("#detail-numbers").render())
         batched, single = position.topk_batch[0], position.topk_single[0]
-        assert f"TOP-1 FLIP: batched → {batched.token!r} {batched.logit:.4g}" in shown
-        assert f"single → {single.token!r} {single.logit:.4g}" in shown  # on the same line where it fits
+        # As many decimals as tell the top logits apart: a near-tie never reads "11.19 vs 11.19".
+        logits = [t.logit for t in (*position.topk_batch[:2], *position.topk_single[:2])]
+        decimals = decimals_to_tell_apart(logits, least=3)
+        assert f"TOP-1 FLIP: batched → {batched.token!r} {batched.logit:.{decimals}f}" in shown
+        assert f"single → {single.token!r} {single.logit:.{decimals}f}" in shown
+        assert ("near-tie" in shown) == position.near_tie
 
 
 async def test_no_flip_is_said_not_silent():
@@ -163,10 +168,15 @@ async def test_a_flip_at_80x24_shows_every_column():
         await pilot.pause()
         detail = app.query_one("#detail")
         position = app.comparison.texts[app.selected[0]].positions[app.selected[1]]
-        shown = str(app.query_one("#detail-numbers").render())
+        numbers = app.query_one("#detail-numbers")
+        shown = str(numbers.render())
         assert f"TOP-1 FLIP: batched → {position.topk_batch[0].token!r}" in shown
-        lines = [line for line in shown.splitlines() if line.strip()]
-        assert all(len(line) <= detail.content_size.width for line in lines)  # nothing runs past the pane
+        # Packed into lines of the pane's width between items: nothing runs past it, no number is split.
+        lines = shown.splitlines()
+        assert all(len(line) <= detail.content_size.width for line in lines)
+        assert numbers.size.height == len(lines)  # every line in view
+        logit = f"{position.topk_single[0].logit:.3f}"[:-1]
+        assert any(logit in line for line in lines)
         table = app.query_one("#detail-topk")
         assert table.content_size.width <= detail.content_size.width
         screen = ["".join(segment.text for segment in strip) for strip in app.screen._compositor.render_strips()]

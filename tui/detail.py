@@ -11,7 +11,7 @@ from textual.widgets import Static
 from ..core.comparison import Comparison, PositionMetrics, TextResult
 from ..core.plain_text import decimals_to_tell_apart, format_float
 from ..core.views import routing_changes_at, token_strip
-from ..core.visible import columns, literal, shown_token
+from ..core.visible import columns, literal, packed, shown_token
 from .heatmap import BUCKET_COLORS
 from .topk_table import topk_table
 
@@ -57,6 +57,14 @@ class DetailPane(Vertical):
         numbers.update(content, layout=resize)
         self.query_one("#detail-strip", Static).update(self._strip(result, position))
         topk.update(topk_table(metrics, self.content_size.width, self._color("warning")), layout=resize)
+        self.call_after_refresh(self._say_what_is_cut, detail_title(result.line, position))
+
+    def _say_what_is_cut(self, title: str) -> None:
+        """On a short screen the top-k rows may not fit under the numbers: the title then says where they are."""
+        needed = sum(child.outer_size.height for child in self.children)
+        room = self.parent.content_region.bottom - self.content_region.y  # the column's end clips the pane
+        cut = needed > room > 0
+        self.border_title = f"{title} · top-k: t" if cut else title
 
     def _strip(self, result: TextResult, position: int) -> Text:
         """The text's tokens around the selection, each in its heatmap colour, flips marked, the selected
@@ -73,59 +81,81 @@ class DetailPane(Vertical):
         return strip
 
     def _numbers(self, p: PositionMetrics) -> Text:
-        line = Text.assemble(
-            "token ",
-            (literal(repr(p.token)), "bold"),
-            f" (id {p.token_id})  max|Δ| {format_float(p.max_abs_diff)}",
-            f"\n= {p.max_abs_diff_ulp:.3g} ulp  KL {format_float(p.kl)}  margin {format_float(p.margin)}",
-        )
+        """The position's numbers as items packed into lines of the pane's width: never cut, never split."""
+        warning, error = self._color("warning"), f"bold {self._color('error')}"
+        items = [
+            (f"token {literal(repr(p.token))} (id {p.token_id})", ""),
+            (f"max|Δ| {format_float(p.max_abs_diff)}", ""),
+            (f"= {p.max_abs_diff_ulp:.3g} ulp", ""),
+            (f"KL {format_float(p.kl)}", ""),
+            (f"margin {format_float(p.margin)}" + ("" if p.margin_ulp is None else f" ({p.margin_ulp:.3g} ulp)"), ""),
+        ]
         if p.near_tie and p.top1_flip:  # why rounding-sized differences could change the choice
-            line.append(" ≤ 2·max|Δ|: a near-tie", style=self._color("warning"))
-        line.append("\n")
+            items.append(("near-tie: margin ≤ 2·max|Δ|", warning))
         if p.top1_flip:
-            batched, single = p.topk_batch[0], p.topk_single[0]
-            # Digits enough to see the two logits differ (a near-tie is 11.1875 vs 11.1882, not 11.19 twice).
-            decimals = decimals_to_tell_apart([t.logit for t in (*p.topk_batch[:2], *p.topk_single[:2])], least=3)
-            said = (
-                f"batched → {literal(repr(batched.token))} {batched.logit:.{decimals}f}",
-                f"single → {literal(repr(single.token))} {single.logit:.{decimals}f}",
-            )
-            head = "TOP-1 FLIP (near-tie): " if p.near_tie else "TOP-1 FLIP: "
-            # One line where the pane is wide enough, else the two runs one under the other: never cut.
-            flip = f"{head}{' · '.join(said)}"
-            if len(flip) > self.content_size.width:
-                flip = f"{head}{said[0]}\n{' ' * len(head)}{said[1]}"
-            line.append(flip, style=f"bold {self._color('error')}")
+            # Each run's choice and, beside it, the other run's choice in this run: digits enough to tell them
+            # apart (11.1875 vs 11.1250, not 11.19 twice), and "tied" where they are the same number.
+            pairs = [
+                (head, run[0], next((t for t in run if t.id == other[0].id), None))
+                for head, run, other in (
+                    ("TOP-1 FLIP: batched", p.topk_batch, p.topk_single),
+                    ("single", p.topk_single, p.topk_batch),
+                )
+            ]
+            logits = [t.logit for _, chosen, rival in pairs for t in (chosen, rival) if t is not None]
+            decimals = decimals_to_tell_apart(logits, least=3)
+            for head, chosen, rival in pairs:
+                items.append((f"{head} → {literal(repr(chosen.token))} {chosen.logit:.{decimals}f}", error))
+                if rival is None:
+                    items.append(("(the other run's choice not in its top-k)", error))
+                else:
+                    tied = " (tied)" if rival.logit == chosen.logit else ""
+                    items.append((f"over {literal(repr(rival.token))} {rival.logit:.{decimals}f}{tied}", error))
         elif not p.allclose:
-            line.append("not allclose (top-1 unchanged)", style=self._color("warning"))
+            items.append(("not allclose (top-1 unchanged)", warning))
         else:
-            line.append("allclose", style=self._color("success"))
-        return line
+            items.append(("allclose", self._color("success")))
+        width = max(self.content_size.width, 20)
+        text = Text()
+        for number, line in enumerate(packed([item for item, _ in items], width)):
+            if number:
+                text.append("\n")
+            for place, index in enumerate(line):
+                text.append(("  " if place else "") + items[index][0], style=items[index][1])
+        return text
 
     def _causes(self, result: TextResult, position: int) -> Text:
-        """MoE routing changes at this token, the text's batch-size vs padding split and its errors
-        against float64, when measured."""
-        line = Text()
+        """MoE routing changes at this token, why a text is bitwise equal, the text's batch-size vs padding
+        split and its errors against float64, when measured; each wrapped between words at the pane's width."""
+        said: list[tuple[str, str]] = []
         for change in routing_changes_at(result, position):
-            line.append(
-                f"\nexpert routing changed here: layer {change.layer} experts {list(change.experts_batched)}"
-                f" batched vs {list(change.experts_single)} single",
-                style=f"bold {self._color('warning')}",
+            said.append(
+                (
+                    f"expert routing changed here: layer {change.layer} experts {list(change.experts_batched)}"
+                    f" batched vs {list(change.experts_single)} single",
+                    f"bold {self._color('warning')}",
+                )
             )
         if not result.padding and result.bitwise_equal and self._batched_with_others:
-            line.append("\ntext: no pad tokens (the longest of its batch): the same inputs as alone, bitwise equal")
+            said.append(("text: no pad tokens (the longest of its batch), the same inputs as alone: bitwise equal", ""))
         if result.truncated:
-            line.append(f"\ntext cut to its first {len(result.token_ids)} tokens (--max-tokens)")
+            said.append((f"text cut to its first {len(result.token_ids)} tokens (--max-tokens)", ""))
         if result.decomposition is not None:
             d = result.decomposition
-            line.append(
-                f"\ntext: batch-size effect {format_float(d.batch_effect)}"
-                f" · padding effect {format_float(d.padding_effect)}"
+            effects = (
+                f"batch-size effect {format_float(d.batch_effect)} · padding effect {format_float(d.padding_effect)}"
             )
+            said.append((f"text: {effects}", ""))
         if result.reference is not None:
             r = result.reference
-            line.append(f"\nvs float64: batched {format_float(r.batched)} · single {format_float(r.single)}")
-        return line
+            said.append((f"vs float64: batched {format_float(r.batched)} · single {format_float(r.single)}", ""))
+        text = Text()
+        width = max(self.content_size.width, 20)
+        for sentence, style in said:
+            words = sentence.split(" ")
+            for line in packed(words, width, " "):
+                text.append("\n" + " ".join(words[i] for i in line), style=style)
+        return text
 
     def _color(self, name: str) -> str:
         return self.app.theme_variables.get(name, "white")

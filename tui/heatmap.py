@@ -161,18 +161,26 @@ class Heatmap(Vertical, can_focus=True):
         """Where the selection is and which positions and texts are in view, when not all of them are:
         under the heatmap, or as its title on a short screen (which draws no bottom border)."""
         line = self._comparison.texts[self._selected[0]].line
+        count = len(self._comparison.texts)
+        rows_hidden = texts != (0, count)  # rows scrolled away: which are shown, and that ↑ ↓ reach the rest
+        if self.screen.has_class("-short"):  # the title, on a pane some 40 columns wide
+            parts = [f"text {line} pos {position}"]
+            if self._span > 1:
+                parts.append(f"{self._span}/cell")
+            elif longest > last + 1 or first > 0:
+                parts.append(f"{first}–{last}/{longest}")
+            if rows_hidden:
+                parts.append(f"rows {texts[0] + 1}–{texts[1]}/{count}↕")
+            self.border_title, self.border_subtitle = " · ".join(parts), ""
+            return
         label, hint = f"text {line} · pos {position}", ""
         if self._span > 1:
             label, hint = f"{label} · all {longest}, {self._span}/cell", " · z zoom"
         elif longest > last + 1 or first > 0:
             label, hint = f"{label} · {first}–{last} of {longest}", " · z all"
-        count = len(self._comparison.texts)
-        if texts != (0, count):  # rows scrolled away: which are shown, and that ↑ ↓ reach the rest
+        if rows_hidden:
             label += f" · rows {texts[0] + 1}–{texts[1]} of {count} ↑↓"
-        if self.screen.has_class("-short"):
-            self.border_title, self.border_subtitle = label, ""
-        else:
-            self.border_title, self.border_subtitle = TITLE, label + hint
+        self.border_title, self.border_subtitle = TITLE, label + hint
 
 
 class HeatmapPlot(PlotextPlot):
