@@ -87,7 +87,7 @@ def test_texts_file_and_default_set(tmp_path, capsys):
         (["", "ok"], "text 1 is empty or whitespace only"),
         (["ok", " \t "], "text 2 is empty or whitespace only"),
         (["--texts-file", "/no/such/file.txt"], "cannot read texts file '/no/such/file.txt'"),
-        (["--model", "no-such-org/no-such-model", "ok"], "cannot load model 'no-such-org/no-such-model'"),
+        (["--model", "no-such-org/no-such-model", "ok"], "'no-such-org/no-such-model' is not in the local cache"),
         (["--batch-size", "0", "ok"], "batch size must be at least 1"),
         (["--top-k", "0", "ok"], "top-k must be at least 1"),
         (["--dtype", "int8", "ok"], "argument --dtype: invalid choice"),

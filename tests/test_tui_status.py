@@ -35,7 +35,7 @@ async def test_the_status_names_the_dtype_of_the_run_going_on_and_auto_as_what_i
         status = app.query_one(StatusLine)
         assert "bfloat16 (auto)" in status.full_text()  # what the built-in tiny model is saved in
         dtype = app.query_one("#dtype")
-        assert "auto → bfloat16" in str(dtype.query_one("SelectCurrent").label)
+        assert "auto (bf16)" in str(dtype.query_one("SelectCurrent").label)
         await pilot.press("d")  # the next dtype: named from the moment its run starts
         assert app.settings.dtype in status.full_text()
         await settle(pilot, app)

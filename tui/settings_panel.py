@@ -14,6 +14,8 @@ from ..core.settings import DTYPES, PADDING_SIDES, POSITION_MODES, Settings
 from ..core.visible import literal
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
+# What `auto` resolved to, short enough for the select's width at 80 columns.
+SHORT_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64"}
 TOP_KS = (1, 3, 5, 10, 20)
 ATTN_IMPLEMENTATIONS = ("default", "sdpa", "eager")
 # On/off settings: (field, label). `invariant` keeps the batch-invariant mode on while exploring.
@@ -104,7 +106,7 @@ class SettingsPanel(Grid):
     def show_resolved_dtype(self, resolved: str | None) -> None:
         """`auto` in the dtype list says what it resolved to (None: not resolved, or not auto)."""
         select = self.query_one("#dtype", Select)
-        label = f"auto → {resolved}" if resolved and resolved != "auto" else "auto"
+        label = f"auto ({SHORT_DTYPES.get(resolved, resolved)})" if resolved and resolved != "auto" else "auto"
         options = [(label if value == "auto" else name, value) for name, value in _options(DTYPES, self.settings.dtype)]
         if str(select.query_one("SelectCurrent").label) == label or select.value != "auto":
             return
