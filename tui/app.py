@@ -25,6 +25,7 @@ from ..core.visible import literal_lines
 from .daemon_executor import DaemonThreadExecutor
 from .detail import DetailPane
 from .engine_calls import post_outcome
+from .focus_keys import FocusKeys
 from .generation_pane import GenerationPane
 from .generation_runs import GenerationRuns
 from .heatmap import Heatmap
@@ -55,7 +56,7 @@ def _set_threads(requested: int | None) -> None:
         torch.set_num_threads(count - 1)
 
 
-class BatchtuiApp(GenerationRuns, NavigationKeys, SettingKeys, OutputActions, App[None]):
+class BatchtuiApp(GenerationRuns, FocusKeys, NavigationKeys, SettingKeys, OutputActions, App[None]):
     CSS_PATH = "app.tcss"
     TITLE = "batchtui"
     # Screen classes the stylesheet uses to fit 80x24 as well as 120x40 and larger.
@@ -271,43 +272,6 @@ class BatchtuiApp(GenerationRuns, NavigationKeys, SettingKeys, OutputActions, Ap
             self.select(text, self.selected[1])
 
     # -- inputs and settings -------------------------------------------------------------
-
-    def action_focus_editor(self) -> None:
-        self.query_one(TextsEditor).focus()
-
-    def action_focus_heatmap(self) -> None:
-        """Escape, from anywhere: back to the heatmap (closing the generation view, which covers it)."""
-        if self.generation_view:
-            self.action_toggle_generation()
-        self.query_one(Heatmap).focus()
-
-    def action_focus_next(self) -> None:  # the screen's Tab: field by field on the other screens
-        if len(self.screen_stack) > 1:
-            super().action_focus_next()
-        else:
-            self._cycle_focus(1)
-
-    def action_focus_previous(self) -> None:  # the screen's shift+Tab
-        if len(self.screen_stack) > 1:
-            super().action_focus_previous()
-        else:
-            self._cycle_focus(-1)
-
-    def _cycle_focus(self, step: int) -> None:
-        """Tab / shift+Tab: the next pane in view of heatmap (or generation table), summary and settings.
-        The editor is not on the cycle: `e` enters it and Escape leaves, so typing never runs a command."""
-        panes = [
-            self.query_one(GenerationPane).table if self.generation_view else self.query_one(Heatmap),
-            self.query_one(SummaryTable),
-            self.query_one(SettingsPanel),
-        ]
-        focused = self.focused
-        here = next((i for i, pane in enumerate(panes) if focused and pane in focused.ancestors_with_self), -1)
-        target = panes[(here + step) % len(panes)]
-        if isinstance(target, SettingsPanel):
-            target.focus_field()
-        else:
-            target.focus()
 
     def save_session(self) -> None:
         """Texts and settings to the session file; called on every edit, so a kill loses nothing typed."""
