@@ -71,22 +71,25 @@ def write_text(path: str | Path, text: str) -> Path:
     return target
 
 
+def _candidates(directory: Path, stem: str, suffix: str):
+    """`stem + suffix`, then `stem-2`, `stem-3`... in `directory`."""
+    for number in itertools.count(1):
+        yield directory / (f"{stem}{suffix}" if number == 1 else f"{stem}-{number}{suffix}")
+
+
 def write_new(directory: Path, stem: str, suffix: str, text: str) -> Path:
     """Write `text` to `stem + suffix` in `directory`, or `stem-2`, `stem-3`... : never over an existing
     file, even when two saves come in the same second. The name is claimed first, then filled atomically."""
-    for number in itertools.count(1):
+    for path in _candidates(directory, stem, suffix):
         try:
-            return write_fresh(directory / (f"{stem}{suffix}" if number == 1 else f"{stem}-{number}{suffix}"), text)
+            return write_fresh(path, text)
         except FileExistsError:
             continue
 
 
 def free_name(directory: Path, stem: str, suffix: str) -> Path:
     """The name `write_new` would take now: a name to offer the user."""
-    for number in itertools.count(1):
-        path = directory / (f"{stem}{suffix}" if number == 1 else f"{stem}-{number}{suffix}")
-        if not os.path.lexists(path):
-            return path
+    return next(path for path in _candidates(directory, stem, suffix) if not os.path.lexists(path))
 
 
 def write_fresh(path: Path, text: str) -> Path:
