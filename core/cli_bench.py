@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .cli import EXIT_DIVERGED, EXIT_OK, parsed_and_guarded
+from .cli_exit import EXIT_OK, EXIT_TARGET_MISSED, parsed_and_guarded
 from .cli_options import OneLineParser, ProgressLine, add_threads_option, check_report_destination, human_output
 from .errors import InputError
 from .generation_result import DEFAULT_MAX_NEW_TOKENS
@@ -18,7 +18,7 @@ def run_bench(argv: list[str], prog: str = "batchtui bench") -> int:
     parser = OneLineParser(
         prog=prog,
         description="Time compare() against the bare forward passes it compares, and generate mode against "
-        "the bare generate calls.",
+        "the bare generate calls. Exit 0 when every target holds, 4 when one is missed, 2 on bad input.",
     )
     # The random tiny model by default: the small-model targets were set on it, and on the 4M English model
     # (4096-token vocabulary) the per-position metrics weigh as much as the forward itself.
@@ -94,4 +94,4 @@ def _bench(args: argparse.Namespace) -> int:
         from .report import write_json
 
         write_json(result.as_dict(), args.json)
-    return EXIT_OK if all(t["pass"] for t in result.targets) else EXIT_DIVERGED
+    return EXIT_OK if all(t["pass"] for t in result.targets) else EXIT_TARGET_MISSED

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from functools import partial
 
-from .cli import EXIT_DIVERGED, EXIT_OK, parsed_and_guarded
+from .cli_exit import EXIT_DIVERGED, EXIT_OK, parsed_and_guarded
 from .cli_options import (
     OneLineParser,
     add_common_options,

@@ -12,6 +12,7 @@ from .errors import InputError
 from .remedies import REMEDIES
 from .safe_files import check_writable_file, is_standard_output
 from .settings import DEFAULT_ATOL, DEFAULT_MODEL, DEFAULT_RTOL, DTYPES, PADDING_SIDES, POSITION_MODES, Settings
+from .sweep import parse_batch_sizes, parse_names
 from .texts import DEFAULT_TEXTS, NumberedTexts, read_texts_file, validate_texts
 
 
@@ -214,3 +215,19 @@ def check_report_destination(path: str | None) -> None:
     """Refuse a --json destination that could not be written, before the run rather than after it."""
     if path:
         check_writable_file(path, "cannot write the report to")
+
+
+def _as_argument(parse):
+    """A core parser as an argparse type: its InputError becomes argparse's own message."""
+
+    def parsed(value: str):
+        try:
+            return parse(value)
+        except InputError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parsed
+
+
+names_argument = _as_argument(parse_names)  # "a,b,c" -> ["a", "b", "c"]
+ints_argument = _as_argument(parse_batch_sizes)  # "1,2,4" -> [1, 2, 4]

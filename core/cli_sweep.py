@@ -1,4 +1,4 @@
-"""`batchtui sweep` (the comparison over a settings grid) and `batchtui probe` (one Linear layer)."""
+"""`batchtui sweep`: the comparison (or greedy generation) over a grid of settings."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 from dataclasses import asdict
 from functools import partial
 
-from .cli import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OK, parsed_and_guarded
+from .cli_exit import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OK, parsed_and_guarded
 from .cli_generate import add_generation_options
 from .cli_options import (
     OneLineParser,
@@ -14,32 +14,12 @@ from .cli_options import (
     add_common_options,
     check_report_destination,
     human_output,
+    ints_argument,
+    names_argument,
     settings_from_args,
     texts_from_args,
 )
-from .errors import InputError
-from .plain_text import GENERATE_SWEEP_HEADER, SWEEP_HEADER, format_columns, format_float, sweep_row
-from .settings import Settings
-from .sweep import parse_batch_sizes, parse_names
-
-# Floating-point types a Linear layer computes in; integer types have no matmul to probe.
-PROBE_DTYPES = ("bfloat16", "float16", "float32", "float64")
-
-
-def _as_argument(parse):
-    """A core parser as an argparse type: its InputError becomes argparse's own message."""
-
-    def parsed(value: str):
-        try:
-            return parse(value)
-        except InputError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    return parsed
-
-
-_names = _as_argument(parse_names)
-_ints = _as_argument(parse_batch_sizes)
+from .plain_text import GENERATE_SWEEP_HEADER, SWEEP_HEADER, format_columns, sweep_row
 
 
 def run_sweep(argv: list[str], prog: str = "batchtui sweep") -> int:
@@ -50,10 +30,14 @@ def run_sweep(argv: list[str], prog: str = "batchtui sweep") -> int:
         "when a cell could not run.",
     )
     add_common_options(parser)
-    parser.add_argument("--dtypes", type=_names, default=["bfloat16", "float32"], help="default: bfloat16,float32")
-    parser.add_argument("--batch-sizes", type=_ints, default=[1, 2, 4, 8], help="default: 1,2,4,8")
-    parser.add_argument("--attns", type=_names, default=["default"], help="e.g. sdpa,eager (default: the model's)")
-    parser.add_argument("--padding-sides", type=_names, default=["left", "right"], help="default: left,right")
+    parser.add_argument(
+        "--dtypes", type=names_argument, default=["bfloat16", "float32"], help="default: bfloat16,float32"
+    )
+    parser.add_argument("--batch-sizes", type=ints_argument, default=[1, 2, 4, 8], help="default: 1,2,4,8")
+    parser.add_argument(
+        "--attns", type=names_argument, default=["default"], help="e.g. sdpa,eager (default: the model's)"
+    )
+    parser.add_argument("--padding-sides", type=names_argument, default=["left", "right"], help="default: left,right")
     parser.add_argument("--json", metavar="PATH", help="write the result matrix to PATH ('-' for stdout)")
     parser.add_argument(
         "--generate",
@@ -95,66 +79,3 @@ def _sweep(args: argparse.Namespace) -> int:
     if any(cell.error for cell in cells):
         return EXIT_BAD_INPUT
     return EXIT_DIVERGED if any(cell.diverged or cell.differ for cell in cells) else EXIT_OK
-
-
-def run_probe(argv: list[str], prog: str = "batchtui probe") -> int:
-    from .settings import DEFAULT_ATOL, DEFAULT_RTOL
-
-    parser = OneLineParser(prog=prog, description="Row 0 of a batch vs the same row alone, through one Linear layer.")
-    parser.add_argument("--sizes", type=_ints, default=[256, 512, 1024, 1536, 2048, 4096], help="layer widths")
-    parser.add_argument("--batch-sizes", type=_ints, default=[2, 4, 8, 16, 32, 64], help="rows in the batch")
-    parser.add_argument("--dtypes", type=_names, default=["bfloat16", "float16", "float32"], help="dtypes")
-    parser.add_argument("--repeats", type=int, default=3, metavar="R", help="fresh seeded inputs per cell")
-    parser.add_argument("--device", default="auto", help="cuda, mps, cpu...")
-    parser.add_argument("--atol", type=float, default=DEFAULT_ATOL, help="allclose tolerance")
-    parser.add_argument("--rtol", type=float, default=DEFAULT_RTOL, help="allclose tolerance")
-    parser.add_argument("--json", metavar="PATH", help="write every cell to PATH ('-' for stdout)")
-    return parsed_and_guarded(parser, argv, _probe)
-
-
-def _probe(args: argparse.Namespace) -> int:
-    if args.repeats < 1 or min(args.sizes) < 1 or min(args.batch_sizes) < 2:
-        raise InputError("repeats and sizes must be at least 1, batch sizes at least 2")
-    unknown = [d for d in args.dtypes if d not in PROBE_DTYPES]
-    if unknown:
-        raise InputError(f"probe dtypes must be among {', '.join(PROBE_DTYPES)}, not {', '.join(unknown)}")
-    Settings(device=args.device, atol=args.atol, rtol=args.rtol).validated()
-    check_report_destination(args.json)
-    from .models import resolve_device
-    from .probe import probe
-
-    device = resolve_device(args.device)
-    bar = ProgressLine()
-    cells = probe(
-        args.sizes,
-        args.batch_sizes,
-        args.dtypes,
-        args.repeats,
-        device,
-        args.atol,
-        args.rtol,
-        progress=lambda done, total: bar(done, total, "cells"),
-    )
-    out = human_output(args.json)
-    print(
-        f"row 0 of a batch of N vs the same row alone, through one Linear layer on {device}; each N= cell is "
-        f"equal/close/runs: of {args.repeats} runs, how many gave bitwise-equal rows and how many allclose ones "
-        "(* = two runs of the same inputs differed: not repeatable)",
-        file=out,
-    )
-    for dtype in args.dtypes:
-        rows = []
-        for size in args.sizes:
-            row = [str(size)]
-            for n in args.batch_sizes:
-                c = next(c for c in cells if (c.dtype, c.size, c.batch_size) == (dtype, size, n))
-                row.append(f"{c.bitwise_equal}/{c.allclose}/{c.repeats}{'' if c.repeatable else '*'}")
-            worst = max(c.max_abs_diff for c in cells if (c.dtype, c.size) == (dtype, size))
-            rows.append((*row, format_float(worst)))
-        header = (f"{dtype} size", *(f"N={n} eq/close/runs" for n in args.batch_sizes), "max|Δ|")
-        print(format_columns(header, rows), file=out)
-    if args.json:
-        from .report import write_json
-
-        write_json({"device": device, "cells": [asdict(c) for c in cells]}, args.json)
-    return EXIT_OK

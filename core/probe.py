@@ -13,10 +13,10 @@ from dataclasses import dataclass
 import torch
 
 from .errors import ResourceError, is_out_of_memory
+from .settings import LOW_PRECISION_GRID
 
 SIZES = (256, 512, 1024, 1536, 2048, 4096)
 BATCH_SIZES = (2, 4, 8, 16, 32, 64)
-DTYPES = ("bfloat16", "float16", "float32")
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def probe_cell(
 def probe(
     sizes=SIZES,
     batch_sizes=BATCH_SIZES,
-    dtypes=DTYPES,
+    dtypes=LOW_PRECISION_GRID,
     repeats: int = 3,
     device: str = "cpu",
     atol: float = 1e-5,

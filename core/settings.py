@@ -7,7 +7,12 @@ from dataclasses import asdict, dataclass, fields, replace
 
 from .errors import InputError
 
-DTYPES = ("auto", "float32", "bfloat16", "float16", "float64")
+# The one table of dtypes. Every floating type a run or a probed Linear layer computes in, by precision; a run
+# may also ask for "auto" (the checkpoint's own), and the app cycles through them in this order.
+FLOAT_DTYPES = ("bfloat16", "float16", "float32", "float64")
+DTYPES = ("auto", *FLOAT_DTYPES)
+LOW_PRECISION_GRID = ("bfloat16", "float16", "float32")  # probe's and the app's sweep's default dtypes
+SHORT_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64"}
 PADDING_SIDES = ("left", "right")
 POSITION_MODES = ("mask", "arange")
 DEFAULT_MODEL = "qwen2-english-4m"  # trained, English; `tiny` (random) is the fast one for tests

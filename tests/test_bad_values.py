@@ -12,7 +12,8 @@ import batchtui.core.engine
 from batchtui.core import Settings, compare
 from batchtui.core import session as session_file
 from batchtui.core.cli_check import run_check
-from batchtui.core.cli_sweep import run_probe, run_sweep
+from batchtui.core.cli_probe import run_probe
+from batchtui.core.cli_sweep import run_sweep
 from batchtui.core.errors import ResourceError
 from batchtui.core.models import load_model
 from batchtui.tui.launcher import build_app

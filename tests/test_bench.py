@@ -27,7 +27,7 @@ def test_bench_json_has_ratios_and_targets(tmp_path, capsys):
     for target in data["targets"]:
         assert {"name", "value", "limit", "pass"} <= target.keys()
         assert target["pass"] == (target["value"] <= target["limit"])
-    assert code == (0 if all(t["pass"] for t in data["targets"]) else 1)
+    assert code == (0 if all(t["pass"] for t in data["targets"]) else 4)
     assert data["texts"] == 3 and data["vocab_size"] == 512  # the bench's default, tiny
 
 

@@ -9,7 +9,8 @@ from conftest import MIXED_TEXTS
 
 from batchtui.core import Settings, compare
 from batchtui.core.cli_check import run_check
-from batchtui.core.cli_sweep import run_probe, run_sweep
+from batchtui.core.cli_probe import run_probe
+from batchtui.core.cli_sweep import run_sweep
 from batchtui.core.remedies import REMEDIES, applied, compare_remedies
 
 

@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 from ..core import session as session_file
-from ..core.cli import COMMANDS, EXIT_BAD_INPUT, error_line, run_command
+from ..core.cli import COMMANDS, run_command
+from ..core.cli_exit import EXIT_BAD_INPUT, error_line
 from ..core.cli_options import OneLineParser, add_common_options, given_options, settings_from_args, texts_from_args
 from ..core.errors import BatchtuiError
 from ..core.safe_files import check_output_dir

@@ -10,12 +10,11 @@ from textual.message import Message
 from textual.widgets import Checkbox, Input, Label, Select
 
 from ..core.errors import InputError
-from ..core.settings import DTYPES, PADDING_SIDES, POSITION_MODES, Settings
+from ..core.settings import DTYPES, PADDING_SIDES, POSITION_MODES, SHORT_DTYPES, Settings
 from ..core.visible import literal
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
 # What `auto` resolved to, short enough for the select's width at 80 columns.
-SHORT_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64"}
 TOP_KS = (1, 3, 5, 10, 20)
 ATTN_IMPLEMENTATIONS = ("default", "sdpa", "eager")
 # On/off settings: (field, label). `invariant` keeps the batch-invariant mode on while exploring.

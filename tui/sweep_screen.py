@@ -17,13 +17,13 @@ from textual_plotext import PlotextPlot
 
 from ..core.errors import InputError
 from ..core.plain_text import SWEEP_HEADER, sweep_row
-from ..core.settings import Settings
+from ..core.settings import LOW_PRECISION_GRID, Settings
 from ..core.sweep import describe_cell, parse_batch_sizes, parse_names, sweep_summary
 from ..core.views import decade_ticks, log2_positions, sweep_series, thinned
 from . import chart_colors
 from .engine_calls import call_engine
 
-SWEEP_DTYPES = ("bfloat16", "float16", "float32")
+SWEEP_DTYPES = LOW_PRECISION_GRID
 SWEEP_BATCH_SIZES = (1, 2, 4, 8, 16)
 # Rows of the chart that are not the plot: title, x ticks, x label and the frame.
 CHART_FURNITURE = 5
