@@ -22,13 +22,16 @@ def free_cores() -> int:
     return max(1, cores - busy)
 
 
-def use_threads(requested: int | None) -> int:
-    """Set torch's CPU thread count: `requested`, or torch's default capped at the free cores. Returns it."""
+def use_threads(requested: int | None, keep_for_ui: bool = False) -> int:
+    """Set torch's CPU thread count: `requested`, or torch's default capped at the free cores (less one kept for
+    an interface that must answer keys mid-run, when every core would be busy). Returns it."""
     import torch
 
     global _torch_default
     if _torch_default is None:
         _torch_default = torch.get_num_threads()
     count = requested if requested else min(_torch_default, free_cores())
+    if keep_for_ui and not requested and 1 < count >= (os.cpu_count() or 1):
+        count -= 1
     torch.set_num_threads(count)
     return count

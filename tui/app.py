@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
 from pathlib import Path
 
@@ -42,18 +41,6 @@ from .texts_editor import TextsEditor
 from .topk_pane import TopkPane
 
 EDIT_DEBOUNCE_S = 0.5
-
-
-def _set_threads(requested: int | None) -> None:
-    """--threads N, or the free cores less one kept for the UI, so that keys are answered mid-run."""
-    import torch
-
-    from ..core.threads import use_threads
-
-    count = use_threads(requested)
-    cores = os.cpu_count() or 1
-    if requested is None and count > 1 and count >= cores:
-        torch.set_num_threads(count - 1)
 
 
 class BatchtuiApp(GenerationRuns, FocusKeys, NavigationKeys, SettingKeys, OutputActions, App[None]):
@@ -190,8 +177,9 @@ class BatchtuiApp(GenerationRuns, FocusKeys, NavigationKeys, SettingKeys, Output
         def run() -> Comparison:
             from ..core.engine import compare, passes_per_text, running_stage  # torch loads here, off the UI thread
             from ..core.models import load_model
+            from ..core.threads import use_threads
 
-            _set_threads(self.threads)
+            use_threads(self.threads, keep_for_ui=True)
             self.post_message(RunProgress(generation, f"loading the model {settings.model}"))
             load_model(settings)
             if stale():
