@@ -8,21 +8,13 @@ import math
 import pytest
 
 from batchtui.core import Settings
+from batchtui.core.cell_navigation import flip_cells, worst_flip
 from batchtui.core.engine import compare
 from batchtui.core.errors import InputError
+from batchtui.core.heatmap_view import bucket_of, heatmap_series, overview_span
+from batchtui.core.layer_view import MARK_LEGEND, fitted_labels, layer_curve
 from batchtui.core.sweep import parse_batch_sizes, parse_names
-from batchtui.core.views import (
-    MARK_LEGEND,
-    bucket_of,
-    fitted_labels,
-    flip_cells,
-    heatmap_series,
-    layer_curve,
-    overview_span,
-    token_strip,
-    topk_union,
-    worst_flip,
-)
+from batchtui.core.token_views import token_strip, topk_union
 from batchtui.core.visible import shown_token
 
 LONG = "The quick brown fox jumps over the lazy dog. " * 6

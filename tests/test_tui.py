@@ -5,7 +5,8 @@ import json
 from textual.widgets import Input
 from tui_helpers import MIXED, detail_title, make_app, settle, wait_for
 
-from batchtui.core.views import divergent_cells, next_divergent
+from batchtui.core.cell_navigation import next_divergent
+from batchtui.core.heatmap_view import divergent_cells
 from batchtui.tui.heatmap import Heatmap
 from batchtui.tui.help_screen import HelpScreen
 from batchtui.tui.messages import ComparisonReady

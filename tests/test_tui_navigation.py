@@ -2,8 +2,8 @@
 
 from tui_helpers import make_app, settle
 
+from batchtui.core.cell_navigation import flip_cells, next_flip
 from batchtui.core.plain_text import decimals_to_tell_apart
-from batchtui.core.views import flip_cells, next_flip
 from batchtui.tui.status_line import StatusLine
 
 LONG = "The quick brown fox jumps over the lazy dog. " * 12  # 540 tokens on the byte-level model
@@ -113,7 +113,7 @@ async def test_status_says_the_effective_batch_size_and_what_reveals_a_divergenc
 
 
 async def test_flips_are_marked_on_the_heatmap_and_in_its_legend():
-    from batchtui.core.views import heatmap_series
+    from batchtui.core.heatmap_view import heatmap_series
     from batchtui.tui.heatmap import FLIP_MARKER, HeatmapPlot
 
     app = make_app(texts=FLIPPING)

@@ -15,11 +15,11 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Footer, TextArea
 from textual.worker import get_current_worker
 
+from ..core.cell_navigation import SUMMARY_ORDERS, clamp_cell, describe_outcome
 from ..core.comparison import Comparison
 from ..core.errors import BatchtuiError, Cancelled
 from ..core.settings import Settings
 from ..core.texts import NumberedTexts
-from ..core.views import SUMMARY_ORDERS, clamp_cell, describe_outcome
 from ..core.visible import literal_lines
 from .daemon_executor import DaemonThreadExecutor
 from .detail import DetailPane

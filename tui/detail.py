@@ -9,8 +9,9 @@ from textual.containers import Vertical
 from textual.widgets import Static
 
 from ..core.comparison import Comparison, PositionMetrics, TextResult
+from ..core.layer_view import routing_changes_at
 from ..core.plain_text import decimals_to_tell_apart, format_float
-from ..core.views import routing_changes_at, token_strip
+from ..core.token_views import token_strip
 from ..core.visible import columns, literal, packed, shown_token
 from .heatmap import BUCKET_COLORS
 from .topk_table import topk_table

@@ -11,10 +11,10 @@ from textual.message import Message
 from textual.widgets import DataTable, Static
 from textual_plotext import PlotextPlot
 
+from ..core.chart_ticks import decade_ticks
 from ..core.generation_report import generation_verdict, split_words
 from ..core.generation_result import GenerationComparison
 from ..core.generation_views import continuation_tokens, describe_split, step_curve
-from ..core.views import decade_ticks
 from ..core.visible import literal
 from . import chart_colors
 from .topk_table import topk_table

@@ -6,11 +6,11 @@ from __future__ import annotations
 from textual import work
 from textual.worker import get_current_worker
 
+from ..core.cell_navigation import describe_outcome
 from ..core.generation_report import generation_verdict
 from ..core.generation_result import GenerationComparison
 from ..core.settings import Settings
 from ..core.texts import NumberedTexts
-from ..core.views import describe_outcome
 from .engine_calls import post_outcome
 from .generation_pane import GenerationPane
 from .messages import GenerationFailed, GenerationReady, RunProgress

@@ -10,8 +10,9 @@ from textual.containers import Vertical
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
+from ..core.chart_ticks import decade_ticks
 from ..core.comparison import Comparison
-from ..core.views import MARK_LEGEND, decade_ticks, fitted_labels, layer_curve
+from ..core.layer_view import MARK_LEGEND, fitted_labels, layer_curve
 from ..core.visible import literal
 
 

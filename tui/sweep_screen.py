@@ -15,11 +15,11 @@ from textual.widgets import DataTable, Footer, Input, Label, ProgressBar, Static
 from textual.worker import get_current_worker
 from textual_plotext import PlotextPlot
 
+from ..core.chart_ticks import decade_ticks, log2_positions, sweep_series, thinned
 from ..core.errors import InputError
 from ..core.plain_text import SWEEP_HEADER, sweep_row
 from ..core.settings import LOW_PRECISION_GRID, Settings
 from ..core.sweep import describe_cell, parse_batch_sizes, parse_names, sweep_summary
-from ..core.views import decade_ticks, log2_positions, sweep_series, thinned
 from . import chart_colors
 from .engine_calls import call_engine
 

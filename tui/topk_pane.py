@@ -9,8 +9,9 @@ from textual.containers import Vertical
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
+from ..core.chart_ticks import round_ticks
 from ..core.comparison import Comparison
-from ..core.views import round_ticks, topk_union
+from ..core.token_views import topk_union
 from ..core.visible import shown_token
 from .chart_colors import BATCHED, SINGLE, rich
 
