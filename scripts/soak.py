@@ -35,7 +35,7 @@ async def soak(edits: int, same_length: bool) -> None:
 
     app = BatchtuiApp(list(DEFAULT_TEXTS), Settings(dtype="bfloat16", decompose=True, modules=True))
     async with app.run_test(size=(120, 40)) as pilot:
-        while app.comparison is None:
+        while app.state.comparison is None:
             await pilot.pause(0.05)
         gc.collect()
         start_rss, start_threads = rss_mib(), threading.active_count()
@@ -44,7 +44,7 @@ async def soak(edits: int, same_length: bool) -> None:
             await pilot.press("backspace" if i % period == period - 1 else "x")
             if i % 10 == 9:
                 await pilot.pause(0.6)  # past the debounce: a run starts (r, if the text came back the same)
-                if app.settled_generation == app.generation:
+                if app.state.settled_run == app.state.run_number:
                     app.action_rerun()
                 await app.workers.wait_for_complete()
                 await pilot.pause()
@@ -55,7 +55,7 @@ async def soak(edits: int, same_length: bool) -> None:
         await pilot.pause()
         gc.collect()
         end_rss, end_threads = rss_mib(), threading.active_count()
-        print(f"edits: {edits}, runs started: {app.generation}, results shown: {app.settled_generation}")
+        print(f"edits: {edits}, runs started: {app.state.run_number}, results shown: {app.state.settled_run}")
         print(f"RSS: {start_rss:.1f} MiB -> {end_rss:.1f} MiB (growth {end_rss - start_rss:+.1f} MiB)")
         print(f"live threads: {start_threads} -> {end_threads}")
         print(f"texts intact: {app.query_one('#editor').text.splitlines()[-1][:60]!r}")

@@ -82,20 +82,20 @@ async def key_latencies(presses: int, n_texts: int, n_tokens: int) -> tuple[list
     app = BatchtuiApp(texts, Settings(model="tiny", dtype="float32", batch_size=4, modules=True, decompose=True))
     latencies = []
     async with app.run_test(size=(120, 40)) as pilot:
-        while app.comparison is None:
+        while app.state.comparison is None:
             await pilot.pause(0.05)
         await pilot.pause(0.2)
         app.action_rerun()  # a fresh run: the presses below land while its worker computes
         await asyncio.sleep(0.2)
         running_presses = 0
         for i in range(presses):
-            before = app.selected
+            before = app.state.selected
             started = time.perf_counter()
             app.simulate_key("l" if i % 2 == 0 else "h")
-            while not (app.selected != before and frames and frames[-1] > started):
+            while not (app.state.selected != before and frames and frames[-1] > started):
                 await asyncio.sleep(0.001)
             latencies.append(frames[-1] - started)
-            running_presses += app.settled_generation != app.generation
+            running_presses += app.state.settled_run != app.state.run_number
             await asyncio.sleep(0.02)
         still_running = running_presses
     return latencies, still_running

@@ -157,7 +157,7 @@ async def test_app_detail_says_expert_routing_changed_here(checkpoints):
     app = make_app(texts=texts, model=str(checkpoints["mixtral-near-tie"]), positions="mask")
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot, app)
-        text = next(t for t in app.comparison.texts if t.routing_changes)
+        text = next(t for t in app.state.comparison.texts if t.routing_changes)
         change = text.routing_changes[0]
         app.select(text.index, change.position)
         await pilot.pause()

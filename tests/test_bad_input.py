@@ -74,7 +74,7 @@ async def test_app_bad_tolerance_typed_is_refused_and_blank_lines_are_counted():
     app = make_app(texts=["one", "", "   ", "two"])
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot, app)
-        assert [t.text for t in app.comparison.texts] == ["one", "two"]
+        assert [t.text for t in app.state.comparison.texts] == ["one", "two"]
         assert "2 blank lines skipped" in app.query_one("#status").full_text()
         field = app.query_one("#atol")
         field.value = "-1"
@@ -85,7 +85,7 @@ async def test_app_bad_tolerance_typed_is_refused_and_blank_lines_are_counted():
         await field.action_submit()
         await pilot.pause()
         assert any("atol must be a number, not 'abc'" in n.message for n in app._notifications)
-        assert app.settings.atol == 1e-5 and app.is_running
+        assert app.state.settings.atol == 1e-5 and app.is_running
 
 
 def test_long_texts_are_cut_and_flagged(capsys):
@@ -120,7 +120,7 @@ async def test_app_survives_out_of_memory():
     app = make_app(texts=TEXTS)
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(pilot, app)
-        model = load_model(app.settings).model
+        model = load_model(app.state.settings).model
         handle = model.model.layers[0].register_forward_pre_hook(
             lambda m, a: (_ for _ in ()).throw(torch.OutOfMemoryError("out of memory"))
         )
@@ -132,7 +132,7 @@ async def test_app_survives_out_of_memory():
         assert any("lower the batch size" in n.message for n in app._notifications)
         await pilot.press("r")
         await settle(pilot, app)
-        assert app.comparison is not None and app.is_running
+        assert app.state.comparison is not None and app.is_running
 
 
 def test_a_10_mb_text_is_cut_before_it_is_tokenized(tmp_path):

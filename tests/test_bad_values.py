@@ -126,7 +126,7 @@ def test_the_command_line_wins_even_at_the_default(tmp_path):
     saved = Settings(model="tiny", batch_size=4, dtype="float32", padding_side="right", atol=0.5, decompose=True)
     session_file.save(path, "kept", saved)
     restored = build_app(["--session", str(path)])
-    assert (restored.settings.batch_size, restored.settings.padding_side, restored.settings.decompose) == (
+    assert (restored.state.settings.batch_size, restored.state.settings.padding_side, restored.state.settings.decompose) == (
         4,
         "right",
         True,
@@ -135,8 +135,12 @@ def test_the_command_line_wins_even_at_the_default(tmp_path):
         ["--session", str(path), "--batch-size", "8", "--dtype", "auto", "--padding-side", "left", "--atol", "1e-5"]
     )
     assert app.initial_texts == ["kept"]
-    assert (app.settings.batch_size, app.settings.dtype, app.settings.padding_side) == (8, "auto", "left")
-    assert app.settings.atol == 1e-5 and app.settings.decompose is True  # not given: the session's
+    assert (app.state.settings.batch_size, app.state.settings.dtype, app.state.settings.padding_side) == (
+        8,
+        "auto",
+        "left",
+    )
+    assert app.state.settings.atol == 1e-5 and app.state.settings.decompose is True  # not given: the session's
 
 
 def test_a_non_utf8_text_never_reaches_the_app_or_its_session(tmp_path, capsys):
@@ -168,14 +172,14 @@ async def test_nan_typed_into_a_tolerance_is_refused_and_the_field_restored():
     app = make_app(texts=["one"])
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot, app)
-        generation = app.generation
+        generation = app.state.run_number
         for typed in ("nan", "inf", "-inf"):
             field = app.query_one("#rtol")
             field.value = typed
             await field.action_submit()
             await pilot.pause()
             assert field.value == "0.001"
-        assert app.settings.rtol == 1e-3 and app.generation == generation
+        assert app.state.settings.rtol == 1e-3 and app.state.run_number == generation
         assert any("rtol must be a finite number >= 0, not nan" in n.message for n in app._notifications)
 
 
@@ -183,7 +187,7 @@ async def test_app_numbers_texts_by_their_editor_line():
     app = make_app(texts=["one", "", "  ", "two"])
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot, app)
-        assert [(t.line, t.text) for t in app.comparison.texts] == [(1, "one"), (4, "two")]
+        assert [(t.line, t.text) for t in app.state.comparison.texts] == [(1, "one"), (4, "two")]
         table = app.query_one("#summary")
         assert [str(table.get_row_at(row)[0]) for row in range(table.row_count)] == ["1", "4"]
         await pilot.press("j")

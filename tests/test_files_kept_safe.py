@@ -164,7 +164,7 @@ async def test_unwritable_state_dir_gives_one_notice_and_the_app_works_on(tmp_pa
         await settle(pilot, app)
         notices = [n.message for n in app._notifications if "cannot save the session" in n.message]
         assert len(notices) == 1
-        assert [t.text for t in app.comparison.texts] == ["abcone", "two"] and app.is_running
+        assert [t.text for t in app.state.comparison.texts] == ["abcone", "two"] and app.is_running
 
 
 def _check_command(*args):

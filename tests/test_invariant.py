@@ -243,17 +243,17 @@ async def test_the_app_keeps_the_mode_on_while_exploring():
     app = make_app(dtype="float32", positions="mask")
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot, app)
-        assert not all(t.bitwise_equal for t in app.comparison.texts), "float32, left padding: some text differs"
+        assert not all(t.bitwise_equal for t in app.state.comparison.texts), "float32, left padding: some text differs"
         await pilot.press("i")
         await settle(pilot, app)
-        assert app.comparison.config["invariant"] is True
+        assert app.state.comparison.config["invariant"] is True
         assert app.query_one("#invariant", Checkbox).value is True
-        assert all(t.bitwise_equal for t in app.comparison.texts)
+        assert all(t.bitwise_equal for t in app.state.comparison.texts)
         status = app.query_one(StatusLine).full_text()
-        assert f"invariant mode: bitwise: all {len(app.comparison.texts)} texts equal their single runs" in status
+        assert f"invariant mode: bitwise: all {len(app.state.comparison.texts)} texts equal their single runs" in status
         await pilot.press("i")
         await settle(pilot, app)
-        assert app.comparison.config["invariant"] is False
+        assert app.state.comparison.config["invariant"] is False
 
 
 def test_check_remedy_invariant_reports_bitwise_and_keeps_the_math(tmp_path, capsys):

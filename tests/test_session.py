@@ -47,7 +47,7 @@ async def test_app_restores_texts_and_settings_and_saves_each_edit(tmp_path):
     session_file.save(path, "kept text\nsecond", Settings(model="tiny", dtype="float32", padding_side="right"))
     app = build_app(["--session", str(path)])
     assert app.initial_texts == ["kept text", "second"]
-    assert (app.settings.dtype, app.settings.padding_side) == ("float32", "right")
+    assert (app.state.settings.dtype, app.state.settings.padding_side) == ("float32", "right")
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(pilot, app)
         await pilot.press("e")
@@ -57,7 +57,7 @@ async def test_app_restores_texts_and_settings_and_saves_each_edit(tmp_path):
         await pilot.press("escape", "p")
         assert json.loads(path.read_text())["settings"]["padding_side"] == "left"
     explicit = build_app(["--session", str(path), "--dtype", "bfloat16"])
-    assert explicit.settings.dtype == "bfloat16" and explicit.settings.padding_side == "left"
+    assert explicit.state.settings.dtype == "bfloat16" and explicit.state.settings.padding_side == "left"
     given = build_app(["--session", str(path), "other"])
     assert given.initial_texts == ["other"]
 
@@ -69,7 +69,7 @@ async def test_corrupt_session_notice_in_the_app(tmp_path):
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(pilot, app)
         assert any("set aside" in n.message for n in app._notifications)
-        assert app.comparison is not None and app.is_running
+        assert app.state.comparison is not None and app.is_running
 
 
 def test_sigkill_loses_nothing_typed(tmp_path):
@@ -141,14 +141,14 @@ def test_remote_code_runs_only_for_a_model_named_on_the_command_line(tmp_path, t
     path = tmp_path / "s.json"
     session_file.save(path, "hello", Settings(model=str(hostile)))
     app = build_app(["--session", str(path), "--trust-remote-code"])
-    assert app.settings.model == str(hostile) and app.settings.trust_remote_code is False
+    assert app.state.settings.model == str(hostile) and app.state.settings.trust_remote_code is False
     assert "--trust-remote-code is for a model named with --model" in app.startup_notice
     named = build_app(["--session", str(path), "--trust-remote-code", "--model", "tiny"])
-    assert named.settings.model == "tiny" and named.settings.trust_remote_code is True
+    assert named.state.settings.model == "tiny" and named.state.settings.trust_remote_code is True
     assert named.trusted_model == "tiny"
     from batchtui.core.models import load_model
 
-    load_model(app.settings)  # the tiny weights load as a Qwen2; the folder's own code is never run
+    load_model(app.state.settings)  # the tiny weights load as a Qwen2; the folder's own code is never run
     assert not marker.exists()
 
 
@@ -164,4 +164,4 @@ async def test_switching_model_in_the_app_never_carries_the_trust_over(tmp_path,
         prompt.value = "qwen2-english-4m"
         await pilot.press("enter")
         await settle(pilot, app)
-        assert app.settings.model == "qwen2-english-4m" and app.settings.trust_remote_code is False
+        assert app.state.settings.model == "qwen2-english-4m" and app.state.settings.trust_remote_code is False

@@ -50,7 +50,7 @@ async def test_no_pane_shows_a_control_character_and_texts_are_kept(tmp_path):
     app.session_path = tmp_path / "session.json"
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot, app)
-        assert [t.text for t in app.comparison.texts] == HOSTILE  # run byte for byte
+        assert [t.text for t in app.state.comparison.texts] == HOSTILE  # run byte for byte
         for keys in ([], ["j", "l", "l"], ["n", "n"], ["e"], ["escape", "L"], ["m"]):
             await pilot.press(*keys)
             await settle(pilot, app)

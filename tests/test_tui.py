@@ -17,30 +17,30 @@ from batchtui.tui.summary_table import SummaryTable
 async def test_first_frame_comes_before_results_then_results_appear():
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
-        assert app.comparison is None  # mounted and drawn; the model loads in a worker
+        assert app.state.comparison is None  # mounted and drawn; the model loads in a worker
         assert isinstance(app.focused, Heatmap)
         await settle(pilot, app)
         table = app.query_one(SummaryTable)
         assert table.row_count == len(MIXED)
         assert detail_title(app) == "text 1 · position 0"
-        assert app.comparison.config["dtype"] == "bfloat16"
+        assert app.state.comparison.config["dtype"] == "bfloat16"
 
 
 async def test_n_jumps_over_divergent_positions_and_detail_follows():
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot, app)
-        cells = divergent_cells(app.comparison)
+        cells = divergent_cells(app.state.comparison)
         assert len(cells) > 1, "the test needs divergence: bf16 with arange positions and left padding"
         await pilot.press("n")
-        assert app.selected == next_divergent(app.comparison, 0, 0) == cells[0]
+        assert app.state.selected == next_divergent(app.state.comparison, 0, 0) == cells[0]
         assert detail_title(app) == f"text {cells[0][0] + 1} · position {cells[0][1]}"
         await pilot.press("n")
-        assert app.selected == cells[1]
+        assert app.state.selected == cells[1]
         await pilot.press("N")
-        assert app.selected == cells[0]
+        assert app.state.selected == cells[0]
         await pilot.press("N")
-        assert app.selected == cells[-1]  # wraps around
+        assert app.state.selected == cells[-1]  # wraps around
 
 
 async def test_arrows_hjkl_and_brackets_move_the_selection():
@@ -48,15 +48,15 @@ async def test_arrows_hjkl_and_brackets_move_the_selection():
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot, app)
         await pilot.press("]", "]")
-        assert app.selected == (2, 0) and detail_title(app) == "text 3 · position 0"
+        assert app.state.selected == (2, 0) and detail_title(app) == "text 3 · position 0"
         await pilot.press("right", "right", "l")
         assert detail_title(app) == "text 3 · position 3"
         await pilot.press("h", "up")
-        assert app.selected == (1, 0)  # text 2 has one token: the position is clamped
+        assert app.state.selected == (1, 0)  # text 2 has one token: the position is clamped
         await pilot.press("j", "down", "down", "down")
-        assert app.selected == (3, 0)  # stops at the last text
+        assert app.state.selected == (3, 0)  # stops at the last text
         await pilot.press("[")
-        assert app.selected == (2, 0)
+        assert app.state.selected == (2, 0)
         assert app.query_one(SummaryTable).cursor_row == 2
 
 
@@ -66,7 +66,7 @@ async def test_selecting_a_summary_row_selects_the_text():
         await settle(pilot, app)
         app.query_one(SummaryTable).focus()
         await pilot.press("down", "down", "down")
-        assert app.selected[0] == 3
+        assert app.state.selected[0] == 3
         assert detail_title(app).startswith("text 4 ·")
 
 
@@ -74,16 +74,16 @@ async def test_editing_a_text_reruns_and_changes_the_table():
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot, app)
-        before = app.generation
+        before = app.state.run_number
         await pilot.press("e")
         assert app.focused.id == "editor"
         app.focused.move_cursor(app.focused.document.end)
         await pilot.press("enter", "enter", *"new text here")
         await pilot.pause(0.7)  # past the 0.5 s debounce
         await settle(pilot, app)
-        assert app.generation == before + 1  # one re-run for the whole burst of keys
+        assert app.state.run_number == before + 1  # one re-run for the whole burst of keys
         assert app.query_one(SummaryTable).row_count == len(MIXED) + 1
-        assert app.comparison.texts[-1].text == "new text here"
+        assert app.state.comparison.texts[-1].text == "new text here"
         assert "1 blank line skipped" in app.query_one("#status").full_text()
         await pilot.press("q")  # typed into the editor, not quitting
         assert app.is_running
@@ -97,13 +97,13 @@ async def test_setting_keys_rerun_with_new_settings():
         await settle(pilot, app)
         await pilot.press("p")
         await settle(pilot, app)
-        assert app.comparison.config["padding_side"] == "right"
+        assert app.state.comparison.config["padding_side"] == "right"
         await pilot.press("b")
         await settle(pilot, app)
-        assert app.comparison.config["batch_size"] == 16
+        assert app.state.comparison.config["batch_size"] == 16
         await pilot.press("d")
         await settle(pilot, app)
-        assert app.comparison.config["dtype"] == "float16"
+        assert app.state.comparison.config["dtype"] == "float16"
         assert app.query_one("#dtype").value == "float16"
 
 
@@ -111,12 +111,12 @@ async def test_stale_result_is_never_shown():
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot, app)
-        shown = app.comparison
-        stale = ComparisonReady(app.generation - 1, shown)
-        app.generation += 1  # a newer run has started
+        shown = app.state.comparison
+        stale = ComparisonReady(app.state.run_number - 1, shown)
+        app.state.run_number += 1  # a newer run has started
         app.post_message(stale)
         await pilot.pause()
-        assert app.settled_generation == app.generation - 1
+        assert app.state.settled_run == app.state.run_number - 1
 
 
 async def test_engine_error_is_shown_and_the_app_survives():
@@ -125,7 +125,7 @@ async def test_engine_error_is_shown_and_the_app_survives():
         await settle(pilot, app)
         messages = [n.message for n in app._notifications]
         assert any("hub id 'no-such-org/no-such-model' is not in the local cache" in m for m in messages)
-        assert app.is_running and app.comparison is None
+        assert app.is_running and app.state.comparison is None
         await pilot.press("e")
         app.focused.text = "   \n"
         await pilot.press("escape", "r")
@@ -152,7 +152,11 @@ async def test_ctrl_s_saves_what_was_run_where_the_user_says_and_never_over_a_fi
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot, app)
         await pilot.press("c")  # the generation view: its continuations belong in the report
-        await wait_for(pilot, lambda: app.generated is not None and app.generated[0] == app.generation, "generation")
+        await wait_for(
+            pilot,
+            lambda: app.state.generated is not None and app.state.generated[0] == app.state.run_number,
+            "generation",
+        )
         chosen = tmp_path / "sub" / "mine.json"
         chosen.parent.mkdir()
         await pilot.press("ctrl+s")
@@ -162,8 +166,8 @@ async def test_ctrl_s_saves_what_was_run_where_the_user_says_and_never_over_a_fi
         report = json.loads(chosen.read_text())
         assert report["summary"]["texts"] == len(MIXED)
         generation = report["generation"]
-        assert [t["line"] for t in generation["texts"]] == [t.line for t in app.generated[1].texts]
-        assert generation["summary"]["differ"] == app.generated[1].summary.differ
+        assert [t["line"] for t in generation["texts"]] == [t.line for t in app.state.generated[1].texts]
+        assert generation["summary"]["differ"] == app.state.generated[1].summary.differ
         assert any("comparison, generation written to" in n.message for n in app._notifications)
         # The same name again: refused, the file as it was.
         before = chosen.read_bytes()
@@ -212,7 +216,7 @@ async def test_command_palette_runs_app_actions():
         await pilot.pause(0.5)
         await pilot.press("enter")
         await pilot.pause(0.2)
-        assert app.selected == next_divergent(app.comparison, 0, 0)
+        assert app.state.selected == next_divergent(app.state.comparison, 0, 0)
 
 
 async def test_selection_survives_a_rerun():
@@ -220,9 +224,9 @@ async def test_selection_survives_a_rerun():
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot, app)
         await pilot.press("n")
-        selected = app.selected
+        selected = app.state.selected
         assert selected != (0, 0)
         await pilot.press("r")
         await settle(pilot, app)
-        assert app.selected == selected
+        assert app.state.selected == selected
         assert detail_title(app) == f"text {selected[0] + 1} · position {selected[1]}"

@@ -12,10 +12,10 @@ async def test_m_switches_the_layers_pane_to_modules():
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot, app)
-        assert app.comparison.texts[0].modules == ()
+        assert app.state.comparison.texts[0].modules == ()
         await pilot.press("m")
         await settle(pilot, app)
-        assert app.comparison.config["modules"] is True
+        assert app.state.comparison.config["modules"] is True
         assert str(app.query_one(LayersPane).border_title).startswith("modules · text 1")
         await pilot.press("m")
         assert str(app.query_one(LayersPane).border_title).startswith("layers · text 1")
@@ -28,7 +28,7 @@ async def test_decompose_checkbox_shows_both_effects_in_the_detail():
         app.query_one("#decompose", Checkbox).value = True
         await pilot.pause(0.1)
         await settle(pilot, app)
-        assert app.settings.decompose and app.comparison.texts[0].decomposition is not None
+        assert app.state.settings.decompose and app.state.comparison.texts[0].decomposition is not None
         await pilot.press("]", "]")
         shown = str(app.query_one("#detail-numbers").render())
         assert "batch-size effect" in shown and "padding effect" in shown
@@ -85,7 +85,7 @@ async def test_main_screen_keys_do_nothing_over_another_screen():
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot, app)
         await pilot.press("R")
-        before = app.selected, app.settings
+        before = app.state.selected, app.state.settings
         await pilot.press("n", "]", "d", "p", "b", "e")
         assert isinstance(app.screen, RemediesScreen) and app.is_running
-        assert (app.selected, app.settings) == before
+        assert (app.state.selected, app.state.settings) == before

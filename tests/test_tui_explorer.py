@@ -37,18 +37,18 @@ async def test_worst_flip_key_and_the_top_k_chart_of_both_runs():
     app = make_app(texts=FLIPPING)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot, app)
-        assert flip_cells(app.comparison)
+        assert flip_cells(app.state.comparison)
         await pilot.press("w")
-        assert app.selected == worst_flip(app.comparison)
+        assert app.state.selected == worst_flip(app.state.comparison)
         pane = app.query_one(TopkPane)
         assert not pane.display and app.query_one(LayersPane).display
         await pilot.press("t")  # the chart takes the layers' place
         await pilot.pause(0.2)
         assert pane.display and not app.query_one(LayersPane).display
-        text, position = app.selected
-        assert f"text {app.comparison.texts[text].line} · position {position}" in pane.border_title
+        text, position = app.state.selected
+        assert f"text {app.state.comparison.texts[text].line} · position {position}" in pane.border_title
         chart = _chart_text(pane.query_one(PlotextPlot))
-        rows = topk_union(app.comparison.texts[text].positions[position])
+        rows = topk_union(app.state.comparison.texts[text].positions[position])
         shown = [shown_token(row.token, 5)[:4] for row in rows[:3]]
         assert all(label in chart for label in shown), (shown, chart)  # the tokens label the axis
         await pilot.press("t")
@@ -73,17 +73,17 @@ async def test_a_long_text_is_shown_whole_then_zoomed_to_the_selection():
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot, app)
         heatmap = app.query_one(Heatmap)
-        longest = len(app.comparison.texts[1].positions)
+        longest = len(app.state.comparison.texts[1].positions)
         await pilot.press("j")
         assert f"all {longest}, " in heatmap.border_subtitle and "/cell" in heatmap.border_subtitle
         span = heatmap._span
         assert span == overview_span(longest, heatmap._columns()) > 1
         await pilot.press("right")  # a step is a cell in the overview
-        assert app.selected == (1, span)
+        assert app.state.selected == (1, span)
         await pilot.press("end")
-        assert app.selected == (1, longest - 1)
+        assert app.state.selected == (1, longest - 1)
         line = _figure(app)[2]  # text 2's row: the marker sits in the last cell
-        label_width = len(str(max(t.line for t in app.comparison.texts)))
+        label_width = len(str(max(t.line for t in app.state.comparison.texts)))
         assert line.index(SELECTED_MARKER) == label_width + 1 + (longest - 1) // span
         await pilot.press("z")  # zoom: one position per cell around the selection, the range named
         assert heatmap._span == 1
@@ -111,7 +111,7 @@ async def test_first_frame_shows_every_text_and_the_marker_sits_on_its_cell():
             assert plot.size.height - 3 >= min(count, 8)
             # The marker on a flip in the zoomed view stands exactly where the flip's glyph was drawn.
             app.query_one(Heatmap).action_zoom()
-            flips = flip_cells(app.comparison)
+            flips = flip_cells(app.state.comparison)
             if not flips:
                 continue
             text, position = flips[len(flips) // 2]
@@ -126,7 +126,7 @@ async def test_first_frame_shows_every_text_and_the_marker_sits_on_its_cell():
             assert len(changed) == 1
             row, column = changed[0]
             assert bare[row][column] == FLIP_MARKER and marked[row][column] == SELECTED_MARKER
-            assert bare[row].split("┤")[0].strip() == str(app.comparison.texts[text].line)
+            assert bare[row].split("┤")[0].strip() == str(app.state.comparison.texts[text].line)
 
 
 async def test_focus_and_checkboxes_are_visible_beyond_a_shade():
@@ -154,7 +154,7 @@ async def test_a_failed_model_switch_keeps_the_model_the_session_and_the_texts(t
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot, app)
         source = app.query_one(TextsEditor).source()
-        runs = app.generation
+        runs = app.state.run_number
         for bad, said in (
             (str(tmp_path / "no-such-model"), "no folder"),
             (str(tmp_path), "has no config.json"),
@@ -169,16 +169,19 @@ async def test_a_failed_model_switch_keeps_the_model_the_session_and_the_texts(t
             said_lines = [str(n.message) for n in app._notifications]
             assert any(said in line and "still on tiny" in line and "\n" not in line for line in said_lines), said_lines
             # Nothing moved: the model in use, its name in the panel, the session file, no new run.
-            assert app.settings.model == "tiny" and app.comparison.config["model"] == "tiny"
+            assert app.state.settings.model == "tiny" and app.state.comparison.config["model"] == "tiny"
             assert "model tiny" in str(app.query_one("#settings").border_title)
             assert json.loads(session.read_text())["settings"]["model"] == "tiny"
-            assert app.generation == runs
+            assert app.state.run_number == runs
         assert app.query_one(TextsEditor).source() == source
         await pilot.press("M")
         app.screen.query_one(Input).value = "qwen2-english-4m"
         await pilot.press("enter")
         await settle(pilot, app)
-        assert app.settings.model == "qwen2-english-4m" and app.comparison.config["model"] == "qwen2-english-4m"
+        assert (
+            app.state.settings.model == "qwen2-english-4m"
+            and app.state.comparison.config["model"] == "qwen2-english-4m"
+        )
         assert json.loads(session.read_text())["settings"]["model"] == "qwen2-english-4m"
 
 
@@ -199,10 +202,10 @@ async def test_a_texts_file_replaces_the_texts_keeping_its_line_numbers(tmp_path
         await pilot.press("ctrl+o")
         app.screen.query_one(Input).value = str(texts)
         await pilot.press("enter")
-        await wait_for(pilot, lambda: app.comparison and len(app.comparison.texts) == 2, "the file's run")
+        await wait_for(pilot, lambda: app.state.comparison and len(app.state.comparison.texts) == 2, "the file's run")
         await settle(pilot, app)
-        assert [t.line for t in app.comparison.texts] == [1, 3]
-        assert [t.text for t in app.comparison.texts] == ["first prompt", "third prompt"]
+        assert [t.line for t in app.state.comparison.texts] == [1, 3]
+        assert [t.text for t in app.state.comparison.texts] == ["first prompt", "third prompt"]
 
 
 async def test_the_sweep_runs_on_enter_only_and_its_grid_is_set_on_the_screen():

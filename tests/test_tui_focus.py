@@ -23,7 +23,7 @@ async def test_typing_in_the_editor_never_runs_a_command_and_escape_leaves_it():
         await pilot.press("end", "tab", "d", "q", "M", "shift+tab", "p")
         # Tab typed a tab and the letters went into the text: no dtype change, no quit, no model prompt.
         assert editor.text.split("\n")[0] == "a\tdqMp"
-        assert app.settings.dtype == "bfloat16" and app.settings.padding_side == "left"
+        assert app.state.settings.dtype == "bfloat16" and app.state.settings.padding_side == "left"
         assert app.focused is editor and len(app.screen_stack) == 1
         await pilot.press("escape")
         assert isinstance(app.focused, Heatmap)
@@ -54,13 +54,13 @@ async def test_navigation_keys_move_the_selection_from_the_summary_and_the_setti
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot, app)
         await pilot.press("j")  # the long text
-        assert app.selected == (1, 0)
+        assert app.state.selected == (1, 0)
         await pilot.press("tab")  # the summary
         await pilot.press("right", "right", "end")
-        last = len(app.comparison.texts[1].positions) - 1
-        assert app.selected == (1, last)
+        last = len(app.state.comparison.texts[1].positions) - 1
+        assert app.state.selected == (1, last)
         await pilot.press("home")
-        assert app.selected == (1, 0)
+        assert app.state.selected == (1, 0)
         await pilot.press("tab")  # the settings: up / down move between fields, the rest navigates
         panel = app.query_one(SettingsPanel)
         first = app.focused
@@ -69,12 +69,12 @@ async def test_navigation_keys_move_the_selection_from_the_summary_and_the_setti
         await pilot.press("up")
         assert app.focused is first
         await pilot.press("l", "l", "pagedown")
-        assert app.selected == (1, last)
+        assert app.state.selected == (1, last)
         await pilot.press("g")
-        assert app.selected == (1, 0)
+        assert app.state.selected == (1, 0)
         # Escape from a settings field is the heatmap again, whose own keys still work.
         await pilot.press("escape", "down")
-        assert isinstance(app.focused, Heatmap) and app.selected[0] == 2
+        assert isinstance(app.focused, Heatmap) and app.state.selected[0] == 2
 
 
 async def test_the_focused_pane_is_marked_in_its_title():

@@ -19,7 +19,11 @@ TEXTS = ["a", "The quick brown fox jumps over the lazy dog.", "Hello, world!"]
 
 
 async def _generated(pilot, app) -> None:
-    await wait_for(pilot, lambda: app.generated is not None and app.generated[0] == app.generation, "the generation")
+    await wait_for(
+        pilot,
+        lambda: app.state.generated is not None and app.state.generated[0] == app.state.run_number,
+        "the generation",
+    )
 
 
 async def test_one_key_shows_for_every_text_whether_and_where_batching_changed_the_answer():
@@ -31,7 +35,7 @@ async def test_one_key_shows_for_every_text_whether_and_where_batching_changed_t
             pane = app.query_one(GenerationPane)
             assert pane.display and not app.query_one(Heatmap).display
             await _generated(pilot, app)
-            result = app.generated[1]
+            result = app.state.generated[1]
             assert result.summary.differ >= 1  # the ripple makes batched rows choose otherwise
             table = pane.query_one(DataTable)
             assert table.row_count == len(TEXTS)
@@ -43,7 +47,7 @@ async def test_one_key_shows_for_every_text_whether_and_where_batching_changed_t
             # The first differing token is marked in both continuations, the shared prefix dim.
             text = next(i for i, t in enumerate(result.texts) if t.differs)
             await pilot.press(*["down"] * text)
-            assert app.selected[0] == text
+            assert app.state.selected[0] == text
             for run in ("single", "batched"):
                 shown = pane.query_one(f"#gen-{run}").content  # the rich Text the pane built
                 marked = [shown.plain[s.start : s.end] for s in shown.spans if "reverse" in str(s.style)]
@@ -51,7 +55,7 @@ async def test_one_key_shows_for_every_text_whether_and_where_batching_changed_t
                 assert marked == [literal(t.token) for t in tokens if t.state == "split"]
             topk = pane.query_one("#gen-topk").content  # the split's top-k, in the detail's form
             assert [c.header for c in topk.columns] == ["#", "batched", "logit", "single", "logit"]
-            assert topk.row_count == len(result.texts[text].split.topk_single) == app.settings.top_k
+            assert topk.row_count == len(result.texts[text].split.topk_single) == app.state.settings.top_k
             await pilot.press("c")
             assert app.query_one(Heatmap).display and not pane.display
 
@@ -62,15 +66,15 @@ async def test_an_edit_runs_the_comparison_then_the_generation_again_and_stale_o
         await settle(pilot, app)
         await pilot.press("c")
         await _generated(pilot, app)
-        first = app.generated
+        first = app.state.generated
         assert [t.text for t in first[1].texts] == TEXTS
         editor = app.query_one(TextsEditor)
         editor.text = "one more\nand another"
         app.action_rerun()
         await settle(pilot, app)
         await _generated(pilot, app)
-        assert app.generated[0] == app.generation > first[0]
-        assert [t.text for t in app.generated[1].texts] == ["one more", "and another"]
+        assert app.state.generated[0] == app.state.run_number > first[0]
+        assert [t.text for t in app.state.generated[1].texts] == ["one more", "and another"]
         assert app.query_one(GenerationPane).query_one(DataTable).row_count == 2
 
 

@@ -18,18 +18,18 @@ async def test_flip_keys_walk_every_flip_across_texts_and_say_it_in_words():
     app = make_app(texts=FLIPPING)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot, app)
-        flips = flip_cells(app.comparison)
+        flips = flip_cells(app.state.comparison)
         assert len(flips) >= 2 and len({text for text, _ in flips}) >= 1
         seen = []
         for _ in flips:
             await pilot.press("f")
-            seen.append(app.selected)
+            seen.append(app.state.selected)
         assert seen == flips  # in reading order, across texts
         await pilot.press("f")
-        assert app.selected == flips[0]  # wraps
+        assert app.state.selected == flips[0]  # wraps
         await pilot.press("F")
-        assert app.selected == flips[-1] == next_flip(app.comparison, *flips[0], forward=False)
-        position = app.comparison.texts[app.selected[0]].positions[app.selected[1]]
+        assert app.state.selected == flips[-1] == next_flip(app.state.comparison, *flips[0], forward=False)
+        position = app.state.comparison.texts[app.state.selected[0]].positions[app.state.selected[1]]
         shown = str(app.query_one("#detail-numbers").render())
         batched, single = position.topk_batch[0], position.topk_single[0]
         # As many decimals as tell the top logits apart: a near-tie never reads "11.19 vs 11.19".
@@ -45,7 +45,7 @@ async def test_no_flip_is_said_not_silent():
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot, app)
         await pilot.press("f")
-        assert app.selected == (0, 0)
+        assert app.state.selected == (0, 0)
         assert any("no top-1 flip" in n.message for n in app._notifications)
 
 
@@ -53,36 +53,36 @@ async def test_home_end_and_pages_within_a_long_text():
     app = make_app(texts=["a", LONG])
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot, app)
-        last = len(app.comparison.texts[1].positions) - 1
+        last = len(app.state.comparison.texts[1].positions) - 1
         await pilot.press("j", "end")
-        assert app.selected == (1, last)
+        assert app.state.selected == (1, last)
         await pilot.press("home")
-        assert app.selected == (1, 0)
+        assert app.state.selected == (1, 0)
         await pilot.press("G")
-        assert app.selected == (1, last)
+        assert app.state.selected == (1, last)
         await pilot.press("g", "pagedown")
-        page = app.selected[1]
+        page = app.state.selected[1]
         assert 20 < page < last  # a screenful of positions, not one
         await pilot.press("pagedown", "pageup")
-        assert app.selected == (1, page)
+        assert app.state.selected == (1, page)
         await pilot.press("pageup", "pageup")
-        assert app.selected == (1, 0)  # clamped at the start
+        assert app.state.selected == (1, 0)  # clamped at the start
 
 
 async def test_positions_and_attention_keys_change_the_run():
     app = make_app(texts=["one", "two three"])
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot, app)
-        assert app.settings.positions == "arange"
+        assert app.state.settings.positions == "arange"
         await pilot.press("o")
         await settle(pilot, app)
-        assert app.settings.positions == "mask" and app.comparison.config["positions"] == "mask"
+        assert app.state.settings.positions == "mask" and app.state.comparison.config["positions"] == "mask"
         await pilot.press("a")
         await settle(pilot, app)
-        assert app.settings.attn == "sdpa" and app.comparison.config["attn"] == "sdpa"
+        assert app.state.settings.attn == "sdpa" and app.state.comparison.config["attn"] == "sdpa"
         await pilot.press("a")
         await settle(pilot, app)
-        assert app.comparison.config["attn"] == "eager"
+        assert app.state.comparison.config["attn"] == "eager"
 
 
 async def test_the_last_error_stays_until_a_run_succeeds():
@@ -96,7 +96,7 @@ async def test_the_last_error_stays_until_a_run_succeeds():
         settings_panel = app.query_one("#settings")
         settings_panel._post(top_k=5)
         await settle(pilot, app)
-        assert app.comparison is not None and "last run failed" not in _status(app)
+        assert app.state.comparison is not None and "last run failed" not in _status(app)
         assert " s · " not in _status(app).split("last run")[0]  # no elapsed time once the run is over
 
 
@@ -108,7 +108,7 @@ async def test_status_says_the_effective_batch_size_and_what_reveals_a_divergenc
         assert "effective batch size" not in _status(app)
         await pilot.press("b", "b", "b")  # batch size 1 -> 2 -> 4 -> 8
         await settle(pilot, app)
-        assert app.settings.batch_size == 8
+        assert app.state.settings.batch_size == 8
         assert "effective batch size 2 (of 8: 2 texts)" in _status(app)
 
 
@@ -119,9 +119,9 @@ async def test_flips_are_marked_on_the_heatmap_and_in_its_legend():
     app = make_app(texts=FLIPPING)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot, app)
-        flips = flip_cells(app.comparison)
+        flips = flip_cells(app.state.comparison)
         marked = sorted(
-            (y - 1, x) for s in heatmap_series(app.comparison) if s.flips for x, y in zip(s.positions, s.texts)
+            (y - 1, x) for s in heatmap_series(app.state.comparison) if s.flips for x, y in zip(s.positions, s.texts)
         )
         assert marked == flips and flips
         await pilot.press("f")  # the heatmap's window moves to the first flip
@@ -137,11 +137,11 @@ async def test_summary_sorts_worst_first_and_a_row_selects_its_text():
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot, app)
         table = app.query_one(SummaryTable)
-        lines = [t.line for t in app.comparison.texts]
+        lines = [t.line for t in app.state.comparison.texts]
         assert [int(str(table.get_row_at(r)[0])) for r in range(table.row_count)] == lines
         await pilot.press("s")  # worst max|Δ| first
         by_max = sorted(
-            app.comparison.texts, key=lambda t: (-t.max_abs_diff, -t.top1_flips, t.allclose, -t.kl_max, t.index)
+            app.state.comparison.texts, key=lambda t: (-t.max_abs_diff, -t.top1_flips, t.allclose, -t.kl_max, t.index)
         )
         assert [int(str(table.get_row_at(r)[0])) for r in range(table.row_count)] == [t.line for t in by_max]
         assert "worst max|Δ| first" in str(table.border_title)
@@ -149,14 +149,14 @@ async def test_summary_sorts_worst_first_and_a_row_selects_its_text():
         await pilot.pause()
         table.move_cursor(row=0)
         await pilot.pause()
-        assert app.selected[0] == by_max[0].index  # the top row is the worst text, and selects it
+        assert app.state.selected[0] == by_max[0].index  # the top row is the worst text, and selects it
         await pilot.press("s")  # flips
         by_flips = sorted(
-            app.comparison.texts, key=lambda t: (-t.top1_flips, t.allclose, -t.max_abs_diff, -t.kl_max, t.index)
+            app.state.comparison.texts, key=lambda t: (-t.top1_flips, t.allclose, -t.max_abs_diff, -t.kl_max, t.index)
         )
         assert [int(str(table.get_row_at(r)[0])) for r in range(table.row_count)] == [t.line for t in by_flips]
         # No allclose text above a divergent one among texts of as many flips.
-        rows = [app.comparison.texts[table.text_at(r)] for r in range(table.row_count)]
+        rows = [app.state.comparison.texts[table.text_at(r)] for r in range(table.row_count)]
         assert [(-t.top1_flips, t.allclose) for t in rows] == sorted((-t.top1_flips, t.allclose) for t in rows)
 
 
@@ -167,7 +167,7 @@ async def test_a_flip_at_80x24_shows_every_column():
         await pilot.press("f")
         await pilot.pause()
         detail = app.query_one("#detail")
-        position = app.comparison.texts[app.selected[0]].positions[app.selected[1]]
+        position = app.state.comparison.texts[app.state.selected[0]].positions[app.state.selected[1]]
         numbers = app.query_one("#detail-numbers")
         shown = str(numbers.render())
         assert f"TOP-1 FLIP: batched → {position.topk_batch[0].token!r}" in shown
@@ -197,7 +197,7 @@ async def test_resizing_to_80x24_refits_the_summary():
         labels = [str(c.label) for c in table.columns.values()]
         assert labels == ["#", "max|Δ|", "KL", "flips", "allclose"]
         assert table.row_count == len(FLIPPING)
-        assert str(table.get_row_at(1)[3]) == str(app.comparison.texts[1].top1_flips)  # the flips column
+        assert str(table.get_row_at(1)[3]) == str(app.state.comparison.texts[1].top1_flips)  # the flips column
         assert table.virtual_size.width <= table.content_size.width  # nothing past the edge
         await pilot.resize_terminal(120, 40)
         await pilot.pause(0.3)

@@ -21,7 +21,7 @@ async def test_hidden_heatmap_rows_are_named_and_reached():
         assert heatmap.border_title.endswith(f"rows 1–{shown}/8↕")
         for _ in range(7):
             await pilot.press("down")
-        assert app.selected[0] == 7 and heatmap.border_title.endswith(f"rows {8 - shown + 1}–8/8↕")
+        assert app.state.selected[0] == 7 and heatmap.border_title.endswith(f"rows {8 - shown + 1}–8/8↕")
         assert len(heatmap.border_title) <= heatmap.size.width - 2  # the hint itself is never cut
 
 

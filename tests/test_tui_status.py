@@ -17,7 +17,7 @@ async def test_an_error_leads_the_status_line_and_the_help_screen_has_the_rest()
             status = app.query_one(StatusLine)
             whole = status.full_text()
             assert "no divergence" in whole and "last run" in whole
-            app._apply_settings(app.settings.with_changes(model="./no-such-model"))
+            app._apply_settings(app.state.settings.with_changes(model="./no-such-model"))
             await settle(pilot, app)
             line = str(status.render())
             assert line.startswith("last run failed: no folder './no-such-model'")
@@ -37,5 +37,5 @@ async def test_the_status_names_the_dtype_of_the_run_going_on_and_auto_as_what_i
         dtype = app.query_one("#dtype")
         assert "auto (bf16)" in str(dtype.query_one("SelectCurrent").label)
         await pilot.press("d")  # the next dtype: named from the moment its run starts
-        assert app.settings.dtype in status.full_text()
+        assert app.state.settings.dtype in status.full_text()
         await settle(pilot, app)

@@ -15,13 +15,13 @@ def make_app(texts=None, tmp_path=None, **settings) -> BatchtuiApp:
     return BatchtuiApp(list(texts or MIXED), Settings(**{**defaults, **settings}), output_dir=tmp_path)
 
 
-async def settle(pilot, app: BatchtuiApp, generation: int | None = None) -> None:
-    """Wait until the comparison of `generation` (default: the latest) is on screen."""
+async def settle(pilot, app: BatchtuiApp, run_number: int | None = None) -> None:
+    """Wait until the comparison of run `run_number` (default: the latest) is on screen."""
     for _ in range(600):
         await pilot.pause(0.05)
         await app.workers.wait_for_complete()
-        wanted = app.generation if generation is None else generation
-        if wanted > 0 and app.settled_generation == wanted and not app.workers:
+        wanted = app.state.run_number if run_number is None else run_number
+        if wanted > 0 and app.state.settled_run == wanted and not app.workers:
             await pilot.pause()
             return
     raise AssertionError("no comparison arrived")

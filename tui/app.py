@@ -24,6 +24,7 @@ from ..core.visible import literal_lines
 from .daemon_executor import DaemonThreadExecutor
 from .detail import DetailPane
 from .engine_calls import post_outcome
+from .explorer_state import ExplorerState, RunKey
 from .focus_keys import FocusKeys
 from .generation_pane import GenerationPane
 from .generation_runs import GenerationRuns
@@ -93,7 +94,7 @@ class BatchtuiApp(GenerationRuns, FocusKeys, NavigationKeys, SettingKeys, Output
         startup_notice: str | None = None,
     ) -> None:
         super().__init__()
-        self.settings = settings
+        self.state = ExplorerState(settings, module_view=settings.modules)
         # Remote code runs only for the model named with --trust-remote-code, never one switched to with M.
         self.trusted_model = settings.model if settings.trust_remote_code else None
         self.session_path = session_path  # None: nothing is saved (tests, screenshots)
@@ -102,16 +103,7 @@ class BatchtuiApp(GenerationRuns, FocusKeys, NavigationKeys, SettingKeys, Output
         self.startup_notice = startup_notice
         self.initial_texts = texts
         self.output_dir = output_dir or Path.cwd()
-        self.comparison: Comparison | None = None
-        self.selected = (0, 0)
-        self.module_view = settings.modules  # the layers pane shows per-module divergence
-        self.summary_order = "text"  # or worst first by one of SUMMARY_ORDERS
-        self._last_sweep: tuple[tuple, tuple] | None = None  # ((texts, settings), (dtypes, sizes, cells))
-        self._last_remedies: tuple[tuple, list] | None = None  # ((texts, settings), outcomes)
-        self.generation = 0  # of the latest run started; older runs are stale
-        self.settled_generation = 0  # of the latest run whose result or error is on screen
         self._debounce: Timer | None = None
-        self._run_text: str | None = None  # the editor's text when the latest run started
 
     def notify(self, message: str, *, markup: bool = False, **kwargs) -> None:
         # Messages quote texts, paths and engine errors: shown literally, never as markup, and with any
@@ -122,7 +114,7 @@ class BatchtuiApp(GenerationRuns, FocusKeys, NavigationKeys, SettingKeys, Output
         with Horizontal(id="main"):
             with Vertical(id="left"):
                 yield TextsEditor(self.initial_texts, id="editor")
-                yield SettingsPanel(self.settings, id="settings")
+                yield SettingsPanel(self.state.settings, id="settings")
                 yield SummaryTable(id="summary")
             with Vertical(id="right"):
                 yield Heatmap(id="heatmap")
@@ -140,7 +132,7 @@ class BatchtuiApp(GenerationRuns, FocusKeys, NavigationKeys, SettingKeys, Output
             self.notify(self.startup_notice, severity="warning", timeout=15, markup=False)
         with contextlib.suppress(NotImplementedError, RuntimeError):  # no signals off the main thread
             asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, self._save_and_exit)
-        self._show_setup(self.settings.dtype, self.settings.device)
+        self._show_setup(self.state.settings.dtype, self.state.settings.device)
         self.save_session()  # from the first moment, a restart finds these texts
         self.action_focus_heatmap()
         self.call_after_refresh(self.action_rerun)  # the first frame comes before torch loads
@@ -151,28 +143,27 @@ class BatchtuiApp(GenerationRuns, FocusKeys, NavigationKeys, SettingKeys, Output
         if self._debounce is not None:
             self._debounce.stop()
         editor = self.query_one(TextsEditor)
-        self._run_text = editor.text
         numbered, blank = editor.numbered()
-        self._run_numbered, self._run_settings = numbered, self.settings  # what the generation view runs on
         if not numbered.texts:
+            self.state.run_text = editor.text
             self.notify("no texts to compare: type one per line", severity="warning")
             return
-        self.generation += 1
+        run = self.state.start_run(editor.text, numbered)
         status = self.query_one(StatusLine)
-        device = self.comparison.config["device"] if self.comparison else self.settings.device
-        self._show_setup(self.settings.dtype, device)  # the dtype this run uses, not the last one's
+        device = self.state.comparison.config["device"] if self.state.comparison else self.state.settings.device
+        self._show_setup(self.state.settings.dtype, device)  # the dtype this run uses, not the last one's
         status.set_skipped(blank)
         status.set_activity("starting run")
         status.start_run()
-        self._compare(numbered, self.settings, self.generation)
+        self._compare(numbered, self.state.settings, run)
 
     @work(thread=True, exclusive=True, group="compare")
-    def _compare(self, numbered: NumberedTexts, settings: Settings, generation: int) -> None:
+    def _compare(self, numbered: NumberedTexts, settings: Settings, run_number: int) -> None:
         texts = numbered.texts
         worker = get_current_worker()
 
         def stale() -> bool:
-            return worker.is_cancelled or generation != self.generation
+            return worker.is_cancelled or not self.state.is_current(run_number)
 
         def run() -> Comparison:
             from ..core.engine import compare, passes_per_text, running_stage  # torch loads here, off the UI thread
@@ -180,27 +171,27 @@ class BatchtuiApp(GenerationRuns, FocusKeys, NavigationKeys, SettingKeys, Output
             from ..core.threads import use_threads
 
             use_threads(self.threads, keep_for_ui=True)
-            self.post_message(RunProgress(generation, f"loading the model {settings.model}"))
+            self.post_message(RunProgress(run_number, f"loading the model {settings.model}"))
             load_model(settings)
             if stale():
                 raise Cancelled("a newer run started while the model loaded")
 
             def progress(done: int, total: int) -> None:
                 stage = running_stage(done, len(texts), settings.batch_size, passes_per_text(settings))
-                self.post_message(RunProgress(generation, stage))
+                self.post_message(RunProgress(run_number, stage))
 
             progress(0, 0)
             return compare(texts, settings, progress=progress, cancelled=stale, lines=numbered.lines)
 
-        post_outcome(self, generation, run, ComparisonReady, RunFailed)
+        post_outcome(self, run_number, run, ComparisonReady, RunFailed)
 
     def on_run_progress(self, message: RunProgress) -> None:
-        if message.generation == self.generation:
+        if self.state.is_current(message.run_number):
             self.query_one(StatusLine).set_activity(message.label)
 
     def on_run_failed(self, message: RunFailed) -> None:
-        if message.generation == self.generation:
-            self.settled_generation = message.generation
+        if self.state.is_current(message.run_number):
+            self.state.settle(message.run_number)
             status = self.query_one(StatusLine)
             status.end_run()
             status.set_activity("failed")
@@ -208,11 +199,10 @@ class BatchtuiApp(GenerationRuns, FocusKeys, NavigationKeys, SettingKeys, Output
             self.notify(message.message, title="comparison failed", severity="error", timeout=10)
 
     def on_comparison_ready(self, message: ComparisonReady) -> None:
-        if message.generation != self.generation:
+        if not self.state.is_current(message.run_number):
             return  # a stale run's result is never shown
         comparison = message.comparison
-        self.comparison = comparison
-        self.settled_generation = message.generation
+        self.state.settle(message.run_number, comparison)
         status = self.query_one(StatusLine)
         status.end_run()
         status.clear_error()
@@ -221,15 +211,15 @@ class BatchtuiApp(GenerationRuns, FocusKeys, NavigationKeys, SettingKeys, Output
         status.set_last_run(comparison.elapsed_s)
         for note in comparison.notes:
             self.notify(note, severity="warning")
-        self.query_one(SummaryTable).show(comparison, self.selected[0], self.summary_order)
-        self.select(*self.selected)
-        if self.generation_view:
+        self.query_one(SummaryTable).show(comparison, self.state.selected[0], self.state.summary_order)
+        self.select(*self.state.selected)
+        if self.state.generation_view:
             self.start_generation()
 
     def _show_setup(self, dtype: str, device: str) -> None:
         """The model, device and dtype in the status line and the settings' title; `auto` as what it
         resolved to, once a run has loaded the model."""
-        s = self.settings
+        s = self.state.settings
         shown = f"{dtype} (auto)" if s.dtype == "auto" and dtype != "auto" else dtype
         self.query_one(StatusLine).set_setup(s.model, device, shown, s.trust_remote_code)
         panel = self.query_one(SettingsPanel)
@@ -239,32 +229,32 @@ class BatchtuiApp(GenerationRuns, FocusKeys, NavigationKeys, SettingKeys, Output
     # -- selection -----------------------------------------------------------------------
 
     def select(self, text: int, position: int) -> None:
-        if self.comparison is None:
+        if self.state.comparison is None:
             return
-        self.selected = clamp_cell(self.comparison, text, position)
-        self.query_one(Heatmap).show(self.comparison, self.selected)
-        self.query_one(DetailPane).show(self.comparison, self.selected)
-        self.query_one(LayersPane).show(self.comparison, self.selected[0], self.module_view)
-        self.query_one(TopkPane).show(self.comparison, self.selected)
-        self.query_one(SummaryTable).select_text(self.selected[0])
+        self.state.selected = clamp_cell(self.state.comparison, text, position)
+        self.query_one(Heatmap).show(self.state.comparison, self.state.selected)
+        self.query_one(DetailPane).show(self.state.comparison, self.state.selected)
+        self.query_one(LayersPane).show(self.state.comparison, self.state.selected[0], self.state.module_view)
+        self.query_one(TopkPane).show(self.state.comparison, self.state.selected)
+        self.query_one(SummaryTable).select_text(self.state.selected[0])
         self.show_generation()
 
     def on_heatmap_move(self, message: Heatmap.Move) -> None:
-        self.select(self.selected[0] + message.texts, self.selected[1] + message.positions)
+        self.select(self.state.selected[0] + message.texts, self.state.selected[1] + message.positions)
 
     @on(DataTable.RowHighlighted, "#summary")
     def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         # Only the user's own moves in the table select; refilling it after a run moves its cursor too.
         text = self.query_one(SummaryTable).text_at(event.cursor_row)
-        if event.data_table.has_focus and text != self.selected[0]:
-            self.select(text, self.selected[1])
+        if event.data_table.has_focus and text != self.state.selected[0]:
+            self.select(text, self.state.selected[1])
 
     # -- inputs and settings -------------------------------------------------------------
 
     def save_session(self) -> None:
         """Texts and settings to the session file; called on every edit, so a kill loses nothing typed."""
         if self.session_path is not None:
-            self._session_saver.save(self.session_path, self.query_one(TextsEditor).source(), self.settings)
+            self._session_saver.save(self.session_path, self.query_one(TextsEditor).source(), self.state.settings)
 
     def _save_and_exit(self) -> None:
         self.save_session()
@@ -278,7 +268,7 @@ class BatchtuiApp(GenerationRuns, FocusKeys, NavigationKeys, SettingKeys, Output
         self.save_session()
         if self._debounce is not None:
             self._debounce.stop()
-        if event.text_area.text != self._run_text:  # e.g. the editor's own first load
+        if event.text_area.text != self.state.run_text:  # e.g. the editor's own first load
             self._debounce = self.set_timer(EDIT_DEBOUNCE_S, self.action_rerun)
 
     def on_settings_panel_changed(self, message: SettingsPanel.Changed) -> None:
@@ -290,59 +280,49 @@ class BatchtuiApp(GenerationRuns, FocusKeys, NavigationKeys, SettingKeys, Output
         except BatchtuiError as exc:
             self.notify(str(exc), severity="error")
             return
-        self.settings = settings
+        self.state.settings = settings
         self.query_one(SettingsPanel).show(settings)
         self.save_session()
         self.action_rerun()
 
     def action_cycle_summary_order(self) -> None:
         """Texts in their order, or worst first by max|Δ|, flips or KL: the worst text is a row away."""
-        self.summary_order = next_in(SUMMARY_ORDERS, self.summary_order)
-        if self.comparison is not None:
-            self.query_one(SummaryTable).show(self.comparison, self.selected[0], self.summary_order)
+        self.state.summary_order = next_in(SUMMARY_ORDERS, self.state.summary_order)
+        if self.state.comparison is not None:
+            self.query_one(SummaryTable).show(self.state.comparison, self.state.selected[0], self.state.summary_order)
 
     # -- output --------------------------------------------------------------------------
 
     def action_toggle_module_view(self) -> None:
-        self.module_view = not self.module_view
-        if self.module_view and not self.settings.modules:
-            self._apply_settings(self.settings.with_changes(modules=True))  # measure them first
+        self.state.module_view = not self.state.module_view
+        if self.state.module_view and not self.state.settings.modules:
+            self._apply_settings(self.state.settings.with_changes(modules=True))  # measure them first
         else:
-            self.select(*self.selected)
+            self.select(*self.state.selected)
 
-    def _on_screen_key(self) -> tuple:
+    def on_screen_key(self) -> RunKey:
         """What the remedies and the sweep run on: the editor's texts and the settings."""
-        return (tuple(self.query_one(TextsEditor).numbered()[0].texts), self.settings)
-
-    def sweep_on_screen(self) -> tuple | None:
-        """The last sweep's (dtypes, batch sizes, cells), if it was of the texts and settings now in use."""
-        return self._last_sweep[1] if self._last_sweep and self._last_sweep[0] == self._on_screen_key() else None
-
-    def remedies_on_screen(self) -> list | None:
-        """The last remedies measured, if of the texts and settings now in use."""
-        last = self._last_remedies
-        return last[1] if last and last[0] == self._on_screen_key() else None
+        return (tuple(self.query_one(TextsEditor).numbered()[0].texts), self.state.settings)
 
     def action_remedies(self) -> None:
         from .remedies_screen import RemediesScreen
 
-        key = self._on_screen_key()
-
-        def keep(outcomes) -> None:
-            self._last_remedies = (key, outcomes)
-
-        self.push_screen(RemediesScreen(list(key[0]), self.settings, on_finished=keep))
+        key = self.on_screen_key()
+        self.push_screen(
+            RemediesScreen(list(key[0]), key[1], on_finished=lambda outcomes: self.state.keep_remedies(key, outcomes))
+        )
 
     def action_sweep(self) -> None:
         from .sweep_screen import SweepScreen
 
-        key = self._on_screen_key()
-
-        def keep(finished) -> None:
-            self._last_sweep = (key, finished)
-
+        key = self.on_screen_key()
         # A finished sweep of these texts and settings comes back as it was, not measured again.
-        self.push_screen(SweepScreen(list(key[0]), self.settings, finished=self.sweep_on_screen(), on_finished=keep))
+        finished = self.state.sweep_for(key)
+        self.push_screen(
+            SweepScreen(
+                list(key[0]), key[1], finished=finished, on_finished=lambda done: self.state.keep_sweep(key, done)
+            )
+        )
 
     def action_toggle_layers(self) -> None:
         if not self.screen.has_class("-short"):

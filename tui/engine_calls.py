@@ -38,14 +38,14 @@ def call_engine(
     app.call_from_thread(on_result, result)
 
 
-def post_outcome(app: App, generation: int, work: Callable[[], object], ready, failed) -> None:
-    """Run `work` (in the calling worker thread) and post `ready(generation, result)` to the app, or
-    `failed(generation, message)`; a cancelled (stale) run posts nothing."""
+def post_outcome(app: App, run_number: int, work: Callable[[], object], ready, failed) -> None:
+    """Run `work` (in the calling worker thread) and post `ready(run_number, result)` to the app, or
+    `failed(run_number, message)`; a cancelled (stale) run posts nothing."""
     try:
         result = work()
     except Cancelled:
         return
     except Exception as exc:  # noqa: BLE001 - the app must survive anything the engine raises
-        app.post_message(failed(generation, failure_message(exc)))
+        app.post_message(failed(run_number, failure_message(exc)))
         return
-    app.post_message(ready(generation, result))
+    app.post_message(ready(run_number, result))

@@ -18,7 +18,7 @@ class FocusKeys:
 
     def action_focus_heatmap(self) -> None:
         """Escape, from anywhere: back to the heatmap (closing the generation view, which covers it)."""
-        if self.generation_view:
+        if self.state.generation_view:
             self.action_toggle_generation()
         self.query_one(Heatmap).focus()
 
@@ -38,7 +38,7 @@ class FocusKeys:
         """Tab / shift+Tab: the next pane in view of heatmap (or generation table), summary and settings.
         The editor is not on the cycle: `e` enters it and Escape leaves, so typing never runs a command."""
         panes = [
-            self.query_one(GenerationPane).table if self.generation_view else self.query_one(Heatmap),
+            self.query_one(GenerationPane).table if self.state.generation_view else self.query_one(Heatmap),
             self.query_one(SummaryTable),
             self.query_one(SettingsPanel),
         ]

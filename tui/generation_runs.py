@@ -12,40 +12,40 @@ from ..core.generation_result import GenerationComparison
 from ..core.settings import Settings
 from ..core.texts import NumberedTexts
 from .engine_calls import post_outcome
+from .explorer_state import ExplorerState
 from .generation_pane import GenerationPane
 from .messages import GenerationFailed, GenerationReady, RunProgress
 from .status_line import StatusLine
 
 
 class GenerationRuns:
-    """Mixed into the app, which holds `comparison`, `generation` (the latest run's number) and `selected`."""
+    """Mixed into the app; what it reads and changes is the app's `state`."""
 
-    generation_view = False
-    generated = None  # the GenerationComparison of the comparison on screen, once it is there
+    state: ExplorerState
 
     def action_toggle_generation(self) -> None:
-        self.generation_view = not self.generation_view
-        self.screen.set_class(self.generation_view, "-generation")
-        if not self.generation_view:
+        self.state.generation_view = not self.state.generation_view
+        self.screen.set_class(self.state.generation_view, "-generation")
+        if not self.state.generation_view:
             self.action_focus_heatmap()
             return
         self.query_one(GenerationPane).focus_table()
-        if self.generated is not None and self.generated[0] == self.generation:
-            self.query_one(GenerationPane).show(self.generated[1], self.selected[0])
-        elif self.comparison is not None:
+        if self.state.generation_on_screen is not None:
+            self.query_one(GenerationPane).show(self.state.generation_on_screen, self.state.selected[0])
+        elif self.state.comparison is not None:
             self.start_generation()
 
     def start_generation(self) -> None:
         """Generate for the texts and settings of the comparison now on screen (called once it is)."""
         self.query_one(GenerationPane).waiting("generating: batched and alone, greedy…")
-        self._generate(self._run_numbered, self._run_settings, self.generation)
+        self._generate(self.state.run_texts, self.state.run_settings, self.state.run_number)
 
     @work(thread=True, exclusive=True, group="generate")
-    def _generate(self, numbered: NumberedTexts, settings: Settings, generation: int) -> None:
+    def _generate(self, numbered: NumberedTexts, settings: Settings, run_number: int) -> None:
         worker = get_current_worker()
 
         def stale() -> bool:
-            return worker.is_cancelled or generation != self.generation
+            return worker.is_cancelled or not self.state.is_current(run_number)
 
         def run() -> GenerationComparison:
             from ..core.engine import running_stage
@@ -53,36 +53,36 @@ class GenerationRuns:
 
             def progress(done: int, total: int) -> None:
                 stage = running_stage(done, len(numbered.texts), settings.batch_size)
-                self.post_message(RunProgress(generation, f"generating: {stage}"))
+                self.post_message(RunProgress(run_number, f"generating: {stage}"))
 
             progress(0, 0)
             return generate_and_compare(
                 numbered.texts, settings, progress=progress, cancelled=stale, lines=numbered.lines
             )
 
-        post_outcome(self, generation, run, GenerationReady, GenerationFailed)
+        post_outcome(self, run_number, run, GenerationReady, GenerationFailed)
 
     def on_generation_ready(self, message: GenerationReady) -> None:
-        if message.generation != self.generation:
+        if not self.state.is_current(message.run_number):
             return
-        self.generated = (message.generation, message.result)
+        self.state.keep_generation(message.run_number, message.result)
         status = self.query_one(StatusLine)
         verdict = generation_verdict(message.result)
-        outcome = describe_outcome(self.comparison, self.comparison.config["batch_size"])
+        outcome = describe_outcome(self.state.comparison, self.state.comparison.config["batch_size"])
         status.set_activity([outcome[0], verdict, *outcome[1:]])
-        self.query_one(GenerationPane).show(message.result, self.selected[0])
+        self.query_one(GenerationPane).show(message.result, self.state.selected[0])
 
     def on_generation_failed(self, message: GenerationFailed) -> None:
-        if message.generation != self.generation:
+        if not self.state.is_current(message.run_number):
             return
         self.query_one(StatusLine).set_error(f"generation: {message.message}")
         self.query_one(GenerationPane).waiting(f"generation failed: {message.message}")
         self.notify(message.message, title="generation failed", severity="error", timeout=10)
 
     def on_generation_pane_text_chosen(self, message: GenerationPane.TextChosen) -> None:
-        self.select(message.text, self.selected[1])
+        self.select(message.text, self.state.selected[1])
 
     def show_generation(self) -> None:
         """The selected text's generation, when the view is open and the generation is of these texts."""
-        if self.generation_view and self.generated is not None and self.generated[0] == self.generation:
-            self.query_one(GenerationPane).show(self.generated[1], self.selected[0])
+        if self.state.generation_view and self.state.generation_on_screen is not None:
+            self.query_one(GenerationPane).show(self.state.generation_on_screen, self.state.selected[0])

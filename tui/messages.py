@@ -1,6 +1,9 @@
-"""Messages the comparison and generation workers post to the app; each carries the run's generation number."""
+"""Messages the comparison and generation workers post to the app; each carries the number of the run it is of
+(a message of an older run than the latest is stale and dropped)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from textual.message import Message
 
@@ -8,38 +11,33 @@ from ..core.comparison import Comparison
 from ..core.generation_result import GenerationComparison
 
 
+@dataclass
 class RunProgress(Message):
-    def __init__(self, generation: int, label: str) -> None:
-        super().__init__()
-        self.generation = generation
-        self.label = label
+    run_number: int
+    label: str
 
 
+@dataclass
 class ComparisonReady(Message):
-    def __init__(self, generation: int, comparison: Comparison) -> None:
-        super().__init__()
-        self.generation = generation
-        self.comparison = comparison
+    run_number: int
+    comparison: Comparison
 
 
+@dataclass
 class RunFailed(Message):
-    def __init__(self, generation: int, message: str) -> None:
-        super().__init__()
-        self.generation = generation
-        self.message = message
+    run_number: int
+    message: str
 
 
+@dataclass
 class GenerationReady(Message):
-    def __init__(self, generation: int, result: GenerationComparison) -> None:
-        super().__init__()
-        self.generation = generation
-        self.result = result
+    run_number: int
+    result: GenerationComparison
 
 
+@dataclass
 class GenerationFailed(Message):
     """A generation run that failed; the comparison before it stands."""
 
-    def __init__(self, generation: int, message: str) -> None:
-        super().__init__()
-        self.generation = generation
-        self.message = message
+    run_number: int
+    message: str

@@ -47,9 +47,9 @@ class NavigationKeys:
 
     def _jump(self, finder, forward: bool, none_found: str) -> None:
         """Select the next (or previous) cell `finder` gives after the selection, or say there is none."""
-        if self.comparison is None:
+        if self.state.comparison is None:
             return
-        cell = finder(self.comparison, *self.selected, forward=forward)
+        cell = finder(self.state.comparison, *self.state.selected, forward=forward)
         if cell is None:
             self.notify(none_found)
         else:
@@ -60,8 +60,8 @@ class NavigationKeys:
 
     def action_worst_flip(self) -> None:
         """The flip with the largest max|Δ| in any text (or, with none, the worst divergent position)."""
-        if self.comparison is not None:
-            cell = worst_flip(self.comparison)
+        if self.state.comparison is not None:
+            cell = worst_flip(self.state.comparison)
             if cell is None:
                 self.notify("no divergent position: every position is allclose with no top-1 flip")
             else:
@@ -77,7 +77,7 @@ class NavigationKeys:
         self.action_next_divergent(forward=False)
 
     def action_next_text(self) -> None:
-        self.select(self.selected[0] + 1, self.selected[1])
+        self.select(self.state.selected[0] + 1, self.state.selected[1])
 
     def action_previous_text(self) -> None:
-        self.select(self.selected[0] - 1, self.selected[1])
+        self.select(self.state.selected[0] - 1, self.state.selected[1])

@@ -48,15 +48,18 @@ class OutputActions:
 
     def report_on_screen(self) -> dict | None:
         """The comparison on screen with the generation, sweep and remedies run from it (None: nothing yet)."""
-        if self.comparison is None:
+        if self.state.comparison is None:
             return None
         from ..core.explorer_report import explorer_report
 
-        generated = self.generated[1] if self.generated and self.generated[0] == self.generation else None
-        return explorer_report(self.comparison, generated, self.sweep_on_screen(), self.remedies_on_screen())
+        key = self.on_screen_key()
+        state = self.state
+        return explorer_report(
+            state.comparison, state.generation_on_screen, state.sweep_for(key), state.remedies_for(key)
+        )
 
     def action_save_report(self) -> None:
-        if self.comparison is None:
+        if self.state.comparison is None:
             self.notify("no comparison to save yet", severity="warning")
             return
         offered = free_name(self.output_dir, f"batchtui-report-{time.strftime('%Y%m%d-%H%M%S')}", ".json")

@@ -25,40 +25,40 @@ class SettingKeys:
     """Mixed into the app: each key makes a new `Settings` and hands it to `_apply_settings`."""
 
     def action_cycle_dtype(self) -> None:
-        self._apply_settings(self.settings.with_changes(dtype=next_in(DTYPES, self.settings.dtype)))
+        self._apply_settings(self.state.settings.with_changes(dtype=next_in(DTYPES, self.state.settings.dtype)))
 
     def action_toggle_padding(self) -> None:
-        side = next_in(PADDING_SIDES, self.settings.padding_side)
-        self._apply_settings(self.settings.with_changes(padding_side=side))
+        side = next_in(PADDING_SIDES, self.state.settings.padding_side)
+        self._apply_settings(self.state.settings.with_changes(padding_side=side))
 
     def action_toggle_positions(self) -> None:
-        positions = next_in(POSITION_MODES, self.settings.positions)
-        self._apply_settings(self.settings.with_changes(positions=positions))
+        positions = next_in(POSITION_MODES, self.state.settings.positions)
+        self._apply_settings(self.state.settings.with_changes(positions=positions))
 
     def action_cycle_attention(self) -> None:
-        attn = next_in(ATTENTION_CHOICES, self.settings.attn)
-        self._apply_settings(self.settings.with_changes(attn=attn))
+        attn = next_in(ATTENTION_CHOICES, self.state.settings.attn)
+        self._apply_settings(self.state.settings.with_changes(attn=attn))
 
     def action_toggle_invariant(self) -> None:
         """The batch-invariant mode on or off: with it on, the heatmap shows what it leaves."""
-        self._apply_settings(self.settings.with_changes(invariant=not self.settings.invariant))
+        self._apply_settings(self.state.settings.with_changes(invariant=not self.state.settings.invariant))
 
     def action_cycle_batch_size(self) -> None:
-        size = next_in(BATCH_SIZES, self.settings.batch_size)
-        self._apply_settings(self.settings.with_changes(batch_size=size))
+        size = next_in(BATCH_SIZES, self.state.settings.batch_size)
+        self._apply_settings(self.state.settings.with_changes(batch_size=size))
 
     def action_switch_model(self) -> None:
         """Another model by hub id or local path; a model that fails to load is said and the texts stay."""
 
         def switch(model: str | None) -> None:
-            if model and model != self.settings.model:
+            if model and model != self.state.settings.model:
                 trust = model == self.trusted_model
-                candidate = self.settings.with_changes(model=model, trust_remote_code=trust)
+                candidate = self.state.settings.with_changes(model=model, trust_remote_code=trust)
                 self.notify(f"loading the model {model}…", timeout=3)
                 self.run_worker(lambda: self._load_model(candidate), thread=True, group="model", exclusive=True)
 
         hint = "a hub id (Qwen/Qwen2.5-1.5B-Instruct), a local folder, or tiny · "
-        self.push_screen(PromptScreen("model", self.settings.model, hint), switch)
+        self.push_screen(PromptScreen("model", self.state.settings.model, hint), switch)
 
     def _load_model(self, candidate) -> None:
         """Load the model first, in this thread worker; only a model that loads becomes the settings' (and
@@ -69,7 +69,10 @@ class SettingKeys:
 
     def _switch_failed(self, message: str) -> None:
         self.notify(
-            f"{message} · still on {self.settings.model}", title="model not switched", severity="error", timeout=15
+            f"{message} · still on {self.state.settings.model}",
+            title="model not switched",
+            severity="error",
+            timeout=15,
         )
 
     def action_open_texts(self) -> None:
