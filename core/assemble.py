@@ -8,27 +8,38 @@ large vocabulary never hold more than one text's extra logits at a time.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-from .comparison import LayerMetrics, PositionColumns, RoutingChange, TextResult
+from .backend import BatchedChunk, PassOutput, Recording
+from .comparison import Decomposition, LayerMetrics, PositionColumns, ReferenceErrors, RoutingChange, TextResult
 from .metrics import layer_stats, position_stats
 from .models import LoadedModel
-from .runner import BatchedChunk, PassOutput, Runner
 from .settings import Settings
 
 
+@dataclass
+class MeasuredText:
+    """A text of a chunk with its own passes run, waiting to be measured against its batched row."""
+
+    index: int  # among all texts
+    line: int  # the line it came from
+    row: int  # its row in the chunk
+    text: str
+    token_ids: list[int]
+    truncated: bool
+    single: PassOutput
+    decomposition: Decomposition | None = None
+    reference: ReferenceErrors | None = None
+
+
 def group_results(
-    start: int,
-    rows: list[int],
-    texts: list[str],
-    token_ids: list[list[int]],
-    chunk: BatchedChunk,
-    singles: list[PassOutput],
-    loaded: LoadedModel,
-    runner: Runner,
-    settings: Settings,
+    group: list[MeasuredText], chunk: BatchedChunk, loaded: LoadedModel, recording: Recording, settings: Settings
 ) -> list[TextResult]:
-    """`rows` are the texts' rows in the chunk, `start` the index of the chunk's first text."""
+    rows = [m.row for m in group]
+    token_ids = [m.token_ids for m in group]
+    singles = [m.single for m in group]
     logits = chunk.output.logits
     # The group's real positions in row order: one gather per tensor instead of one per text.
     chosen = torch.zeros(chunk.attention_mask.shape[0], dtype=torch.bool, device=chunk.attention_mask.device)
@@ -40,12 +51,12 @@ def group_results(
     stats_device = batched.device
     del batched, single
     lengths = [len(ids) for ids in token_ids]
-    segments = torch.repeat_interleave(torch.arange(len(texts)), torch.tensor(lengths)).to(stats_device)
+    segments = torch.repeat_interleave(torch.arange(len(group)), torch.tensor(lengths)).to(stats_device)
     hidden = layer_stats(
         [h.flatten(0, 1)[real] for h in chunk.output.hidden],
-        [torch.cat([s.hidden[m][0] for s in singles]) for m in range(len(runner.names))],
+        [torch.cat([s.hidden[m][0] for s in singles]) for m in range(len(recording.modules))],
         segments,
-        len(texts),
+        len(group),
     )
     ids = torch.cat([torch.tensor([i for ids in token_ids for i in ids]), stats.topk_batch_ids.flatten()])
     loaded.decode(torch.unique(torch.cat([ids, stats.topk_single_ids.flatten()])).tolist())
@@ -53,12 +64,13 @@ def group_results(
     layer_columns = [c.tolist() for c in (hidden.max_abs_diff, hidden.rel_l2, hidden.bitwise_equal)]
     logits_rel_l2 = _per_text_rel_l2(stats.squared_diff, stats.squared_single, lengths)
     results = []
-    for group_row, (row, text, ids) in enumerate(zip(rows, texts, token_ids)):
+    for group_row, measured in enumerate(group):
+        ids = measured.token_ids
         col = columns[group_row]
         max_abs = col["max_abs_diff"]
         # The logits close the curve: a divergence no hooked module shows is placed in the head.
         logits = LayerMetrics(
-            len(runner.names), "logits", max(max_abs), logits_rel_l2[group_row], max(max_abs) == 0, "logits"
+            len(recording.modules), "logits", max(max_abs), logits_rel_l2[group_row], max(max_abs) == 0, "logits"
         )
         modules = tuple(
             LayerMetrics(
@@ -70,12 +82,13 @@ def group_results(
                 module.kind,
                 module.role,
             )
-            for i, module in enumerate(runner.recorded)
+            for i, module in enumerate(recording.modules)
         ) + (logits,)
         results.append(
             TextResult(
-                index=start + row,
-                text=text,
+                index=measured.index,
+                line=measured.line,
+                text=measured.text,
                 token_ids=tuple(ids),
                 tokens=tuple(loaded.token_texts[t] for t in ids),
                 allclose=all(col["allclose"]),
@@ -85,38 +98,22 @@ def group_results(
                 worst_position=max_abs.index(max(max_abs)),
                 max_abs_diff_ulp=max(col["max_abs_diff_ulp"]),
                 columns=PositionColumns(token_ids=tuple(ids), token_texts=loaded.token_texts, **col),
-                layers=tuple(modules[i] for i in runner.layer_indices) + (logits,),
+                layers=tuple(modules[i] for i in recording.layer_indices) + (logits,),
                 modules=modules if settings.modules else (),
-                routing_changes=_routing_changes(chunk, row, singles[group_row], runner),
+                routing_changes=_routing_changes(chunk, measured.row, measured.single, recording),
                 padding=chunk.attention_mask.shape[1] - len(ids),
+                truncated=measured.truncated,
+                decomposition=measured.decomposition,
+                reference=measured.reference,
             )
         )
     return results
 
 
-_FIELDS = (
-    "max_abs_diff",
-    "max_abs_diff_ulp",
-    "mean_abs_diff",
-    "kl",
-    "top1_flip",
-    "margin",
-    "allclose",
-    "topk_batch_ids",
-    "topk_batch_logits",
-    "topk_batch_probs",
-    "topk_batch_probs_in_single",
-    "topk_single_ids",
-    "topk_single_logits",
-    "topk_single_probs",
-    "topk_single_probs_in_batch",
-)
-
-
 def columns_by_text(stats, lengths: list[int]) -> list[dict[str, tuple]]:
     """Each stats column, converted to Python once for the chunk, then cut at the texts' lengths."""
     per_text = [{} for _ in lengths]
-    for name in _FIELDS:
+    for name in PositionColumns.measured():
         values = getattr(stats, name).tolist()
         if values and isinstance(values[0], list):
             values = list(map(tuple, values))
@@ -134,10 +131,12 @@ def _per_text_rel_l2(squared_diff: torch.Tensor, squared_single: torch.Tensor, l
     return torch.where(single > 0, (diff / single).sqrt(), 0.0).tolist()
 
 
-def _routing_changes(chunk: BatchedChunk, row: int, single: PassOutput, runner: Runner) -> tuple[RoutingChange, ...]:
+def _routing_changes(
+    chunk: BatchedChunk, row: int, single: PassOutput, recording: Recording
+) -> tuple[RoutingChange, ...]:
     """Tokens whose router picked other experts in the batched row than in the single run, per MoE layer."""
     changes = []
-    for (layer, name), batched_routes, single_routes in zip(runner.routers, chunk.output.routes, single.routes):
+    for (layer, name), batched_routes, single_routes in zip(recording.routers, chunk.output.routes, single.routes):
         batched = chunk.real_rows(batched_routes, row).cpu()
         alone = single_routes[0].cpu()
         for position in (batched != alone).any(dim=-1).nonzero().flatten().tolist():

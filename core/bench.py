@@ -26,7 +26,8 @@ from .engine import compare
 from .generation import generate_and_compare
 from .generation_result import DEFAULT_MAX_NEW_TOKENS
 from .models import LoadedModel, load_model
-from .runner import position_ids
+from .run_skeleton import chunks
+from .runner import Runner
 from .settings import Settings
 
 _WORDS = (
@@ -49,53 +50,42 @@ def workload(tokenizer, n_texts: int, min_tokens: int, max_tokens: int, seed: in
     return texts
 
 
-def _forward(loaded: LoadedModel, input_ids: torch.Tensor, mask: torch.Tensor, positions: str) -> torch.Tensor:
-    model = loaded.model
-    return model(
-        inputs_embeds=model.get_input_embeddings()(input_ids),
-        attention_mask=mask,
-        position_ids=position_ids(mask, positions),
-        use_cache=False,
-    ).logits
-
-
-def _chunks(loaded: LoadedModel, texts: list[str], settings: Settings):
-    tokenizer = loaded.tokenizer
-    tokenizer.padding_side = settings.padding_side
-    for start in range(0, len(texts), settings.batch_size):
-        batch = tokenizer(texts[start : start + settings.batch_size], padding=True, return_tensors="pt")
-        yield batch["input_ids"].to(loaded.device), batch["attention_mask"].to(loaded.device)
+def _bare_runner(loaded: LoadedModel, settings: Settings, padding_side: str | None = None) -> Runner:
+    """The same passes as a comparison's, with nothing recorded: logits only."""
+    return Runner(loaded, padding_side or settings.padding_side, settings.positions, record=False)
 
 
 def floor_passes(loaded: LoadedModel, texts: list[str], settings: Settings) -> None:
+    """The passes a comparison cannot do without: one batched pass per chunk, one single pass per text."""
+    runner = _bare_runner(loaded, settings)
     with torch.inference_mode():
-        for input_ids, mask in _chunks(loaded, texts, settings):
-            logits = _forward(loaded, input_ids, mask, settings.positions)
-            del logits
+        for chunk in chunks(texts, list(range(len(texts))), settings.batch_size):
+            del runner.batched(chunk.texts).output
         for text in texts:
-            ids = torch.tensor([loaded.tokenizer(text)["input_ids"]], device=loaded.device)
-            _forward(loaded, ids, torch.ones_like(ids), settings.positions)
+            runner.single(runner.tokenize(text)[0])
 
 
 def seed_script(loaded: LoadedModel, texts: list[str], settings: Settings) -> None:
+    """The original report's method: each chunk batched, then each of its padded rows alone, torch.allclose."""
+    runner = _bare_runner(loaded, settings)
     with torch.inference_mode():
-        for input_ids, mask in _chunks(loaded, texts, settings):
-            batched = _forward(loaded, input_ids, mask, settings.positions)
-            for row in range(input_ids.shape[0]):
-                single = _forward(loaded, input_ids[row : row + 1], mask[row : row + 1], settings.positions)[0]
-                torch.allclose(batched[row], single, atol=settings.atol, rtol=settings.rtol)
+        for chunk in chunks(texts, list(range(len(texts))), settings.batch_size):
+            batched = runner.batched(chunk.texts)
+            for row in range(len(chunk.texts)):
+                single = runner.padded_row(batched, row).logits[0]
+                torch.allclose(batched.output.logits[row], single, atol=settings.atol, rtol=settings.rtol)
 
 
 def generate_floor(loaded: LoadedModel, texts: list[str], settings: Settings, new_tokens: int) -> None:
     """What a user runs to see the two continuations: greedy generate on each left-padded chunk and on
     each text alone, nothing else."""
-    greedy = {"max_new_tokens": new_tokens, "do_sample": False, "pad_token_id": loaded.pad_token_id}
+    runner = _bare_runner(loaded, settings, padding_side="left")
     with torch.inference_mode():
-        for input_ids, mask in _chunks(loaded, texts, settings.with_changes(padding_side="left")):
-            loaded.model.generate(input_ids=input_ids, attention_mask=mask, **greedy)
-        for text in texts:
-            ids = torch.tensor([loaded.tokenizer(text)["input_ids"]], device=loaded.device)
-            loaded.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **greedy)
+        for chunk in chunks(texts, list(range(len(texts))), settings.batch_size):
+            rows = [runner.tokenize(text)[0] for text in chunk.texts]
+            runner.greedy(rows, new_tokens, with_logits=False)
+            for ids in rows:
+                runner.greedy([ids], new_tokens, with_logits=False)
 
 
 def _synchronize(device: str) -> None:

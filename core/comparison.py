@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import NamedTuple
 
@@ -101,7 +101,8 @@ class ReferenceErrors:
 
 @dataclass(frozen=True)
 class PositionColumns:
-    """A text's per-position numbers as columns, one entry per token, as the engine measured them.
+    """A text's per-position numbers as columns, one entry per token, as the engine measured them: the one
+    declaration of the per-position schema (the metrics fill these names; rows, views and JSON read them).
 
     `PositionMetrics` rows are built from them on first use: a CI check needs only per-text
     figures, and building thousands of row objects per text would cost more than the metrics.
@@ -124,6 +125,11 @@ class PositionColumns:
     topk_single_probs: tuple[tuple[float, ...], ...]
     topk_single_probs_in_batch: tuple[tuple[float, ...], ...]
     token_texts: Mapping[int, str] = field(compare=False, repr=False)  # every id above, decoded
+
+    @classmethod
+    def measured(cls) -> tuple[str, ...]:
+        """The names of the measured columns (all but the tokens), as `metrics.PositionStats` names them."""
+        return tuple(f.name for f in fields(cls) if f.name not in ("token_ids", "token_texts"))
 
     def rows(self) -> tuple[PositionMetrics, ...]:
         texts = self.token_texts

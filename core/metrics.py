@@ -26,7 +26,8 @@ def _widened(tensor: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class PositionStats:
-    """Per-position results on the host; each tensor has n rows."""
+    """Per-position results on the host; each tensor has n rows. The names are `PositionColumns`' (the
+    schema's one declaration), plus two sums the logits' relative L2 is made of."""
 
     max_abs_diff: torch.Tensor  # [n] float32
     max_abs_diff_ulp: torch.Tensor
@@ -54,11 +55,10 @@ def position_stats(batched: torch.Tensor, single: torch.Tensor, top_k: int, atol
         _block_stats(batched[start : start + rows], single[start : start + rows], top_k, atol, rtol)
         for start in range(0, n, rows)
     ]
-    merged = [torch.cat(parts) for parts in zip(*blocks)]
-    return PositionStats(*(t.cpu() for t in merged))
+    return PositionStats(**{name: torch.cat([block[name] for block in blocks]).cpu() for name in blocks[0]})
 
 
-def _block_stats(batched, single, top_k, atol, rtol) -> tuple[torch.Tensor, ...]:
+def _block_stats(batched, single, top_k, atol, rtol) -> dict[str, torch.Tensor]:
     # torch.isclose on the model's own dtype, so that all() of it is exactly torch.allclose.
     allclose = torch.isclose(batched, single, rtol=rtol, atol=atol).all(dim=-1)
     b = _widened(batched)
@@ -85,12 +85,25 @@ def _block_stats(batched, single, top_k, atol, rtol) -> tuple[torch.Tensor, ...]
     b_logits, b_ids, s_logits, s_ids = b_logits[:, :k], b_ids[:, :k], s_logits[:, :k], s_ids[:, :k]
     b_probs, b_probs_in_s = log_pb.gather(-1, b_ids).exp(), log_ps.gather(-1, b_ids).exp()
     s_probs, s_probs_in_b = log_ps.gather(-1, s_ids).exp(), log_pb.gather(-1, s_ids).exp()
-    return (
-        *(max_abs, max_abs_ulp, mean_abs, kl, margin, flip, allclose),
-        *(b_ids, b_logits, b_probs, b_probs_in_s),
-        *(s_ids, s_logits, s_probs, s_probs_in_b),
-        *(squared_diff, squared_single),
-    )
+    return {
+        "max_abs_diff": max_abs,
+        "max_abs_diff_ulp": max_abs_ulp,
+        "mean_abs_diff": mean_abs,
+        "kl": kl,
+        "margin": margin,
+        "top1_flip": flip,
+        "allclose": allclose,
+        "topk_batch_ids": b_ids,
+        "topk_batch_logits": b_logits,
+        "topk_batch_probs": b_probs,
+        "topk_batch_probs_in_single": b_probs_in_s,
+        "topk_single_ids": s_ids,
+        "topk_single_logits": s_logits,
+        "topk_single_probs": s_probs,
+        "topk_single_probs_in_batch": s_probs_in_b,
+        "squared_diff": squared_diff,
+        "squared_single": squared_single,
+    }
 
 
 def kl_divergence(delta: torch.Tensor, log_p_single: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:

@@ -1,4 +1,5 @@
-"""Forward passes exactly as DESIGN.md defines them: padded batches and unpadded singles.
+"""The local backend: forward passes on a transformers model in this process, exactly as DESIGN.md defines
+them (padded batches, unpadded singles), and greedy continuations with transformers' own `generate`.
 
 Every pass goes through `inputs_embeds = model.get_input_embeddings()(input_ids)`, like the
 user's own code, and records with forward hooks the hidden state after the embeddings, each decoder
@@ -8,44 +9,16 @@ model's `Structure` names them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import partial
 
 import torch
+from transformers import StoppingCriteria, StoppingCriteriaList
 
+from .backend import BatchedChunk, Decoded, PassOutput, Recording
+from .errors import Cancelled
 from .hf_compat import module_output
 from .models import LoadedModel
 from .structure import Module, chosen_experts
-
-
-@dataclass
-class PassOutput:
-    """One forward pass: logits [b, T, V], one hidden state [b, T, H] per recorded module (H may differ
-    between modules), and per MoE router the experts chosen for each token, [b, T, k]."""
-
-    logits: torch.Tensor
-    hidden: list[torch.Tensor]
-    routes: list[torch.Tensor]
-
-
-@dataclass
-class BatchedChunk:
-    """A padded chunk of texts, run as one batch."""
-
-    input_ids: torch.Tensor  # [b, T]
-    attention_mask: torch.Tensor  # [b, T]
-    output: PassOutput
-
-    def real_rows(self, tensor: torch.Tensor, row: int) -> torch.Tensor:
-        """Row `row` of a [b, T, ...] tensor at its real (unpadded) positions, either padding side.
-
-        The mask follows the tensor: a sharded model's logits may sit on another device than its inputs.
-        """
-        return tensor[row][self.real_mask(row, tensor.device)]
-
-    def real_mask(self, row: int, device: torch.device) -> torch.Tensor:
-        """A boolean mask over T selecting row `row`'s real tokens, on `device`."""
-        return self.attention_mask[row].bool().to(device)
 
 
 def position_ids(attention_mask: torch.Tensor, mode: str) -> torch.Tensor:
@@ -63,7 +36,7 @@ _CUT_MARGIN = 64
 
 
 class Runner:
-    """Runs passes on one loaded model with one set of settings, hooks attached while in use."""
+    """The local `Backend`: passes on one loaded model with one set of settings, hooks attached while in use."""
 
     def __init__(
         self,
@@ -72,27 +45,38 @@ class Runner:
         positions: str,
         per_module: bool = False,
         max_tokens: int | None = None,
+        record: bool = True,
+        from_embeds: bool = False,
     ):
+        """`record`: hook the modules and keep their hidden states (off: logits only, the bare passes a
+        bench's floor times). `from_embeds`: greedy continuations from `inputs_embeds`, the original
+        report's path, instead of input ids."""
         self.loaded = loaded
         self.max_tokens = max_tokens or loaded.max_tokens
         self.padding_side = padding_side
         self.positions = positions
+        self.from_embeds = from_embeds
         structure = loaded.structure
-        # What each recorded hidden state is: the embeddings first, then the hooked modules in run order.
-        self.recorded = [Module(structure.embedding, "embedding")] + structure.recorded(per_module)
-        self.names = [m.name for m in self.recorded]
-        # Per-layer view: the embeddings, each decoder layer's output and the final norm.
-        self.layer_indices = [i for i, m in enumerate(self.recorded) if m.kind != "sub"]
-        self.routers = list(structure.routers)
+        if record:
+            modules = (Module(structure.embedding, "embedding"), *structure.recorded(per_module))
+            self.recording = Recording(
+                modules=modules,
+                layer_indices=tuple(i for i, m in enumerate(modules) if m.kind != "sub"),
+                routers=tuple(structure.routers),
+            )
+        else:
+            self.recording = Recording()
+        self.names = self.recording.names
         self._captured: dict[str, torch.Tensor] = {}
         self._handles = []
         self._prefixes: dict[str, str] = {}
+        self._eos_ids: list[int] | None = None
 
     def __enter__(self) -> Runner:
         modules = dict(self.loaded.model.named_modules())
-        for module in self.recorded[1:]:
+        for module in self.recording.modules[1:]:
             self._handles.append(modules[module.name].register_forward_hook(partial(self._capture, module.name)))
-        for _, name in self.routers:
+        for _, name in self.recording.routers:
             self._handles.append(modules[name].register_forward_hook(partial(self._capture_route, name)))
         return self
 
@@ -172,7 +156,63 @@ class Runner:
         # A sharded model leaves hidden states on several devices: gather them where the logits are
         # (a no-op on one device). Sub-modules may see tokens flattened to [b*T, H]: back to [b, T, H].
         shape = input_ids.shape
-        hidden = [embeds] + [captured[name] for name in self.names[1:]]
+        hidden = [embeds] + [captured[name] for name in self.names[1:]] if self.names else []
         hidden = [h.to(logits.device).reshape(*shape, -1) for h in hidden]
-        routes = [captured[("route", name)].to(logits.device).reshape(*shape, -1) for _, name in self.routers]
+        routes = [captured[("route", name)].to(logits.device).reshape(*shape, -1) for _, name in self.recording.routers]
         return PassOutput(logits, hidden, routes)
+
+    @property
+    def eos_ids(self) -> list[int]:
+        """Every id that ends a sequence: the generation config's (one or a list) and the tokenizer's."""
+        if self._eos_ids is None:
+            config_eos = getattr(getattr(self.loaded.model, "generation_config", None), "eos_token_id", None)
+            ids = set(config_eos if isinstance(config_eos, list) else [config_eos])
+            ids.add(self.loaded.tokenizer.eos_token_id)
+            self._eos_ids = sorted(int(i) for i in ids if i is not None)
+        return self._eos_ids
+
+    def greedy(self, rows: list[list[int]], max_new_tokens: int, cancelled=None, with_logits: bool = True) -> Decoded:
+        """Greedy continuations of the rows' tokens as one left-padded batch (one row: no padding), with
+        transformers' `generate` (KV cache, `do_sample=False`) as a user's code calls it; each step's logits
+        kept unless `with_logits` is off (a bench's floor: what a user's own call costs)."""
+        input_ids, mask = self._left_padded(rows)
+        model = self.loaded.model
+        if self.from_embeds:  # the original report's path
+            inputs = {"inputs_embeds": model.get_input_embeddings()(input_ids)}
+        else:
+            inputs = {"input_ids": input_ids}
+        out = model.generate(
+            **inputs,
+            attention_mask=mask,
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            num_beams=1,
+            output_logits=with_logits,
+            return_dict_in_generate=True,
+            pad_token_id=self.loaded.pad_token_id,
+            eos_token_id=self.eos_ids or None,
+            stopping_criteria=StoppingCriteriaList([_StopWhenCancelled(cancelled)]),
+        )
+        if cancelled is not None and cancelled():
+            raise Cancelled("generation cancelled")
+        # With inputs_embeds a decoder-only model's sequences hold only the new tokens.
+        new_tokens = out.sequences if self.from_embeds else out.sequences[:, input_ids.shape[1] :]
+        return Decoded(new_tokens, torch.stack(out.logits, dim=1) if with_logits else None)
+
+    def _left_padded(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rows' tokens, left-padded to the longest, with their attention mask."""
+        longest = max(len(ids) for ids in rows)
+        pad = self.loaded.pad_token_id
+        padded = [[pad] * (longest - len(ids)) + ids for ids in rows]
+        mask = [[0] * (longest - len(ids)) + [1] * len(ids) for ids in rows]
+        device = self.loaded.device
+        return torch.tensor(padded, device=device), torch.tensor(mask, device=device)
+
+
+class _StopWhenCancelled(StoppingCriteria):
+    def __init__(self, cancelled) -> None:
+        self.cancelled = cancelled
+
+    def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
+        stop = self.cancelled is not None and self.cancelled()
+        return torch.full((input_ids.shape[0],), stop, dtype=torch.bool, device=input_ids.device)

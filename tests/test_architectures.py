@@ -200,7 +200,7 @@ def test_a_module_output_edited_in_place_afterwards_is_recorded_as_it_was(checkp
             recorded = runner.single(loaded.tokenizer("hello world")["input_ids"])
     finally:
         handle.remove()
-    index = [module.name for module in runner.recorded].index(mlp_name)
+    index = runner.recording.names.index(mlp_name)
     assert torch.equal(recorded.hidden[index][0], returned["mlp"][0])
 
 

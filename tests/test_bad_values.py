@@ -126,7 +126,11 @@ def test_the_command_line_wins_even_at_the_default(tmp_path):
     saved = Settings(model="tiny", batch_size=4, dtype="float32", padding_side="right", atol=0.5, decompose=True)
     session_file.save(path, "kept", saved)
     restored = build_app(["--session", str(path)])
-    assert (restored.state.settings.batch_size, restored.state.settings.padding_side, restored.state.settings.decompose) == (
+    assert (
+        restored.state.settings.batch_size,
+        restored.state.settings.padding_side,
+        restored.state.settings.decompose,
+    ) == (
         4,
         "right",
         True,

@@ -9,7 +9,7 @@ from oracle import seed_compare
 from transformers import AutoTokenizer
 
 from batchtui.core import Cancelled, InputError, Settings, compare
-from batchtui.core.engine import running_stage, total_passes
+from batchtui.core.run_skeleton import running_stage, total_passes
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])

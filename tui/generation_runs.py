@@ -48,8 +48,8 @@ class GenerationRuns:
             return worker.is_cancelled or not self.state.is_current(run_number)
 
         def run() -> GenerationComparison:
-            from ..core.engine import running_stage
             from ..core.generation import generate_and_compare
+            from ..core.run_skeleton import running_stage
 
             def progress(done: int, total: int) -> None:
                 stage = running_stage(done, len(numbered.texts), settings.batch_size)

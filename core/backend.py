@@ -1,0 +1,86 @@
+"""The model a run's passes go through, as a small interface: a run asks it for tokens and passes and gets
+tensors back, never a framework's objects. `Runner` (a transformers model in this process) implements it; a
+served model is another implementation, answering what a server can (continuations, not hidden states).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from .structure import Module
+
+
+@dataclass(frozen=True)
+class Recording:
+    """What each recorded hidden state of a pass is: the embeddings first, then the hooked modules in run order;
+    which of them make the per-layer view; and the MoE routers whose choices are recorded."""
+
+    modules: tuple[Module, ...] = ()
+    layer_indices: tuple[int, ...] = ()  # the embeddings, each decoder layer's output and the final norm
+    routers: tuple[tuple[int, str], ...] = ()  # (layer, dotted name)
+
+    @property
+    def names(self) -> list[str]:
+        return [m.name for m in self.modules]
+
+
+@dataclass
+class PassOutput:
+    """One forward pass: logits [b, T, V], one hidden state [b, T, H] per recorded module (H may differ
+    between modules), and per MoE router the experts chosen for each token, [b, T, k]."""
+
+    logits: torch.Tensor
+    hidden: list[torch.Tensor]
+    routes: list[torch.Tensor]
+
+
+@dataclass
+class BatchedChunk:
+    """A padded chunk of texts, run as one batch."""
+
+    input_ids: torch.Tensor  # [b, T]
+    attention_mask: torch.Tensor  # [b, T]
+    output: PassOutput
+
+    def real_rows(self, tensor: torch.Tensor, row: int) -> torch.Tensor:
+        """Row `row` of a [b, T, ...] tensor at its real (unpadded) positions, either padding side.
+
+        The mask follows the tensor: a sharded model's logits may sit on another device than its inputs.
+        """
+        return tensor[row][self.real_mask(row, tensor.device)]
+
+    def real_mask(self, row: int, device: torch.device) -> torch.Tensor:
+        """A boolean mask over T selecting row `row`'s real tokens, on `device`."""
+        return self.attention_mask[row].bool().to(device)
+
+
+@dataclass
+class Decoded:
+    """One greedy decode of a batch of rows: each row's new tokens (before trimming at EOS) and each step's
+    logits (None where the backend returns none)."""
+
+    new_tokens: torch.Tensor  # [b, steps]
+    logits: torch.Tensor | None  # [b, steps, V]
+
+
+class Backend(Protocol):
+    """A model that answers a run's passes: tokens, a padded batch, a text alone, a padded row alone, greedy
+    continuations. `recording` says what each pass's hidden states are."""
+
+    recording: Recording
+    eos_ids: list[int]  # the tokens that end a continuation
+
+    def tokenize(self, text: str) -> tuple[list[int], bool]: ...
+
+    def batched(self, texts: list[str]) -> BatchedChunk: ...
+
+    def single(self, token_ids: list[int]) -> PassOutput: ...
+
+    def padded_row(self, chunk: BatchedChunk, row: int) -> PassOutput: ...
+
+    def greedy(
+        self, rows: list[list[int]], max_new_tokens: int, cancelled=None, with_logits: bool = True
+    ) -> Decoded: ...
