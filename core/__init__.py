@@ -5,7 +5,7 @@ batched logits equal its single runs, bitwise. Submodules import torch lazily wh
 they can, so that the CLI's argument errors and the TUI's first frame come before torch loads.
 """
 
-from .comparison import Comparison, LayerMetrics, PositionMetrics, Summary, TextResult, TopToken
+from .comparison import Comparison, ModuleMetrics, PositionMetrics, Summary, TextResult, TopToken
 from .errors import BatchtuiError, Cancelled, InputError, ModelLoadError, NotInvariant
 from .settings import Settings
 from .texts import DEFAULT_TEXTS
@@ -31,7 +31,7 @@ __all__ = [
     "Cancelled",
     "Comparison",
     "InputError",
-    "LayerMetrics",
+    "ModuleMetrics",
     "ModelLoadError",
     "NotInvariant",
     "PositionMetrics",

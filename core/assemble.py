@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from .backend import BatchedChunk, PassOutput, Recording
-from .comparison import Decomposition, LayerMetrics, PositionColumns, ReferenceErrors, RoutingChange, TextResult
+from .comparison import Decomposition, ModuleMetrics, PositionColumns, ReferenceErrors, RoutingChange, TextResult
 from .metrics import layer_stats, position_stats
 from .models import LoadedModel
 from .settings import Settings
@@ -69,11 +69,11 @@ def group_results(
         col = columns[group_row]
         max_abs = col["max_abs_diff"]
         # The logits close the curve: a divergence no hooked module shows is placed in the head.
-        logits = LayerMetrics(
+        logits = ModuleMetrics(
             len(recording.modules), "logits", max(max_abs), logits_rel_l2[group_row], max(max_abs) == 0, "logits"
         )
         modules = tuple(
-            LayerMetrics(
+            ModuleMetrics(
                 i,
                 module.name,
                 layer_columns[0][i][group_row],

@@ -180,13 +180,13 @@ def bench(
 ) -> BenchResult:
     loaded = load_model(settings)
     device = loaded.device
-    layer_settings = settings.with_changes(modules=True)
+    module_settings = settings.with_changes(modules=True)
     invariant_settings = settings.with_changes(invariant=True)
     methods = {
         "floor": lambda: floor_passes(loaded, texts, settings),
         "seed": lambda: seed_script(loaded, texts, settings),
         "compare": lambda: compare(texts, settings),
-        "compare_layers": lambda: compare(texts, layer_settings),
+        "compare_modules": lambda: compare(texts, module_settings),
         "generate_floor": lambda: generate_floor(loaded, texts, settings, new_tokens),
         "generate": lambda: generate_and_compare(texts, settings, new_tokens),
         "compare_invariant": lambda: compare(texts, invariant_settings),
@@ -237,7 +237,7 @@ def bench(
     )
     result.ratios = {
         "compare_vs_floor": medians["compare"] / medians["floor"],
-        "layers_vs_floor": medians["compare_layers"] / medians["floor"],
+        "modules_vs_floor": medians["compare_modules"] / medians["floor"],
         "compare_vs_seed": medians["compare"] / medians["seed"],
         "generate_vs_floor": medians["generate"] / medians["generate_floor"],
         "invariant_vs_compare": medians["compare_invariant"] / medians["compare"],
@@ -262,7 +262,7 @@ def _targets(result: BenchResult, texts: list[str], loaded: LoadedModel) -> list
         targets = [
             _target("compare_vs_floor", r["compare_vs_floor"], 1.10),
             _target("compare_vs_seed", r["compare_vs_seed"], 1.05),
-            _target("layers_vs_floor", r["layers_vs_floor"], 1.30),
+            _target("modules_vs_floor", r["modules_vs_floor"], 1.30),
             _target("generate_vs_floor", r["generate_vs_floor"], 1.15),
             _target("invariant_vs_compare", r["invariant_vs_compare"], 1.30),
             _target("invariant_generate_vs_generate", r["invariant_generate_vs_generate"], 1.50),

@@ -85,8 +85,10 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trust-remote-code", action="store_true", help="run the checkpoint's own Python code")
     add_threads_option(parser)
     parser.add_argument(
-        "--layers", action="store_true", help="localize per module: norms, attention, MLP, residual of each layer"
+        "--modules", action="store_true", help="localize per module: norms, attention, MLP, residual of each layer"
     )
+    # The option's earlier name, kept working for scripts that use it.
+    parser.add_argument("--layers", dest="modules", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument(
         "--decompose", action="store_true", help="also run each padded row alone: batch-size vs padding effect"
     )
@@ -173,7 +175,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         atol=args.atol,
         rtol=args.rtol,
         trust_remote_code=args.trust_remote_code,
-        modules=args.layers,
+        modules=args.modules,
         decompose=args.decompose,
         reference=args.reference,
         invariant=args.invariant,

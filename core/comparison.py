@@ -57,12 +57,12 @@ class PositionMetrics:
 
 
 @dataclass(frozen=True)
-class LayerMetrics:
+class ModuleMetrics:
     """Hidden-state divergence after one module (embeddings, a decoder layer, a sub-module, the final
     norm) or of the logits themselves (the last entry, so no divergence goes unplaced)."""
 
     index: int
-    layer: str  # the module's real dotted name ("model.layers.3.mlp", "transformer.ln_f"), or "logits"
+    name: str  # the module's real dotted name ("model.layers.3.mlp", "transformer.ln_f"), or "logits"
     max_abs_diff: float
     rel_l2: float  # ||hB - hS|| / ||hS|| over the text's real positions
     bitwise_equal: bool
@@ -184,10 +184,10 @@ class TextResult:
     worst_position: int
     max_abs_diff_ulp: float
     columns: PositionColumns
-    layers: tuple[LayerMetrics, ...]
+    layers: tuple[ModuleMetrics, ...]
     truncated: bool = False  # the text was longer than max_tokens and was cut to it
     # Per-module hidden states (settings.modules): norms, attention, MLP and residual of each layer.
-    modules: tuple[LayerMetrics, ...] = ()
+    modules: tuple[ModuleMetrics, ...] = ()
     decomposition: Decomposition | None = None
     reference: ReferenceErrors | None = None
     routing_changes: tuple[RoutingChange, ...] = ()  # MoE: tokens routed to other experts in B than in S
@@ -199,11 +199,11 @@ class TextResult:
         return self.columns.rows()
 
     @property
-    def first_divergent_layer(self) -> LayerMetrics | None:
+    def first_divergent_layer(self) -> ModuleMetrics | None:
         return next((layer for layer in self.layers if not layer.bitwise_equal), None)
 
     @property
-    def first_divergent_module(self) -> LayerMetrics | None:
+    def first_divergent_module(self) -> ModuleMetrics | None:
         return next((module for module in self.modules if not module.bitwise_equal), None)
 
     @property
@@ -215,7 +215,7 @@ class TextResult:
     def where_it_parts(self) -> str:
         """Where the batched and single runs first part, in words: the first module that is not bitwise equal."""
         first = self.first_divergent_module or self.first_divergent_layer
-        return f"first at {first.layer}" if first is not None else "at the logits"
+        return f"first at {first.name}" if first is not None else "at the logits"
 
 
 @dataclass(frozen=True)

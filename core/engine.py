@@ -69,7 +69,7 @@ def _settings_notes(settings: Settings) -> tuple[str, ...]:
 
 def _run(texts, lines, settings, loaded, reference, steps: PassSteps) -> list[TextResult]:
     runner = Runner(
-        loaded, settings.padding_side, settings.positions, per_module=settings.modules, max_tokens=settings.max_tokens
+        loaded, settings.padding_side, settings.positions, modules=settings.modules, max_tokens=settings.max_tokens
     )
     results: list[TextResult] = []
     with torch.inference_mode(), invariant_if(settings.invariant, loaded.model), runner:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .comparison import LayerMetrics, RoutingChange, TextResult
+from .comparison import ModuleMetrics, RoutingChange, TextResult
 
 
 @dataclass(frozen=True)
@@ -34,27 +34,27 @@ OTHER_MARK = "s"  # a sub-module of no known role
 MARK_LEGEND = "e emb · a attn · m MLP · n norm · r router · s other · L layer · f final norm · o logits"
 
 
-def module_mark(module: LayerMetrics) -> str:
+def module_mark(module: ModuleMetrics) -> str:
     if module.kind == "sub":
         return MODULE_MARKS.get(module.role or "", OTHER_MARK)
     return LAYER_MARKS.get(module.kind, OTHER_MARK)
 
 
-def short_module_label(module: LayerMetrics) -> str:
+def short_module_label(module: ModuleMetrics) -> str:
     """An x-axis label: the layer's own number for a layer, the last part of the name otherwise."""
     if module.kind == "layer":
-        return module.layer.rsplit(".", 1)[-1]
-    return {"embedding": "emb", "final": "norm", "logits": "out"}.get(module.kind, module.layer.rsplit(".", 1)[-1])
+        return module.name.rsplit(".", 1)[-1]
+    return {"embedding": "emb", "final": "norm", "logits": "out"}.get(module.kind, module.name.rsplit(".", 1)[-1])
 
 
-def layer_curve(text: TextResult, per_module: bool = False) -> LayerCurve:
-    metrics = text.modules if per_module and text.modules else text.layers
+def layer_curve(text: TextResult, modules: bool = False) -> LayerCurve:
+    metrics = text.modules if modules and text.modules else text.layers
     first = next((m for m in metrics if not m.bitwise_equal), None)
     return LayerCurve(
-        names=tuple(m.layer for m in metrics),
+        names=tuple(m.name for m in metrics),
         log10_max_abs_diff=tuple(math.log10(m.max_abs_diff) if m.max_abs_diff > 0 else None for m in metrics),
         rel_l2=tuple(m.rel_l2 for m in metrics),
-        first_divergent=first.layer if first else None,
+        first_divergent=first.name if first else None,
         tick_indices=tuple(i for i, m in enumerate(metrics) if m.kind != "sub"),
         tick_labels=tuple(short_module_label(m) for m in metrics),
         marks=tuple(module_mark(m) for m in metrics),

@@ -97,7 +97,7 @@ def format_localization(comparison: Comparison) -> str:
 
 def module_label(module) -> str:
     """`model.layers.3.mlp (MLP)`: the real name, and the role where it is known."""
-    return f"{module.layer} ({module.role})" if module.role else module.layer
+    return f"{module.name} ({module.role})" if module.role else module.name
 
 
 def describe_routing(text) -> str:

@@ -9,7 +9,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from .comparison import Comparison, LayerMetrics, PositionMetrics, TextResult, TopToken
+from .comparison import Comparison, ModuleMetrics, PositionMetrics, TextResult, TopToken
 from .errors import InputError
 from .safe_files import is_standard_output, write_fresh, write_text
 
@@ -42,10 +42,10 @@ def position_json(p: PositionMetrics) -> dict:
     }
 
 
-def _hidden(metrics: tuple[LayerMetrics, ...], key: str) -> list[dict]:
+def _hidden(metrics: tuple[ModuleMetrics, ...], key: str) -> list[dict]:
     return [
         {
-            key: m.layer,
+            key: m.name,
             "index": m.index,
             "max_abs_diff": number(m.max_abs_diff),
             "rel_l2": number(m.rel_l2),
@@ -63,7 +63,7 @@ def _text(t: TextResult) -> dict:
     extra = {}
     if t.modules:
         extra["modules"] = _hidden(t.modules, "module")
-        extra["first_divergent_module"] = first_module.layer if first_module else None
+        extra["first_divergent_module"] = first_module.name if first_module else None
     if t.decomposition is not None:
         extra["decomposition"] = {
             k: number(v) if isinstance(v, float) else v for k, v in asdict(t.decomposition).items()
@@ -86,7 +86,7 @@ def _text(t: TextResult) -> dict:
         "top1_flips": t.top1_flips,
         "worst_position": t.worst_position,
         "max_abs_diff_ulp": number(t.max_abs_diff_ulp),
-        "first_divergent_layer": first.layer if first else None,
+        "first_divergent_layer": first.name if first else None,
         "positions": [position_json(p) for p in t.positions],
         "layers": _hidden(t.layers, "layer"),
         "routing_changes": [

@@ -43,7 +43,7 @@ class Runner:
         loaded: LoadedModel,
         padding_side: str,
         positions: str,
-        per_module: bool = False,
+        modules: bool = False,
         max_tokens: int | None = None,
         record: bool = True,
         from_embeds: bool = False,
@@ -58,7 +58,7 @@ class Runner:
         self.from_embeds = from_embeds
         structure = loaded.structure
         if record:
-            modules = (Module(structure.embedding, "embedding"), *structure.recorded(per_module))
+            modules = (Module(structure.embedding, "embedding"), *structure.recorded(modules))
             self.recording = Recording(
                 modules=modules,
                 layer_indices=tuple(i for i, m in enumerate(modules) if m.kind != "sub"),

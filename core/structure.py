@@ -41,12 +41,12 @@ class Structure:
     experts_per_token: int | None  # how many experts each token is routed to
     causal: bool
 
-    def recorded(self, per_module: bool) -> list[Module]:
-        """What the runner hooks, in run order: the layers (with `per_module`, each preceded by its
+    def recorded(self, modules: bool) -> list[Module]:
+        """What the runner hooks, in run order: the layers (with `modules`, each preceded by its
         sub-modules), then the final modules. The embeddings come from the pass's own input."""
         out = []
         for i, layer in enumerate(self.layers):
-            if per_module:
+            if modules:
                 out += [Module(name, "sub", self.roles.get(name), i) for name in self.subs[i]]
             out.append(Module(layer, "layer", None, i))
         out += [Module(name, "final", self.roles.get(name)) for name in self.final]

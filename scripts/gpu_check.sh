@@ -2,7 +2,7 @@
 # The GPU check, for a lent GPU box with torch and transformers but no textual and no network.
 # Runs from the repository root in well under 5 minutes on one H100/H200 and writes its JSON under
 # $OUT (default ./gpu-check): the seed's a,b,c case and 32 texts x 128 tokens on
-# tiny-qwen2.5-1.5b-shape in bf16, with sdpa and eager, `check` (with --layers --decompose and the
+# tiny-qwen2.5-1.5b-shape in bf16, with sdpa and eager, `check` (with --modules --decompose and the
 # remedies), `generate` (continuations batched vs alone), `sweep --generate` and `bench` (its generate row);
 # the batch-invariant mode: bitwise result (`--remedy invariant` in check and generate) and cost (bench ratios
 # invariant_vs_compare, invariant_generate_vs_generate).
@@ -25,9 +25,9 @@ python -c "import torch, transformers; print('torch', torch.__version__, 'transf
 
 for attn in sdpa eager; do
   run python -m core check a b c --model $MODEL --dtype bfloat16 --attn $attn --positions arange \
-      --layers --decompose --reference --json "$OUT/check-abc-$attn.json"
+      --modules --decompose --reference --json "$OUT/check-abc-$attn.json"
   run python -m core check --texts-file "$OUT/texts-32x128.txt" --model $MODEL --dtype bfloat16 --attn $attn \
-      --batch-size 8 --layers --decompose --json "$OUT/check-32x128-$attn.json" \
+      --batch-size 8 --modules --decompose --json "$OUT/check-32x128-$attn.json" \
       --remedy tf32-off --remedy reduced-precision-off --remedy deterministic --remedy float32 --remedy batch-invariant \
       --remedy invariant
 done

@@ -75,14 +75,14 @@ def test_numbers_and_localization_match_independent_hooks(name, checkpoints, tin
     assert {"attention", "MLP", "norm"} <= {m.role for m in subs}
 
     order, batched, single = _batched_and_single(path, 0, attn)
-    hooked = [m.layer for m in text.modules if m.kind not in ("embedding", "logits")]
+    hooked = [m.name for m in text.modules if m.kind not in ("embedding", "logits")]
     assert hooked == [n for n in order if n in hooked]  # the engine's order: the order outputs came
     first = text.first_divergent_module
     for module in text.modules[: first.index]:
         if module.kind != "embedding":
-            assert torch.equal(batched[module.layer], single[module.layer]), module.layer
-    assert not torch.equal(batched[first.layer], single[first.layer])
-    assert (batched[first.layer] - single[first.layer]).abs().max().item() == first.max_abs_diff
+            assert torch.equal(batched[module.name], single[module.name]), module.name
+    assert not torch.equal(batched[first.name], single[first.name])
+    assert (batched[first.name] - single[first.name]).abs().max().item() == first.max_abs_diff
     lines = format_localization(result).splitlines()
     for result_text in result.texts:  # never "bitwise equal" for a text whose logits differ
         said = next(line for line in lines if line.startswith(f"text {result_text.line}:"))
@@ -196,7 +196,7 @@ def test_a_module_output_edited_in_place_afterwards_is_recorded_as_it_was(checkp
         lambda module, args, output: returned.__setitem__("mlp", output.clone())
     )
     try:
-        with torch.inference_mode(), Runner(loaded, "left", "mask", per_module=True) as runner:
+        with torch.inference_mode(), Runner(loaded, "left", "mask", modules=True) as runner:
             recorded = runner.single(loaded.tokenizer("hello world")["input_ids"])
     finally:
         handle.remove()

@@ -114,7 +114,7 @@ def test_summary_and_config():
     assert summary.top1_flips == sum(sum(p.top1_flip for p in t.positions) for t in result.texts)
     assert result.config["dtype"] == "bfloat16" and result.config["device"] == "cpu"
     layers = [f"model.layers.{i}" for i in range(4)]
-    assert [layer.layer for layer in result.texts[0].layers] == ["model.embed_tokens", *layers, "model.norm", "logits"]
+    assert [layer.name for layer in result.texts[0].layers] == ["model.embed_tokens", *layers, "model.norm", "logits"]
 
 
 def test_dtype_auto_is_the_checkpoints():

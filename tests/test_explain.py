@@ -26,8 +26,8 @@ def test_first_divergent_module_truly_differs_and_all_before_are_equal(tiny_path
     result = compare(MIXED_TEXTS, settings)
     text = max(result.texts, key=lambda t: t.max_abs_diff)
     first = text.first_divergent_module
-    assert first is not None and first.layer.startswith("model.layers.")
-    names = [m.layer for m in text.modules[1 : first.index + 1]]  # everything after the embeddings
+    assert first is not None and first.name.startswith("model.layers.")
+    names = [m.name for m in text.modules[1 : first.index + 1]]  # everything after the embeddings
 
     # Independently: the seed's method with our own hooks on the same modules.
     tokenizer = AutoTokenizer.from_pretrained(tiny_path)
@@ -53,16 +53,16 @@ def test_first_divergent_module_truly_differs_and_all_before_are_equal(tiny_path
         handle.remove()
     for name in names[:-1]:
         assert torch.equal(batched[name], single[name]), name
-    assert not torch.equal(batched[first.layer], single[first.layer])
-    assert (batched[first.layer].float() - single[first.layer].float()).abs().max().item() == first.max_abs_diff
+    assert not torch.equal(batched[first.name], single[first.name])
+    assert (batched[first.name].float() - single[first.name].float()).abs().max().item() == first.max_abs_diff
 
 
 def test_module_view_contains_the_layer_view():
     result = compare(MIXED_TEXTS, Settings(model="tiny", dtype="bfloat16", positions="arange", modules=True))
     for text in result.texts:
-        by_name = {m.layer: m for m in text.modules}
-        assert [by_name[layer.layer] == layer for layer in text.layers] == [True] * len(text.layers)
-        subs = [m.layer.split(".")[-1] for m in text.modules if m.layer.startswith("model.layers.0.")]
+        by_name = {m.name: m for m in text.modules}
+        assert [by_name[layer.name] == layer for layer in text.layers] == [True] * len(text.layers)
+        subs = [m.name.split(".")[-1] for m in text.modules if m.name.startswith("model.layers.0.")]
         assert subs == ["input_layernorm", "self_attn", "post_attention_layernorm", "mlp"]
 
 

@@ -131,7 +131,7 @@ def test_worst_flip_without_flips_is_the_worst_divergent_position_or_none():
 
 
 def test_per_module_marks_say_what_each_point_is(comparison):
-    curve = layer_curve(comparison.texts[1], per_module=True)
+    curve = layer_curve(comparison.texts[1], modules=True)
     assert len(curve.marks) == len(curve.names)
     assert curve.marks[0] == "e" and curve.marks[-1] == "o"
     assert {"a", "m", "n", "L"} <= set(curve.marks)  # attention, MLP, norms and each layer's output

@@ -26,11 +26,11 @@ class LayersPane(Vertical):
         yield PlotextPlot(id="layers-chart")
         yield Static(id="layers-legend")
 
-    def show(self, comparison: Comparison | None, text: int, per_module: bool = False) -> None:
+    def show(self, comparison: Comparison | None, text: int, modules: bool = False) -> None:
         shown = self._shown
-        if shown is not None and shown[0] is comparison and shown[1:] == (text, per_module):
+        if shown is not None and shown[0] is comparison and shown[1:] == (text, modules):
             return  # moving along a text's positions leaves its layer curve as it is
-        self._shown = (comparison, text, per_module)
+        self._shown = (comparison, text, modules)
         self._draw()
 
     def on_resize(self) -> None:
@@ -38,7 +38,7 @@ class LayersPane(Vertical):
             self._draw()  # the x labels that fit depend on the width
 
     def _draw(self) -> None:
-        comparison, text, per_module = self._shown
+        comparison, text, modules = self._shown
         chart = self.query_one(PlotextPlot)
         plt = chart.plt
         plt.clear_figure()
@@ -47,13 +47,13 @@ class LayersPane(Vertical):
             legend.update("")
             chart.refresh()
             return
-        curve = layer_curve(comparison.texts[text], per_module)
+        curve = layer_curve(comparison.texts[text], modules)
         xs = list(range(len(curve.names)))
         diverged = [(x, y) for x, y in zip(xs, curve.log10_max_abs_diff) if y is not None]
         equal = [x for x, y in zip(xs, curve.log10_max_abs_diff) if y is None]
         decades, decade_labels = decade_ticks(curve.log10_max_abs_diff)
         floor = (decades[0] if decades else 0) - 1
-        modules = per_module and bool(comparison.texts[text].modules)
+        modules = modules and bool(comparison.texts[text].modules)
         if diverged:
             xs_d, ys_d = [x for x, _ in diverged], [y for _, y in diverged]
             plt.plot(xs_d, ys_d, marker="hd", color="gray" if modules else "orange")
