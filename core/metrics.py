@@ -59,19 +59,21 @@ def position_stats(batched: torch.Tensor, single: torch.Tensor, top_k: int, atol
 
 
 def _block_stats(batched, single, top_k, atol, rtol) -> dict[str, torch.Tensor]:
-    # torch.isclose on the model's own dtype, so that all() of it is exactly torch.allclose.
-    allclose = torch.isclose(batched, single, rtol=rtol, atol=atol).all(dim=-1)
+    # Each op here reads and writes the whole [rows, V] block, and on a small model that traffic weighs as much
+    # as the forward passes: few passes, few temporaries, reductions where a tensor would do.
     b = _widened(batched)
     s = _widened(single)
     delta = b - s
     diff = delta.abs()
     max_abs = diff.amax(dim=-1)
     mean_abs = diff.mean(dim=-1)
-    squared_diff = torch.linalg.vector_norm(diff, dim=-1).square_()
+    squared_diff = torch.linalg.vector_norm(delta, dim=-1).square_()
+    largest = torch.maximum(s.amax(dim=-1), s.amin(dim=-1).neg_())  # max |S| per row
+    allclose = allclose_rows(batched, single, diff, s, max_abs, largest, atol, rtol)
     del diff
-    max_abs_ulp = max_abs / ulp(s.abs().amax(dim=-1), batched.dtype)
+    max_abs_ulp = max_abs / ulp(largest, batched.dtype)
     squared_single = torch.linalg.vector_norm(s, dim=-1).square_()
-    log_pb = b.log_softmax(dim=-1)
+    lse_b = b.logsumexp(dim=-1, keepdim=True)  # B's probabilities are wanted at its top-k tokens only
     log_ps = s.log_softmax(dim=-1)
     kl = kl_divergence(delta, log_ps, max_abs.dtype)
     del delta
@@ -83,8 +85,8 @@ def _block_stats(batched, single, top_k, atol, rtol) -> dict[str, torch.Tensor]:
     flip = b_ids[:, 0] != s_ids[:, 0]
     k = min(top_k, k)
     b_logits, b_ids, s_logits, s_ids = b_logits[:, :k], b_ids[:, :k], s_logits[:, :k], s_ids[:, :k]
-    b_probs, b_probs_in_s = log_pb.gather(-1, b_ids).exp(), log_ps.gather(-1, b_ids).exp()
-    s_probs, s_probs_in_b = log_ps.gather(-1, s_ids).exp(), log_pb.gather(-1, s_ids).exp()
+    b_probs, b_probs_in_s = (b_logits - lse_b).exp(), log_ps.gather(-1, b_ids).exp()
+    s_probs, s_probs_in_b = log_ps.gather(-1, s_ids).exp(), (b.gather(-1, s_ids) - lse_b).exp()
     return {
         "max_abs_diff": max_abs,
         "max_abs_diff_ulp": max_abs_ulp,
@@ -106,32 +108,73 @@ def _block_stats(batched, single, top_k, atol, rtol) -> dict[str, torch.Tensor]:
     }
 
 
+def allclose_rows(batched, single, diff, s, max_abs, largest, atol: float, rtol: float) -> torch.Tensor:
+    """Exactly `torch.isclose(batched, single, rtol, atol).all(-1)` (torch.allclose per row, in the model's own
+    dtype) at a fraction of its cost. `diff` = |B - S| and `s` = S widened, `max_abs` and `largest` their row
+    maxima. Most rows are decided from the maxima alone (max|Δ| well within atol: close; well above atol +
+    rtol·max|S|: not); of the rest, every row whose worst ratio of error to allowance is off 1 by more than the
+    model dtype's rounding can move it; what is left (and any non-finite row) is asked of torch.isclose."""
+    margin = 16 * torch.finfo(batched.dtype).eps  # the roundings of each side in the model dtype (subnormals too)
+    close = max_abs <= atol * (1 - margin)
+    far = (max_abs >= (atol + rtol * largest) * (1 + margin)) & torch.isfinite(max_abs)
+    rows = (~close & ~far).nonzero().flatten()
+    if rows.numel():
+        worst = (diff[rows] / s[rows].abs().mul_(rtol).add_(atol)).amax(dim=-1)
+        close[rows] = worst <= 1 - margin
+        unsure = rows[(worst > 1 - margin) & ~((worst >= 1 + margin) & torch.isfinite(worst))]
+        if unsure.numel():
+            close[unsure] = torch.isclose(batched[unsure], single[unsure], rtol=rtol, atol=atol).all(dim=-1)
+    return close
+
+
 def kl_divergence(delta: torch.Tensor, log_p_single: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
     """KL(softmax S || softmax B) per row from Δ = B - S and log softmax S, with a relative rounding error far
     below 1e-3 at any size of KL.
 
-    In float64, with p = exp(log softmax S) and x = Δ - E_p[Δ]: KL = log E[exp x] - E[x]
+    With p = exp(log softmax S) and x = Δ - E_p[Δ]: KL = log E[exp x] - E[x]
     = log1p(E[x] + E[x^2 φ(x)]) - E[x], φ(x) = (expm1 x - x) / x^2 (a series for small |x|, where the
     subtraction would cancel). E[x] is 0 up to rounding and cancels exactly in this form, also where p sums to
     1 only up to its own rounding; E[x^2 φ(x)] is a sum of terms >= 0, so nothing cancels there, and KL is 0
     only where Δ is the same for every token (softmax B = softmax S). Rows whose exp overflows (Δ of hundreds
     of nats) take the textbook form, which is exact there.
+
+    Computed in float32 first (float64 costs ten times as much on a CPU): the only rounding that matters is
+    log1p's, of E[x] + E[x^2 φ], so a row whose |E[x]| + E[x^2 φ] is within 500·KL has a relative error below
+    1e-4; the other rows (a shifted distribution, KL at rounding's size, an overflow) are done again in float64.
     """
-    d = delta.double()
-    p = log_p_single.double().exp_()
-    total = p.sum(dim=-1, keepdim=True)
-    x = d - (p * d).sum(dim=-1, keepdim=True) / total
-    first = (p * x).sum(dim=-1) / total[:, 0]
-    phi = 0.5 + x * (1 / 6 + x * (1 / 24 + x * (1 / 120 + x / 720)))  # within 1e-12 of φ where |x| < 1e-2
-    if not bool(x.abs().amax() < 1e-2):  # larger differences (bf16 runs): the closed form there
-        phi = torch.where(x.abs() < 1e-2, phi, (torch.expm1(x) - x) / x.square())
-    rest = (p * x.square_() * phi).sum(dim=-1) / total[:, 0]
+    if delta.dtype == torch.float64:
+        return _kl_in(delta, log_p_single)[0].to(out_dtype)
+    kl, first, rest = _kl_in(delta.float(), log_p_single.float())
+    unsure = ~(torch.isfinite(kl) & (first.abs() + rest <= 500 * kl))
+    unsure &= delta.amax(dim=-1) != delta.amin(dim=-1)  # Δ the same for every token: KL is exactly 0
+    if bool(unsure.any()):
+        rows = unsure.nonzero().flatten()
+        kl[rows] = _kl_in(delta[rows].double(), log_p_single[rows].double())[0].float()
+    return kl.to(out_dtype)
+
+
+def _kl_in(d: torch.Tensor, log_p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """KL per row in the inputs' dtype (float32 or float64), with E[x] and E[x^2 φ(x)] it was made of."""
+    p = log_p.exp()
+    total = p.sum(dim=-1)
+    x = d - (torch.linalg.vecdot(p, d, dim=-1) / total)[:, None]
+    first = torch.linalg.vecdot(p, x, dim=-1) / total
+    # E[x^2 φ(x)] = E[expm1(x)] - E[x]: the sum loses digits where |x| is small (at most 2 ulp of |x| per
+    # token); a row where that loss could reach 1e-4 of it takes the series of φ instead, term by term, where
+    # |x| < 1e-2 (within 1e-12 of φ there).
+    rest = torch.linalg.vecdot(p, torch.expm1(x), dim=-1) / total - first
+    loss = 2 * torch.finfo(x.dtype).eps * torch.linalg.vecdot(p, x.abs(), dim=-1) / total
+    rows = (loss > 1e-4 * rest.abs()).nonzero().flatten()
+    if rows.numel():
+        xs = x[rows]
+        series = (xs / 720).add_(1 / 120).mul_(xs).add_(1 / 24).mul_(xs).add_(1 / 6).mul_(xs).add_(0.5)
+        terms = torch.where(xs.abs() < 1e-2, series.mul_(xs).mul_(xs), torch.expm1(xs).sub_(xs))
+        rest[rows] = torch.linalg.vecdot(p[rows], terms, dim=-1) / total[rows]
     kl = torch.log1p(first + rest) - first
     if not torch.isfinite(kl).all():
-        log_p = log_p_single.double()
         direct = (p * (log_p - (log_p + d).log_softmax(dim=-1))).nansum(dim=-1)
         kl = torch.where(torch.isfinite(kl), kl, direct.clamp_min(0.0))
-    return kl.clamp_min_(0.0).to(out_dtype)
+    return kl.clamp_min_(0.0), first, rest
 
 
 def ulp(magnitude: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
