@@ -1,4 +1,5 @@
-"""Rendering a `Comparison`: the JSON report (DESIGN.md's schema) and the CLI's plain-text table."""
+"""The JSON report of a comparison (DESIGN.md's schema, docs/json.md), the pieces the generation and remedies
+reports share with it, and writing any report: atomically to a file, or to standard output."""
 
 from __future__ import annotations
 

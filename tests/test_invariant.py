@@ -139,13 +139,13 @@ def test_without_the_mode_generation_steps_differ(checkpoints):
     assert any(differs)
 
 
-def test_the_readme_example_prints_true_for_every_text(capsys):
-    """README's example, the original report's code with `batch_invariant` added, run as written on the
-    built-in English model."""
+def test_the_documented_example_prints_true_for_every_text(capsys):
+    """The documented example (docs/invariant.md), the original report's code with `batch_invariant` added, run
+    as written on the built-in English model."""
     from pathlib import Path
 
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
-    code = readme.split("## The same logits")[1].split("```python\n")[1].split("```")[0]
+    page = (Path(__file__).parents[1] / "docs" / "invariant.md").read_text()
+    code = page.split("```python\n")[1].split("```")[0]
     name = 'model_name = "Qwen/Qwen2.5-1.5B-Instruct"'
     assert name in code
     exec(code.replace(name, f"model_name = {str(builtin_path('qwen2-english-4m'))!r}"), {})
