@@ -75,7 +75,7 @@ def _block_stats(batched, single, top_k, atol, rtol) -> dict[str, torch.Tensor]:
     squared_single = torch.linalg.vector_norm(s, dim=-1).square_()
     lse_b = b.logsumexp(dim=-1, keepdim=True)  # B's probabilities are wanted at its top-k tokens only
     log_ps = s.log_softmax(dim=-1)
-    kl = kl_divergence(delta, log_ps, max_abs.dtype)
+    kl = kl_divergence(delta, log_ps, max_abs.dtype, max_abs)
     del delta
     k = min(max(top_k, 2), s.shape[-1])  # at least 2 for the margin
     b_logits, b_ids = ordered_topk(b, k)
@@ -127,54 +127,53 @@ def allclose_rows(batched, single, diff, s, max_abs, largest, atol: float, rtol:
     return close
 
 
-def kl_divergence(delta: torch.Tensor, log_p_single: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
-    """KL(softmax S || softmax B) per row from Δ = B - S and log softmax S, with a relative rounding error far
-    below 1e-3 at any size of KL.
+def kl_divergence(
+    delta: torch.Tensor, log_p_single: torch.Tensor, out_dtype: torch.dtype, max_abs: torch.Tensor | None = None
+) -> torch.Tensor:
+    """KL(softmax S || softmax B) per row from Δ = B - S and log softmax S, with a relative rounding error below
+    5e-4 at any size of KL. `max_abs`: max|Δ| per row, where already known.
 
-    With p = exp(log softmax S) and x = Δ - E_p[Δ]: KL = log E[exp x] - E[x]
-    = log1p(E[x] + E[x^2 φ(x)]) - E[x], φ(x) = (expm1 x - x) / x^2 (a series for small |x|, where the
-    subtraction would cancel). E[x] is 0 up to rounding and cancels exactly in this form, also where p sums to
-    1 only up to its own rounding; E[x^2 φ(x)] is a sum of terms >= 0, so nothing cancels there, and KL is 0
-    only where Δ is the same for every token (softmax B = softmax S). Rows whose exp overflows (Δ of hundreds
-    of nats) take the textbook form, which is exact there.
-
-    Computed in float32 first (float64 costs ten times as much on a CPU): the only rounding that matters is
-    log1p's, of E[x] + E[x^2 φ], so a row whose |E[x]| + E[x^2 φ] is within 500·KL has a relative error below
-    1e-4; the other rows (a shifted distribution, KL at rounding's size, an overflow) are done again in float64.
+    With p = exp(log softmax S) and x = Δ - E_p[Δ]: KL = log E[exp x] - E[x] (any centre gives the same KL).
+    Low-precision runs are worked out in float32 as log1p(E[expm1 x]), one pass of the vocabulary for each
+    reduction: its rounding is at most a few ulp of max|x| and of the centre, and every row where that bound
+    could reach 5e-4 of the KL (a shifted distribution, KL at rounding's size, an overflow) is worked out again
+    in float64 exactly (`_kl_exact`). A float64 run is worked out exactly throughout.
     """
     if delta.dtype == torch.float64:
-        return _kl_in(delta, log_p_single)[0].to(out_dtype)
-    kl, first, rest = _kl_in(delta.float(), log_p_single.float())
-    unsure = ~(torch.isfinite(kl) & (first.abs() + rest <= 500 * kl))
-    unsure &= delta.amax(dim=-1) != delta.amin(dim=-1)  # Δ the same for every token: KL is exactly 0
+        return _kl_exact(delta, log_p_single).to(out_dtype)
+    d = delta.float()
+    p = log_p_single.float().exp()
+    centre = torch.linalg.vecdot(p, d, dim=-1)
+    kl = torch.linalg.vecdot(p, (d - centre[:, None]).expm1_(), dim=-1).log1p_()
+    largest = d.abs().amax(dim=-1) if max_abs is None else max_abs.float()
+    bound = 2 * torch.finfo(torch.float32).eps * (largest + 3 * centre.abs())
+    unsure = ~(torch.isfinite(kl) & (bound <= 5e-4 * kl))
+    kl.clamp_min_(0.0)
     if bool(unsure.any()):
         rows = unsure.nonzero().flatten()
-        kl[rows] = _kl_in(delta[rows].double(), log_p_single[rows].double())[0].float()
+        kl[rows] = _kl_exact(delta[rows].double(), log_p_single[rows].double()).float()
     return kl.to(out_dtype)
 
 
-def _kl_in(d: torch.Tensor, log_p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """KL per row in the inputs' dtype (float32 or float64), with E[x] and E[x^2 φ(x)] it was made of."""
+def _kl_exact(d: torch.Tensor, log_p: torch.Tensor) -> torch.Tensor:
+    """KL per row in float64 as log1p(E[x] + E[x^2 φ(x)]) - E[x], φ(x) = (expm1 x - x) / x^2 (a series for
+    small |x|, where the subtraction would cancel). E[x] is 0 up to rounding and cancels exactly in this form,
+    also where p sums to 1 only up to its own rounding; E[x^2 φ(x)] is a sum of terms >= 0, so nothing cancels
+    there, and KL is 0 only where Δ is the same for every token (softmax B = softmax S). Rows whose exp
+    overflows (Δ of hundreds of nats) take the textbook form, which is exact there."""
     p = log_p.exp()
-    total = p.sum(dim=-1)
-    x = d - (torch.linalg.vecdot(p, d, dim=-1) / total)[:, None]
-    first = torch.linalg.vecdot(p, x, dim=-1) / total
-    # E[x^2 φ(x)] = E[expm1(x)] - E[x]: the sum loses digits where |x| is small (at most 2 ulp of |x| per
-    # token); a row where that loss could reach 1e-4 of it takes the series of φ instead, term by term, where
-    # |x| < 1e-2 (within 1e-12 of φ there).
-    rest = torch.linalg.vecdot(p, torch.expm1(x), dim=-1) / total - first
-    loss = 2 * torch.finfo(x.dtype).eps * torch.linalg.vecdot(p, x.abs(), dim=-1) / total
-    rows = (loss > 1e-4 * rest.abs()).nonzero().flatten()
-    if rows.numel():
-        xs = x[rows]
-        series = (xs / 720).add_(1 / 120).mul_(xs).add_(1 / 24).mul_(xs).add_(1 / 6).mul_(xs).add_(0.5)
-        terms = torch.where(xs.abs() < 1e-2, series.mul_(xs).mul_(xs), torch.expm1(xs).sub_(xs))
-        rest[rows] = torch.linalg.vecdot(p[rows], terms, dim=-1) / total[rows]
+    total = p.sum(dim=-1, keepdim=True)
+    x = d - (p * d).sum(dim=-1, keepdim=True) / total
+    first = (p * x).sum(dim=-1) / total[:, 0]
+    phi = 0.5 + x * (1 / 6 + x * (1 / 24 + x * (1 / 120 + x / 720)))  # within 1e-12 of φ where |x| < 1e-2
+    if not bool(x.abs().amax() < 1e-2):  # larger differences: the closed form there
+        phi = torch.where(x.abs() < 1e-2, phi, (torch.expm1(x) - x) / x.square())
+    rest = (p * x.square_() * phi).sum(dim=-1) / total[:, 0]
     kl = torch.log1p(first + rest) - first
     if not torch.isfinite(kl).all():
         direct = (p * (log_p - (log_p + d).log_softmax(dim=-1))).nansum(dim=-1)
         kl = torch.where(torch.isfinite(kl), kl, direct.clamp_min(0.0))
-    return kl.clamp_min_(0.0), first, rest
+    return kl.clamp_min_(0.0)
 
 
 def ulp(magnitude: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
