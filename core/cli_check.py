@@ -3,20 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from functools import partial
 
-from .cli_exit import EXIT_DIVERGED, EXIT_OK, parsed_and_guarded
-from .cli_options import (
-    OneLineParser,
-    add_common_options,
-    add_remedy_option,
-    check_report_destination,
-    finish_report,
-    human_output,
-    measured,
-    settings_from_args,
-    texts_from_args,
-)
+from .cli_exit import parsed_and_guarded
+from .cli_options import OneLineParser, add_common_options, add_remedy_option
+from .cli_report import ReportKind, report_command
 
 
 def check_parser(prog: str) -> OneLineParser:
@@ -36,20 +26,20 @@ def run_check(argv: list[str], prog: str = "batchtui check") -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    settings = settings_from_args(args)
-    numbered = texts_from_args(args)
-    check_report_destination(args.json)
-    from .engine import compare  # torch loads only once the arguments are known good
+    def run(texts, settings, lines):
+        from .engine import compare
+
+        return compare(texts, settings, lines=lines)
+
+    return report_command(args, run, _check_report)
+
+
+def _check_report() -> ReportKind:
     from .plain_text import format_localization, format_table, verdict
     from .report import summary_json, to_json_dict
 
-    comparison, outcomes = measured(numbered.texts, settings, args.remedy, partial(compare, lines=numbered.lines))
-    out = human_output(args.json)
-    print(format_table(comparison), file=out)
-    if settings.modules:
-        print(format_localization(comparison), file=out)
-    for note in comparison.notes:
-        print(f"note: {note}", file=out)
-    print(verdict(comparison), file=out)
-    followed = finish_report(comparison, outcomes, settings, args.json, to_json_dict, summary_json)
-    return EXIT_OK if followed.all_close else EXIT_DIVERGED
+    def table(comparison) -> str:
+        shown = format_table(comparison)
+        return f"{shown}\n{format_localization(comparison)}" if comparison.config["modules"] else shown
+
+    return ReportKind(table, verdict, to_json_dict, summary_json, diverged=lambda comparison: not comparison.all_close)

@@ -4,18 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from .cli_exit import EXIT_DIVERGED, EXIT_OK, parsed_and_guarded
-from .cli_options import (
-    OneLineParser,
-    add_common_options,
-    add_remedy_option,
-    check_report_destination,
-    finish_report,
-    human_output,
-    measured,
-    settings_from_args,
-    texts_from_args,
-)
+from .cli_exit import parsed_and_guarded
+from .cli_options import OneLineParser, add_common_options, add_remedy_option
+from .cli_report import ReportKind, report_command
 from .generation_result import DEFAULT_MAX_NEW_TOKENS
 
 
@@ -47,25 +38,21 @@ def run_generate(argv: list[str], prog: str = "batchtui generate") -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    settings = settings_from_args(args)
-    numbered = texts_from_args(args)
-    check_report_destination(args.json)
-    from .generation import generate_and_compare  # torch loads only once the arguments are known good
-    from .generation_report import (
+    def run(texts, settings, lines):
+        from .generation import generate_and_compare
+
+        return generate_and_compare(texts, settings, args.max_new_tokens, args.from_embeds, lines=lines)
+
+    return report_command(args, run, _generation_report)
+
+
+def _generation_report() -> ReportKind:
+    from .generation_report import format_generation_table, generation_json, generation_summary_json, generation_verdict
+
+    return ReportKind(
         format_generation_table,
+        generation_verdict,
         generation_json,
         generation_summary_json,
-        generation_verdict,
+        diverged=lambda comparison: bool(comparison.summary.differ),
     )
-
-    def generate(texts, run_settings):
-        return generate_and_compare(texts, run_settings, args.max_new_tokens, args.from_embeds, lines=numbered.lines)
-
-    comparison, outcomes = measured(numbered.texts, settings, args.remedy, generate)
-    out = human_output(args.json)
-    print(format_generation_table(comparison), file=out)
-    for note in comparison.notes:
-        print(f"note: {note}", file=out)
-    print(generation_verdict(comparison), file=out)
-    followed = finish_report(comparison, outcomes, settings, args.json, generation_json, generation_summary_json)
-    return EXIT_DIVERGED if followed.summary.differ else EXIT_OK

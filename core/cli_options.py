@@ -129,37 +129,6 @@ def add_remedy_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def measured(texts: list[str], settings: Settings, remedies: list[str], run) -> tuple[object, list]:
-    """`run(texts, settings)` once, or with `--remedy`: the baseline and each remedy (`compare_remedies`).
-    Returns the baseline's result and the outcomes (none without remedies)."""
-    if not remedies:
-        return run(texts, settings), []
-    from .remedies import compare_remedies
-
-    outcomes = compare_remedies(texts, settings, remedies, run)
-    return outcomes[0].comparison, outcomes
-
-
-def finish_report(result, outcomes: list, settings: Settings, json_path: str | None, report_fn, summary_fn):
-    """What `check` and `generate` print after their own table (the invariant mode's verdict, the remedies),
-    then the JSON report, after the table so that a report that cannot be written loses nothing printed.
-    Returns the result the exit code follows: the run with every applicable remedy, else the baseline."""
-    from .plain_text import format_remedies, invariant_verdict
-    from .report import remedies_json, write_json
-
-    out = human_output(json_path)
-    if settings.invariant:
-        print(f"invariant mode: {invariant_verdict(result)}", file=out)
-    if outcomes:
-        print(format_remedies(outcomes), file=out)
-    if json_path:
-        report = report_fn(result)
-        if outcomes:
-            report["remedies"] = remedies_json(outcomes, summary_fn)
-        write_json(report, json_path)
-    return next((o.comparison for o in reversed(outcomes) if o.comparison is not None), result)
-
-
 def settings_from_args(args: argparse.Namespace) -> Settings:
     return Settings(
         model=args.model,
