@@ -5,11 +5,18 @@ from __future__ import annotations
 import argparse
 
 from .cli_exit import EXIT_OK, EXIT_TARGET_MISSED, parsed_and_guarded
-from .cli_options import OneLineParser, ProgressLine, add_threads_option, check_report_destination, human_output
+from .cli_options import (
+    OneLineParser,
+    ProgressLine,
+    add_threads_option,
+    check_report_destination,
+    human_output,
+    settings_from_args,
+)
 from .errors import InputError
 from .generation_result import DEFAULT_MAX_NEW_TOKENS
 from .plain_text import format_columns
-from .settings import DTYPES, PADDING_SIDES, POSITION_MODES, Settings
+from .settings import DTYPES, PADDING_SIDES, POSITION_MODES
 
 BENCH_MODEL = "tiny"
 
@@ -48,17 +55,8 @@ def run_bench(argv: list[str], prog: str = "batchtui bench") -> int:
 def _bench(args: argparse.Namespace) -> int:
     if args.texts < 1 or args.rounds < 1 or args.max_new_tokens < 1 or not 1 <= args.min_tokens <= args.max_tokens:
         raise InputError("texts, rounds and new tokens must be at least 1, and 1 <= min-tokens <= max-tokens")
-    settings = Settings(
-        model=args.model,
-        dtype=args.dtype,
-        device=args.device,
-        device_map=args.device_map,
-        attn=args.attn,
-        batch_size=args.batch_size,
-        padding_side=args.padding_side,
-        positions=args.positions,
-        trust_remote_code=args.trust_remote_code,
-    ).validated()
+    # --max-tokens is the longest text of the workload here, not a cut.
+    settings = settings_from_args(args, ignored=("max_tokens",))
     check_report_destination(args.json)
     from .bench import bench, workload
     from .models import load_model

@@ -5,17 +5,17 @@ from __future__ import annotations
 import argparse
 
 from .cli_exit import parsed_and_guarded
-from .cli_options import OneLineParser, add_common_options, add_remedy_option
+from .cli_options import OneLineParser, add_remedy_option, command_parser
 from .cli_report import ReportKind, report_command
+
+DESCRIPTION = (
+    "Compare each text's logits run alone and inside a padded batch. "
+    "Exit 0 when every text is allclose, 1 when any diverges, 2 on bad input."
+)
 
 
 def check_parser(prog: str) -> OneLineParser:
-    parser = OneLineParser(
-        prog=prog,
-        description="Compare each text's logits run alone and inside a padded batch. "
-        "Exit 0 when every text is allclose, 1 when any diverges, 2 on bad input.",
-    )
-    add_common_options(parser)
+    parser = command_parser(prog, DESCRIPTION)
     parser.add_argument("--json", metavar="PATH", help="write the full report to PATH ('-' for stdout)")
     add_remedy_option(parser)
     return parser

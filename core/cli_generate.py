@@ -5,9 +5,15 @@ from __future__ import annotations
 import argparse
 
 from .cli_exit import parsed_and_guarded
-from .cli_options import OneLineParser, add_common_options, add_remedy_option
+from .cli_options import add_remedy_option, command_parser
 from .cli_report import ReportKind, report_command
 from .generation_result import DEFAULT_MAX_NEW_TOKENS
+
+DESCRIPTION = (
+    "Greedy-decode each text alone and inside its left-padded batch with transformers' generate "
+    "and report the first step where the continuations part. Exit 0 when every continuation is the same, "
+    "1 when any differs, 2 on bad input."
+)
 
 
 def add_generation_options(parser: argparse.ArgumentParser) -> None:
@@ -24,13 +30,7 @@ def add_generation_options(parser: argparse.ArgumentParser) -> None:
 
 
 def run_generate(argv: list[str], prog: str = "batchtui generate") -> int:
-    parser = OneLineParser(
-        prog=prog,
-        description="Greedy-decode each text alone and inside its left-padded batch with transformers' generate "
-        "and report the first step where the continuations part. Exit 0 when every continuation is the same, "
-        "1 when any differs, 2 on bad input.",
-    )
-    add_common_options(parser)
+    parser = command_parser(prog, DESCRIPTION)
     add_generation_options(parser)
     parser.add_argument("--json", metavar="PATH", help="write the full report to PATH ('-' for stdout)")
     add_remedy_option(parser)

@@ -6,6 +6,7 @@ import argparse
 import copy
 import sys
 import time
+from dataclasses import fields
 from typing import TextIO
 
 from .errors import InputError
@@ -59,6 +60,13 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def command_parser(prog: str, description: str) -> OneLineParser:
+    """A command's parser with the options every comparing command takes."""
+    parser = OneLineParser(prog=prog, description=description)
+    add_common_options(parser)
+    return parser
 
 
 def add_common_options(parser: argparse.ArgumentParser) -> None:
@@ -129,26 +137,11 @@ def add_remedy_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def settings_from_args(args: argparse.Namespace) -> Settings:
-    return Settings(
-        model=args.model,
-        dtype=args.dtype,
-        device=args.device,
-        device_map=args.device_map,
-        batch_size=args.batch_size,
-        padding_side=args.padding_side,
-        positions=args.positions,
-        attn=args.attn,
-        top_k=args.top_k,
-        max_tokens=args.max_tokens,
-        atol=args.atol,
-        rtol=args.rtol,
-        trust_remote_code=args.trust_remote_code,
-        modules=args.modules,
-        decompose=args.decompose,
-        reference=args.reference,
-        invariant=args.invariant,
-    ).validated()
+def settings_from_args(args: argparse.Namespace, ignored: tuple[str, ...] = ()) -> Settings:
+    """The settings the arguments name (each option's dest is its Settings field), checked. `ignored`: options
+    of the same name that mean something else to the command."""
+    given = {f.name: getattr(args, f.name) for f in fields(Settings) if hasattr(args, f.name) and f.name not in ignored}
+    return Settings(**given).validated()
 
 
 def texts_from_args(args: argparse.Namespace) -> NumberedTexts:

@@ -9,10 +9,9 @@ from functools import partial
 from .cli_exit import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OK, parsed_and_guarded
 from .cli_generate import add_generation_options
 from .cli_options import (
-    OneLineParser,
     ProgressLine,
-    add_common_options,
     check_report_destination,
+    command_parser,
     human_output,
     ints_argument,
     names_argument,
@@ -21,15 +20,15 @@ from .cli_options import (
 )
 from .plain_text import GENERATE_SWEEP_HEADER, SWEEP_HEADER, format_columns, sweep_row
 
+DESCRIPTION = (
+    "Run the comparison (or, with --generate, greedy generation) over a grid of settings. Exit 0 "
+    "when every cell is allclose (every continuation the same), 1 when a cell diverged, 2 on bad input or "
+    "when a cell could not run."
+)
+
 
 def run_sweep(argv: list[str], prog: str = "batchtui sweep") -> int:
-    parser = OneLineParser(
-        prog=prog,
-        description="Run the comparison (or, with --generate, greedy generation) over a grid of settings. Exit 0 "
-        "when every cell is allclose (every continuation the same), 1 when a cell diverged, 2 on bad input or "
-        "when a cell could not run.",
-    )
-    add_common_options(parser)
+    parser = command_parser(prog, DESCRIPTION)
     parser.add_argument(
         "--dtypes", type=names_argument, default=["bfloat16", "float32"], help="default: bfloat16,float32"
     )

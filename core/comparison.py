@@ -227,22 +227,30 @@ class Summary:
 
 
 @dataclass(frozen=True)
-class Comparison:
-    """Everything one `compare()` call measured, with the settings it resolved to."""
+class RunResult:
+    """What every run returns: the settings it resolved to, one result per text, what it noticed, its time."""
 
     config: dict
-    texts: tuple[TextResult, ...]
+    texts: tuple
     notes: tuple[str, ...] = field(default=())
     elapsed_s: float = 0.0
 
     @property
+    def max_abs_diff(self) -> float:
+        """The largest max|Δ| of any text."""
+        return max((t.max_abs_diff for t in self.texts), default=0.0)
+
+
+@dataclass(frozen=True)
+class Comparison(RunResult):
+    """Everything one `compare()` call measured, with the settings it resolved to."""
+
+    texts: tuple[TextResult, ...]
+
+    @property
     def summary(self) -> Summary:
-        return Summary(
-            texts=len(self.texts),
-            diverged=sum(not t.allclose for t in self.texts),
-            max_abs_diff=max((t.max_abs_diff for t in self.texts), default=0.0),
-            top1_flips=sum(t.top1_flips for t in self.texts),
-        )
+        diverged = sum(not t.allclose for t in self.texts)
+        return Summary(len(self.texts), diverged, self.max_abs_diff, sum(t.top1_flips for t in self.texts))
 
     @property
     def all_close(self) -> bool:

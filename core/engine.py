@@ -17,14 +17,11 @@ from .run_skeleton import (
     CancelledFn,
     Chunk,
     PassSteps,
+    PreparedRun,
     ProgressFn,
-    chunks,
     own_tokens,
     passes_per_text,
     prepare_run,
-    resolved_config,
-    run_guarded,
-    total_passes,
 )
 from .runner import Runner
 from .settings import Settings
@@ -46,12 +43,10 @@ def compare(
     run = prepare_run(texts, settings, lines)
     settings, loaded = run.settings, run.loaded
     reference = load_reference_model(settings) if settings.reference else None
-    steps = PassSteps(
-        total_passes(len(run.texts), settings.batch_size, passes_per_text(settings)), progress, cancelled, "comparison"
-    )
-    results = run_guarded(loaded, lambda: _run(run.texts, run.lines, settings, loaded, reference, steps))
+    steps = run.steps(passes_per_text(settings), progress, cancelled, "comparison")
+    results = run.guarded(lambda: _run(run, reference, steps))
     return Comparison(
-        config=resolved_config(settings, loaded),
+        config=run.config,
         texts=tuple(results),
         notes=loaded.notes + _settings_notes(settings),
         elapsed_s=time.perf_counter() - started,
@@ -67,13 +62,14 @@ def _settings_notes(settings: Settings) -> tuple[str, ...]:
     return ()
 
 
-def _run(texts, lines, settings, loaded, reference, steps: PassSteps) -> list[TextResult]:
+def _run(run: PreparedRun, reference, steps: PassSteps) -> list[TextResult]:
+    settings, loaded = run.settings, run.loaded
     runner = Runner(
         loaded, settings.padding_side, settings.positions, modules=settings.modules, max_tokens=settings.max_tokens
     )
     results: list[TextResult] = []
     with torch.inference_mode(), invariant_if(settings.invariant, loaded.model), runner:
-        for chunk in chunks(texts, lines, settings.batch_size):
+        for chunk in run.chunks():
             results += _chunk(chunk, runner, settings, loaded, reference, steps)
     return results
 

@@ -22,18 +22,7 @@ from .generation_result import DEFAULT_MAX_NEW_TOKENS, Continuation, GenerationC
 from .invariant import invariant_if
 from .metrics import position_stats
 from .models import LoadedModel
-from .run_skeleton import (
-    CancelledFn,
-    Chunk,
-    PassSteps,
-    ProgressFn,
-    chunks,
-    own_tokens,
-    prepare_run,
-    resolved_config,
-    run_guarded,
-    total_passes,
-)
+from .run_skeleton import CancelledFn, Chunk, PassSteps, PreparedRun, ProgressFn, own_tokens, prepare_run
 from .runner import Runner
 from .settings import Settings
 
@@ -62,10 +51,9 @@ def generate_and_compare(
     if settings.padding_side != GENERATION_PADDING:
         notes.append("generation pads on the left (new tokens follow the prompt); right padding is for check")
     runner = Runner(loaded, GENERATION_PADDING, "mask", max_tokens=settings.max_tokens, from_embeds=from_embeds)
-    steps = PassSteps(total_passes(len(run.texts), settings.batch_size), progress, cancelled, "generation")
-    generation = _Generation(loaded, runner, settings, max_new_tokens, steps)
-    results = run_guarded(loaded, lambda: generation.all(run.texts, run.lines))
-    config = resolved_config(settings, loaded)
+    generation = _Generation(loaded, runner, settings, max_new_tokens, run.steps(1, progress, cancelled, "generation"))
+    results = run.guarded(lambda: generation.all(run))
+    config = run.config
     config.update(
         padding_side=GENERATION_PADDING, positions="mask", max_new_tokens=max_new_tokens, from_embeds=from_embeds
     )
@@ -81,10 +69,10 @@ class _Generation:
         self.steps = steps
         self.eos_ids = set(backend.eos_ids)
 
-    def all(self, texts: list[str], lines: list[int]) -> list[TextGeneration]:
+    def all(self, run: PreparedRun) -> list[TextGeneration]:
         results = []
         with torch.inference_mode(), invariant_if(self.settings.invariant, self.loaded.model):
-            for chunk in chunks(texts, lines, self.settings.batch_size):
+            for chunk in run.chunks():
                 results += self._chunk(chunk)
         return results
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .generation_result import Continuation, GenerationComparison, TextGeneration
 from .plain_text import format_columns, format_float
-from .report import number, position_json
+from .report import number, position_json, run_json
 from .visible import literal
 
 
@@ -75,10 +75,4 @@ def generation_summary_json(comparison: GenerationComparison) -> dict:
 
 
 def generation_json(comparison: GenerationComparison) -> dict:
-    return {
-        "config": comparison.config,
-        "summary": generation_summary_json(comparison),
-        "notes": list(comparison.notes),
-        "elapsed_s": comparison.elapsed_s,
-        "texts": [_text(t) for t in comparison.texts],
-    }
+    return run_json(comparison, generation_summary_json(comparison), [_text(t) for t in comparison.texts])

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 
-from .comparison import PositionColumns, PositionMetrics
+from .comparison import PositionColumns, PositionMetrics, RunResult
 
 DEFAULT_MAX_NEW_TOKENS = 32
 
@@ -83,17 +83,12 @@ class GenerationSummary:
 
 
 @dataclass(frozen=True)
-class GenerationComparison:
-    config: dict
+class GenerationComparison(RunResult):
+    """Every text's continuations batched and alone, with the settings the run resolved to."""
+
     texts: tuple[TextGeneration, ...]
-    notes: tuple[str, ...] = field(default=())
-    elapsed_s: float = 0.0
 
     @property
     def summary(self) -> GenerationSummary:
-        return GenerationSummary(
-            texts=len(self.texts),
-            differ=sum(t.differs for t in self.texts),
-            near_ties=sum(bool(t.near_tie) for t in self.texts),
-            max_abs_diff=max((t.max_abs_diff for t in self.texts), default=0.0),
-        )
+        near_ties = sum(bool(t.near_tie) for t in self.texts)
+        return GenerationSummary(len(self.texts), sum(t.differs for t in self.texts), near_ties, self.max_abs_diff)

@@ -147,14 +147,19 @@ def remedies_json(outcomes, summary_fn) -> list[dict]:
     return entries
 
 
-def to_json_dict(comparison: Comparison) -> dict:
+def run_json(result, summary: dict, texts: list[dict]) -> dict:
+    """A run's report: its resolved settings, summary, notes, time and per-text entries."""
     return {
-        "config": comparison.config,
-        "summary": summary_json(comparison),
-        "notes": list(comparison.notes),
-        "elapsed_s": comparison.elapsed_s,
-        "texts": [_text(t) for t in comparison.texts],
+        "config": result.config,
+        "summary": summary,
+        "notes": list(result.notes),
+        "elapsed_s": result.elapsed_s,
+        "texts": texts,
     }
+
+
+def to_json_dict(comparison: Comparison) -> dict:
+    return run_json(comparison, summary_json(comparison), [_text(t) for t in comparison.texts])
 
 
 def write_json(data: dict, path: str | Path) -> Path:

@@ -108,6 +108,23 @@ class PreparedRun:
     lines: list[int]
     loaded: LoadedModel
 
+    def chunks(self) -> Iterator[Chunk]:
+        return chunks(self.texts, self.lines, self.settings.batch_size)
+
+    def steps(self, per_text: int, progress: ProgressFn | None, cancelled: CancelledFn | None, what: str):
+        """The run's passes to count: a batched pass per chunk and `per_text` per text."""
+        total = total_passes(len(self.texts), self.settings.batch_size, per_text)
+        return PassSteps(total, progress, cancelled, what)
+
+    def guarded(self, run: Callable[[], object]):
+        """`run()` as `run_guarded` runs it."""
+        return run_guarded(self.loaded, run)
+
+    @property
+    def config(self) -> dict:
+        """The settings as the model resolved them."""
+        return resolved_config(self.settings, self.loaded)
+
 
 def prepare_run(texts: list[str] | tuple[str, ...], settings: Settings, lines: list[int] | None) -> PreparedRun:
     """Settings and texts checked before the model loads; the model loaded; settings it cannot honour refused.

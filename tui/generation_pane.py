@@ -35,11 +35,9 @@ class GenerationPane(Vertical):
         yield Static("", id="gen-state")
         yield DataTable(id="gen-table", cursor_type="row", zebra_stripes=True)
         with Horizontal(id="gen-continuations"):
-            yield Static(id="gen-single")
-            yield Static(id="gen-batched")
+            yield from (Static(id=f"gen-{run}") for run in ("single", "batched"))
         yield PlotextPlot(id="gen-chart")
-        yield Static(id="gen-chart-legend")
-        yield Static(id="gen-topk")
+        yield from (Static(id=name) for name in ("gen-chart-legend", "gen-topk"))
 
     def on_mount(self) -> None:
         self.query_one(DataTable).add_columns("#", "split", "batched →", "single →")

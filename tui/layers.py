@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import Vertical
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
@@ -14,13 +13,11 @@ from ..core.chart_ticks import decade_ticks
 from ..core.comparison import Comparison
 from ..core.layer_view import MARK_LEGEND, fitted_labels, layer_curve
 from ..core.visible import literal
+from .chart_pane import ChartPane
 
 
-class LayersPane(Vertical):
-    def __init__(self, **kwargs) -> None:
-        super().__init__(**kwargs)
-        self.border_title = "layers"
-        self._shown: tuple | None = None
+class LayersPane(ChartPane):
+    PANE_TITLE = "layers"
 
     def compose(self) -> ComposeResult:
         yield PlotextPlot(id="layers-chart")
@@ -32,10 +29,6 @@ class LayersPane(Vertical):
             return  # moving along a text's positions leaves its layer curve as it is
         self._shown = (comparison, text, modules)
         self._draw()
-
-    def on_resize(self) -> None:
-        if self._shown is not None:
-            self._draw()  # the x labels that fit depend on the width
 
     def _draw(self) -> None:
         comparison, text, modules = self._shown

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import Vertical
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
@@ -14,6 +13,7 @@ from ..core.comparison import Comparison
 from ..core.token_views import topk_union
 from ..core.visible import shown_token
 from .chart_colors import BATCHED, SINGLE, rich
+from .chart_pane import ChartPane
 
 # Columns of the y axis and frame; a token label gets at least MIN_LABEL columns, at most MAX_LABEL.
 AXIS_WIDTH = 8
@@ -22,11 +22,8 @@ MIN_LABEL, MAX_LABEL = 5, 10
 PLOT_FURNITURE, MAX_TICKS = 3, 6
 
 
-class TopkPane(Vertical):
-    def __init__(self, **kwargs) -> None:
-        super().__init__(**kwargs)
-        self.border_title = "top-k"
-        self._shown: tuple | None = None
+class TopkPane(ChartPane):
+    PANE_TITLE = "top-k"
 
     def compose(self) -> ComposeResult:
         yield PlotextPlot(id="topk-chart")
@@ -38,9 +35,6 @@ class TopkPane(Vertical):
         self._shown = (comparison, selected)
         if self.display:
             self._draw()
-
-    def on_resize(self) -> None:
-        self._draw()
 
     def on_show(self) -> None:
         # Once laid out: how many token labels fit depends on the chart's final width.
