@@ -18,6 +18,13 @@ def pytest_configure(config):
     # One fresh model cache per test session (subprocesses inherit it); never the network.
     os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="batchtui-test-cache-")
     os.environ["HF_HUB_OFFLINE"] = "1"
+    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+        # Parallel workers share the cores: one kernel thread each (and in the commands they start), or torch's
+        # spinning threads would fight over them.
+        os.environ["OMP_NUM_THREADS"] = "1"
+        import torch
+
+        torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

@@ -125,11 +125,6 @@ def test_worst_flip_is_the_flip_with_the_largest_max_abs_diff(comparison):
     assert comparison.texts[text].columns.max_abs_diff[position] == largest
 
 
-def test_worst_flip_without_flips_is_the_worst_divergent_position_or_none():
-    quiet = compare(["one", "two"], Settings(model="tiny", dtype="float32", batch_size=1))
-    assert worst_flip(quiet) is None
-
-
 def test_per_module_marks_say_what_each_point_is(comparison):
     curve = layer_curve(comparison.texts[1], modules=True)
     assert len(curve.marks) == len(curve.names)

@@ -116,13 +116,25 @@ async def test_first_frame_shows_every_text_and_the_marker_sits_on_its_cell():
                 continue
             text, position = flips[len(flips) // 2]
             app.select(text, position)
-            await pilot.pause(0.1)
             plot = app.query_one(HeatmapPlot)
+
+            def changed_cells(plot=plot, app=app) -> list[tuple[int, int]]:
+                bare, marked = str(plot._cache[1]).split("\n"), _figure(app)
+                return [
+                    (r, c) for r, (a, b) in enumerate(zip(bare, marked)) for c, (x, y) in enumerate(zip(a, b)) if x != y
+                ]
+
+            def marker_on_a_flip(plot=plot) -> bool:
+                changed = changed_cells()
+                return (
+                    len(changed) == 1 and str(plot._cache[1]).split("\n")[changed[0][0]][changed[0][1]] == FLIP_MARKER
+                )
+
+            # Drawn a frame or more after the selection (later on a busy machine): waited for, not assumed.
+            await wait_for(pilot, marker_on_a_flip, "the marker on the flip")
             bare = str(plot._cache[1]).split("\n")
             marked = _figure(app)
-            changed = [
-                (r, c) for r, (a, b) in enumerate(zip(bare, marked)) for c, (x, y) in enumerate(zip(a, b)) if x != y
-            ]
+            changed = changed_cells()
             assert len(changed) == 1
             row, column = changed[0]
             assert bare[row][column] == FLIP_MARKER and marked[row][column] == SELECTED_MARKER
