@@ -1,4 +1,5 @@
-"""The app driven through Pilot on the built-in model, as a user would."""
+"""The app end to end (tui/app.py): first frame, runs on edits and settings, stale results, errors, reports,
+help, the command palette."""
 
 import json
 
@@ -6,7 +7,6 @@ from textual.widgets import Input
 from tui_helpers import MIXED, detail_title, make_app, settle, wait_for
 
 from batchtui.core.cell_navigation import next_divergent
-from batchtui.core.heatmap_view import divergent_cells
 from batchtui.tui.heatmap import Heatmap
 from batchtui.tui.help_screen import HelpScreen
 from batchtui.tui.messages import ComparisonReady
@@ -24,50 +24,6 @@ async def test_first_frame_comes_before_results_then_results_appear():
         assert table.row_count == len(MIXED)
         assert detail_title(app) == "text 1 · position 0"
         assert app.state.comparison.config["dtype"] == "bfloat16"
-
-
-async def test_n_jumps_over_divergent_positions_and_detail_follows():
-    app = make_app()
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot, app)
-        cells = divergent_cells(app.state.comparison)
-        assert len(cells) > 1, "the test needs divergence: bf16 with arange positions and left padding"
-        await pilot.press("n")
-        assert app.state.selected == next_divergent(app.state.comparison, 0, 0) == cells[0]
-        assert detail_title(app) == f"text {cells[0][0] + 1} · position {cells[0][1]}"
-        await pilot.press("n")
-        assert app.state.selected == cells[1]
-        await pilot.press("N")
-        assert app.state.selected == cells[0]
-        await pilot.press("N")
-        assert app.state.selected == cells[-1]  # wraps around
-
-
-async def test_arrows_hjkl_and_brackets_move_the_selection():
-    app = make_app()
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot, app)
-        await pilot.press("]", "]")
-        assert app.state.selected == (2, 0) and detail_title(app) == "text 3 · position 0"
-        await pilot.press("right", "right", "l")
-        assert detail_title(app) == "text 3 · position 3"
-        await pilot.press("h", "up")
-        assert app.state.selected == (1, 0)  # text 2 has one token: the position is clamped
-        await pilot.press("j", "down", "down", "down")
-        assert app.state.selected == (3, 0)  # stops at the last text
-        await pilot.press("[")
-        assert app.state.selected == (2, 0)
-        assert app.query_one(SummaryTable).cursor_row == 2
-
-
-async def test_selecting_a_summary_row_selects_the_text():
-    app = make_app()
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot, app)
-        app.query_one(SummaryTable).focus()
-        await pilot.press("down", "down", "down")
-        assert app.state.selected[0] == 3
-        assert detail_title(app).startswith("text 4 ·")
 
 
 async def test_editing_a_text_reruns_and_changes_the_table():
@@ -217,16 +173,3 @@ async def test_command_palette_runs_app_actions():
         await pilot.press("enter")
         await pilot.pause(0.2)
         assert app.state.selected == next_divergent(app.state.comparison, 0, 0)
-
-
-async def test_selection_survives_a_rerun():
-    app = make_app()
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot, app)
-        await pilot.press("n")
-        selected = app.state.selected
-        assert selected != (0, 0)
-        await pilot.press("r")
-        await settle(pilot, app)
-        assert app.state.selected == selected
-        assert detail_title(app) == f"text {selected[0] + 1} · position {selected[1]}"

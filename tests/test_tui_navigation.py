@@ -1,17 +1,79 @@
-"""Flips first, long texts in a few keys, and honest state: driven through Pilot on the built-in model."""
+"""Moving over the results in the app (tui/navigation_keys.py and the summary): positions, texts, divergences,
+flips, sorting, and what the status line says on the way."""
 
-from tui_helpers import make_app, settle
+from tui_helpers import detail_title, make_app, settle
 
-from batchtui.core.cell_navigation import flip_cells, next_flip
+from batchtui.core.cell_navigation import flip_cells, next_divergent, next_flip
+from batchtui.core.heatmap_view import divergent_cells
 from batchtui.core.plain_text import decimals_to_tell_apart
 from batchtui.tui.status_line import StatusLine
+from batchtui.tui.summary_table import SummaryTable
 
 LONG = "The quick brown fox jumps over the lazy dog. " * 12  # 540 tokens on the byte-level model
+
+
 FLIPPING = ["a", LONG, "Hello, world! How are you today?", "xyz"]
 
 
 def _status(app) -> str:
     return app.query_one(StatusLine).full_text()
+
+
+async def test_n_jumps_over_divergent_positions_and_detail_follows():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        cells = divergent_cells(app.state.comparison)
+        assert len(cells) > 1, "the test needs divergence: bf16 with arange positions and left padding"
+        await pilot.press("n")
+        assert app.state.selected == next_divergent(app.state.comparison, 0, 0) == cells[0]
+        assert detail_title(app) == f"text {cells[0][0] + 1} · position {cells[0][1]}"
+        await pilot.press("n")
+        assert app.state.selected == cells[1]
+        await pilot.press("N")
+        assert app.state.selected == cells[0]
+        await pilot.press("N")
+        assert app.state.selected == cells[-1]  # wraps around
+
+
+async def test_arrows_hjkl_and_brackets_move_the_selection():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        await pilot.press("]", "]")
+        assert app.state.selected == (2, 0) and detail_title(app) == "text 3 · position 0"
+        await pilot.press("right", "right", "l")
+        assert detail_title(app) == "text 3 · position 3"
+        await pilot.press("h", "up")
+        assert app.state.selected == (1, 0)  # text 2 has one token: the position is clamped
+        await pilot.press("j", "down", "down", "down")
+        assert app.state.selected == (3, 0)  # stops at the last text
+        await pilot.press("[")
+        assert app.state.selected == (2, 0)
+        assert app.query_one(SummaryTable).cursor_row == 2
+
+
+async def test_selecting_a_summary_row_selects_the_text():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        app.query_one(SummaryTable).focus()
+        await pilot.press("down", "down", "down")
+        assert app.state.selected[0] == 3
+        assert detail_title(app).startswith("text 4 ·")
+
+
+async def test_selection_survives_a_rerun():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        await pilot.press("n")
+        selected = app.state.selected
+        assert selected != (0, 0)
+        await pilot.press("r")
+        await settle(pilot, app)
+        assert app.state.selected == selected
+        assert detail_title(app) == f"text {selected[0] + 1} · position {selected[1]}"
 
 
 async def test_flip_keys_walk_every_flip_across_texts_and_say_it_in_words():

@@ -1,22 +1,43 @@
-"""Bad values exit 2 with one line, never 3 or a traceback, and before the work rather than after it."""
+"""The commands' checks of their input (cli_options, settings, texts, models): bad input exits 2 with one
+line, never 3 or a traceback, and before the work rather than after it; what is cut is flagged."""
 
 import json
 import subprocess
 import sys
 
 import pytest
-from textual import events
-from tui_helpers import make_app, settle
+import torch
+from bad_models import not_a_causal_lm, tokenizer_without_pad_or_eos
 
 import batchtui.core.engine
 from batchtui.core import Settings, compare
-from batchtui.core import session as session_file
 from batchtui.core.cli_check import run_check
 from batchtui.core.cli_probe import run_probe
 from batchtui.core.cli_sweep import run_sweep
 from batchtui.core.errors import ResourceError
 from batchtui.core.models import load_model
-from batchtui.tui.launcher import build_app
+
+
+@pytest.fixture
+def broken(tmp_path, tiny_path):
+    return {
+        "not-causal": str(not_a_causal_lm(tmp_path / "bert")),
+        "no-pad-no-eos": str(tokenizer_without_pad_or_eos(tiny_path, tmp_path / "nopad")),
+    }
+
+
+CLI_CASES = [
+    (["", "ok"], "text 1 is empty or whitespace only"),
+    (["--max-tokens", "0", "ok"], "max tokens must be at least 1"),
+    (["--top-k", "5000", "ok"], "top-k must be at most the vocabulary size 4096"),  # the default model's
+    (["--atol", "-1", "ok"], "atol must be a finite number >= 0, not -1.0"),
+    (["--rtol", "-0.1", "ok"], "rtol must be a finite number >= 0, not -0.1"),
+    (["--batch-size", "0", "ok"], "batch size must be at least 1"),
+    (["--model", "not-causal", "ok"], "has a config.json but no weights"),
+    (["--model", "no-pad-no-eos", "ok"], "has neither a pad nor an eos token"),
+    (["--model", "nobody/nothing", "ok"], "'nobody/nothing' is not in the local cache and HF_HUB_OFFLINE is set"),
+]
+
 
 LONE_SURROGATE = "caf\udce9"  # what Python makes of the Latin-1 bytes b"caf\xe9" in argv
 
@@ -42,6 +63,99 @@ BEFORE_THE_RUN = [
     (["--device", "meta", "ok"], "device 'meta' holds no data"),
     (["--texts-file", "/dev/zero"], "is larger than 64 MiB"),
 ]
+
+
+@pytest.fixture
+def tokenizer_dropping_tildes():
+    """The tiny model as the engine holds it, its tokenizer given a normalizer that removes '~' (as some
+    tokenizers drop characters they do not know): a text of tildes has no token at all."""
+    from tokenizers import normalizers
+
+    backend = load_model(Settings(model="tiny", max_tokens=64)).tokenizer.backend_tokenizer
+    saved = backend.normalizer
+    backend.normalizer = normalizers.Replace("~", "")
+    yield "tiny"
+    backend.normalizer = saved
+
+
+@pytest.mark.parametrize(("args", "message"), CLI_CASES)
+def test_cli_bad_input(args, message, broken, capsys):
+    args = [broken.get(a, a) for a in args]
+    assert run_check(args) == 2
+    captured = capsys.readouterr()
+    assert len(captured.err.strip().splitlines()) == 1 and message in captured.err
+    assert "Traceback" not in captured.err + captured.out
+
+
+def test_hub_unreachable_message_suggests_a_local_path(monkeypatch, capsys):
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens: the Hub is unreachable
+    monkeypatch.setenv("HF_HUB_ETAG_TIMEOUT", "2")
+    assert run_check(["--model", "nobody/nothing", "ok"]) == 2
+    assert "'nobody/nothing' is not in the local cache and the hub cannot be reached" in capsys.readouterr().err
+
+
+def test_long_texts_are_cut_and_flagged(capsys):
+    result = compare(["short", "x" * 40], Settings(model="tiny", max_tokens=16))
+    short, long = result.texts
+    assert not short.truncated and long.truncated and len(long.token_ids) == 16
+    assert run_check(["--max-tokens", "16", "--json", "-", "short", "x" * 40]) in (0, 1)
+    out = capsys.readouterr()
+    assert '"truncated": true' in out.out and "16 cut" in out.err
+    context = load_model(Settings(model="tiny")).max_tokens
+    assert context == 8192  # the tiny model's max_position_embeddings
+    assert compare(["y" * 8200], Settings(model="tiny", batch_size=1)).texts[0].truncated
+
+
+def test_out_of_memory_stops_the_run_and_the_next_one_works():
+    texts = ["one text", "another text"]
+    model = load_model(Settings(model="tiny")).model
+
+    def exhausted(module, args):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+    handle = model.model.layers[1].register_forward_pre_hook(exhausted)
+    try:
+        with pytest.raises(ResourceError, match="out of memory on cpu .* lower the batch size or the text length"):
+            compare(texts, Settings(model="tiny"))
+    finally:
+        handle.remove()
+    assert compare(texts, Settings(model="tiny")).summary.texts == 2
+
+
+def test_a_10_mb_text_is_cut_before_it_is_tokenized(tmp_path):
+    """Only a prefix that surely holds --max-tokens tokens is tokenized: a 10 MB text stays within memory
+    (it took 3.3 GB whole; a 60 MB one aborted) and comes out cut and flagged."""
+    import os
+    import subprocess
+    import sys
+    import threading
+
+    big = tmp_path / "big.txt"
+    big.write_text("word " * 2_000_000 + "\n")
+    command = [sys.executable, "-m", "batchtui.core", "check", "--model", "tiny", "--max-tokens", "64"]
+    process = subprocess.Popen([*command, "--texts-file", str(big)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    watchdog = threading.Timer(180, process.kill)  # wait4 has no timeout of its own
+    watchdog.start()
+    try:
+        _, status, usage = os.wait4(process.pid, 0)  # this child's own peak memory
+    finally:
+        watchdog.cancel()
+    out = process.stdout.read().decode()
+    assert os.waitstatus_to_exitcode(status) == 0 and "64 cut" in out
+    assert usage.ru_maxrss < 1_500_000  # kB: the interpreter, torch and the model, not the text
+
+
+def test_a_cut_prefix_gives_the_whole_text_s_tokens_up_to_the_cut():
+    from batchtui.core.models import load_model
+    from batchtui.core.runner import Runner
+
+    loaded = load_model(Settings(model="qwen2-english-4m"))
+    runner = Runner(loaded, "left", "mask", max_tokens=40)
+    for text in ("The quick brown fox jumps. " * 400, "a" * 20_000, "  spaces   and\\ttabs " * 900, "日本語" * 5000):
+        whole = loaded.tokenizer(text, truncation=True, max_length=40)["input_ids"]
+        assert len(runner.bounded(text)) < len(text)
+        assert runner.tokenize(text) == (whole, True)
 
 
 @pytest.mark.parametrize(("args", "message"), BEFORE_THE_RUN)
@@ -121,104 +235,12 @@ def test_texts_files_keep_bytes_and_line_numbers(tmp_path, capsys):
     assert table_numbers == ["1", "3", "4", "6"]
 
 
-def test_the_command_line_wins_even_at_the_default(tmp_path):
-    path = tmp_path / "session.json"
-    saved = Settings(model="tiny", batch_size=4, dtype="float32", padding_side="right", atol=0.5, decompose=True)
-    session_file.save(path, "kept", saved)
-    restored = build_app(["--session", str(path)])
-    assert (
-        restored.state.settings.batch_size,
-        restored.state.settings.padding_side,
-        restored.state.settings.decompose,
-    ) == (
-        4,
-        "right",
-        True,
-    )
-    app = build_app(
-        ["--session", str(path), "--batch-size", "8", "--dtype", "auto", "--padding-side", "left", "--atol", "1e-5"]
-    )
-    assert app.initial_texts == ["kept"]
-    assert (app.state.settings.batch_size, app.state.settings.dtype, app.state.settings.padding_side) == (
-        8,
-        "auto",
-        "left",
-    )
-    assert app.state.settings.atol == 1e-5 and app.state.settings.decompose is True  # not given: the session's
-
-
-def test_a_non_utf8_text_never_reaches_the_app_or_its_session(tmp_path, capsys):
-    path = tmp_path / "session.json"
-    assert build_app(["--session", str(path), LONE_SURROGATE]) == 2
-    assert "text 1 is not valid UTF-8" in capsys.readouterr().err
-    assert not path.exists()
-
-
-async def test_a_lone_surrogate_pasted_in_the_app_is_saved_and_refused_by_the_run(tmp_path):
-    path = tmp_path / "session.json"
-    app = make_app(texts=["fine"])
-    app.session_path = path
-    async with app.run_test(size=(100, 30)) as pilot:
-        await settle(pilot, app)
-        await pilot.press("e", "end")
-        app.post_message(events.Paste(f"\n{LONE_SURROGATE}"))  # a paste of broken bytes, as the terminal sends it
-        await pilot.pause(0.7)
-        await settle(pilot, app)
-        assert any("text 2 is not valid UTF-8" in n.message for n in app._notifications)
-        assert app.query_one("#editor").text == "fine\ncaf\\udce9"  # shown escaped: no terminal prints it
-        assert app.is_running
-    assert json.loads(path.read_text())["text"] == f"fine\n{LONE_SURROGATE}"
-    restarted = build_app(["--session", str(path)])
-    assert restarted.initial_texts == ["fine", LONE_SURROGATE]  # starts, the text kept for the user to fix
-
-
-async def test_nan_typed_into_a_tolerance_is_refused_and_the_field_restored():
-    app = make_app(texts=["one"])
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot, app)
-        generation = app.state.run_number
-        for typed in ("nan", "inf", "-inf"):
-            field = app.query_one("#rtol")
-            field.value = typed
-            await field.action_submit()
-            await pilot.pause()
-            assert field.value == "0.001"
-        assert app.state.settings.rtol == 1e-3 and app.state.run_number == generation
-        assert any("rtol must be a finite number >= 0, not nan" in n.message for n in app._notifications)
-
-
-async def test_app_numbers_texts_by_their_editor_line():
-    app = make_app(texts=["one", "", "  ", "two"])
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot, app)
-        assert [(t.line, t.text) for t in app.state.comparison.texts] == [(1, "one"), (4, "two")]
-        table = app.query_one("#summary")
-        assert [str(table.get_row_at(row)[0]) for row in range(table.row_count)] == ["1", "4"]
-        await pilot.press("j")
-        assert str(app.query_one("#detail").border_title) == "text 4 · position 0"
-        assert str(app.query_one("#heatmap").border_subtitle) == "text 4 · pos 0"
-        assert str(app.query_one("#layers").border_title).endswith(" text 4")
-
-
 def test_a_probe_that_runs_out_of_memory_is_bad_input(capsys):
     """A 200000-wide layer needs 160 GB: the user's input, so one line and exit 2, not an internal error."""
     args = ["--sizes", "200000", "--batch-sizes", "2", "--dtypes", "float32", "--repeats", "1"]
     assert run_probe(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("batchtui: error: out of memory on cpu for a 200000x200000 float32 layer")
-
-
-@pytest.fixture
-def tokenizer_dropping_tildes():
-    """The tiny model as the engine holds it, its tokenizer given a normalizer that removes '~' (as some
-    tokenizers drop characters they do not know): a text of tildes has no token at all."""
-    from tokenizers import normalizers
-
-    backend = load_model(Settings(model="tiny", max_tokens=64)).tokenizer.backend_tokenizer
-    saved = backend.normalizer
-    backend.normalizer = normalizers.Replace("~", "")
-    yield "tiny"
-    backend.normalizer = saved
 
 
 @pytest.mark.parametrize("command", ["check", "generate"])
