@@ -11,7 +11,10 @@ from batchtui.core.settings import Settings
 def test_bench_json_has_ratios_and_targets(tmp_path, capsys):
     out = tmp_path / "bench.json"
     args = ["--texts", "3", "--min-tokens", "4", "--max-tokens", "9", "--rounds", "1", "--max-new-tokens", "4"]
-    code = run_bench([*args, "--json", str(out)])
+    tokenizer = load_model(Settings(model="tiny")).tokenizer
+    side = tokenizer.padding_side
+    code = run_bench([*args, "--json", str(out), "--padding-side", "left" if side == "right" else "right"])
+    assert tokenizer.padding_side == side  # the model the other commands share is left as it was
     # Progress after every call the bench makes (8 methods warmed up and timed once, 2 peaks), with an estimate.
     progress = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[")]
     assert progress[-1].startswith("[########################] 18/18 peak memory compare")
