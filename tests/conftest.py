@@ -32,3 +32,14 @@ def tiny_path():
     from batchtui.core.builtin_models import builtin_path
 
     return builtin_path("tiny")
+
+
+@pytest.fixture
+def broken(tmp_path, tiny_path):
+    """Checkpoints a run must refuse, by the name a test gives them: an encoder, a tokenizer without pad or eos."""
+    from bad_models import not_a_causal_lm, tokenizer_without_pad_or_eos
+
+    return {
+        "not-causal": str(not_a_causal_lm(tmp_path / "bert")),
+        "no-pad-no-eos": str(tokenizer_without_pad_or_eos(tiny_path, tmp_path / "nopad")),
+    }

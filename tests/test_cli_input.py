@@ -7,7 +7,6 @@ import sys
 
 import pytest
 import torch
-from bad_models import not_a_causal_lm, tokenizer_without_pad_or_eos
 
 import batchtui.core.engine
 from batchtui.core import Settings, compare
@@ -16,15 +15,6 @@ from batchtui.core.cli_probe import run_probe
 from batchtui.core.cli_sweep import run_sweep
 from batchtui.core.errors import ResourceError
 from batchtui.core.models import load_model
-
-
-@pytest.fixture
-def broken(tmp_path, tiny_path):
-    return {
-        "not-causal": str(not_a_causal_lm(tmp_path / "bert")),
-        "no-pad-no-eos": str(tokenizer_without_pad_or_eos(tiny_path, tmp_path / "nopad")),
-    }
-
 
 CLI_CASES = [
     (["", "ok"], "text 1 is empty or whitespace only"),

@@ -5,7 +5,6 @@ import json
 
 import pytest
 import torch
-from bad_models import not_a_causal_lm, tokenizer_without_pad_or_eos
 from textual import events
 from tui_helpers import make_app, settle
 
@@ -15,14 +14,6 @@ from batchtui.core.models import load_model
 from batchtui.tui.launcher import build_app
 
 TEXTS = ["first text", "a second, longer text"]
-
-
-@pytest.fixture
-def broken(tmp_path, tiny_path):
-    return {
-        "not-causal": str(not_a_causal_lm(tmp_path / "bert")),
-        "no-pad-no-eos": str(tokenizer_without_pad_or_eos(tiny_path, tmp_path / "nopad")),
-    }
 
 
 TUI_CASES = [
