@@ -21,7 +21,7 @@ async def _settled(pilot, app: BatchtuiApp) -> None:
     for _ in range(600):
         await pilot.pause(0.05)
         await app.workers.wait_for_complete()
-        if app.generation and app.settled_generation == app.generation and not app.workers:
+        if app.state.run_number and app.state.settled_run == app.state.run_number and not app.workers:
             await pilot.pause(0.3)
             return
     raise RuntimeError("no comparison arrived")
