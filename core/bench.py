@@ -55,11 +55,15 @@ def _bare_runner(loaded: LoadedModel, settings: Settings, padding_side: str | No
     return Runner(loaded, padding_side or settings.padding_side, settings.positions, record=False)
 
 
+def _chunks(texts: list[str], settings: Settings):
+    return chunks(texts, list(range(1, len(texts) + 1)), settings.batch_size)
+
+
 def floor_passes(loaded: LoadedModel, texts: list[str], settings: Settings) -> None:
     """The passes a comparison cannot do without: one batched pass per chunk, one single pass per text."""
     runner = _bare_runner(loaded, settings)
     with torch.inference_mode():
-        for chunk in chunks(texts, list(range(len(texts))), settings.batch_size):
+        for chunk in _chunks(texts, settings):
             del runner.batched(chunk.texts).output
         for text in texts:
             runner.single(runner.tokenize(text)[0])
@@ -69,7 +73,7 @@ def seed_script(loaded: LoadedModel, texts: list[str], settings: Settings) -> No
     """The original report's method: each chunk batched, then each of its padded rows alone, torch.allclose."""
     runner = _bare_runner(loaded, settings)
     with torch.inference_mode():
-        for chunk in chunks(texts, list(range(len(texts))), settings.batch_size):
+        for chunk in _chunks(texts, settings):
             batched = runner.batched(chunk.texts)
             for row in range(len(chunk.texts)):
                 single = runner.padded_row(batched, row).logits[0]
@@ -81,7 +85,7 @@ def generate_floor(loaded: LoadedModel, texts: list[str], settings: Settings, ne
     each text alone, nothing else."""
     runner = _bare_runner(loaded, settings, padding_side="left")
     with torch.inference_mode():
-        for chunk in chunks(texts, list(range(len(texts))), settings.batch_size):
+        for chunk in _chunks(texts, settings):
             rows = [runner.tokenize(text)[0] for text in chunk.texts]
             runner.greedy(rows, new_tokens, with_logits=False)
             for ids in rows:

@@ -156,7 +156,7 @@ class Runner:
         # A sharded model leaves hidden states on several devices: gather them where the logits are
         # (a no-op on one device). Sub-modules may see tokens flattened to [b*T, H]: back to [b, T, H].
         shape = input_ids.shape
-        hidden = [embeds] + [captured[name] for name in self.names[1:]] if self.names else []
+        hidden = ([embeds] + [captured[name] for name in self.names[1:]]) if self.names else []  # none: logits only
         hidden = [h.to(logits.device).reshape(*shape, -1) for h in hidden]
         routes = [captured[("route", name)].to(logits.device).reshape(*shape, -1) for _, name in self.recording.routers]
         return PassOutput(logits, hidden, routes)
