@@ -8,11 +8,13 @@ the work, so a long run never ends with its results unwritable.
 
 from __future__ import annotations
 
+import errno
 import itertools
 import os
 import stat
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from .errors import InputError
@@ -52,7 +54,8 @@ def write_text(path: str | Path, text: str) -> Path:
     except FileNotFoundError:
         status = None
     if status is not None and not stat.S_ISREG(status.st_mode) and not stat.S_ISDIR(status.st_mode):
-        with open(path, "w", encoding="utf-8") as handle:  # a FIFO or a device: written like `>` does
+        fd = _open_fifo(path) if stat.S_ISFIFO(status.st_mode) else os.open(path, os.O_WRONLY | os.O_TRUNC)
+        with open(fd, "w", encoding="utf-8") as handle:  # a FIFO or a device: written like `>` does
             handle.write(text)
         return Path(path)
     target = Path(os.path.realpath(path))
@@ -69,6 +72,21 @@ def write_text(path: str | Path, text: str) -> Path:
         Path(temp).unlink(missing_ok=True)
         raise
     return target
+
+
+def _open_fifo(path: str | Path) -> int:
+    """Open a FIFO for writing, waiting for its reader in short sleeps rather than in a blocking open():
+    Ctrl+C may be taken by any of the process's threads, and only a sleeping main thread is sure to see it."""
+    while True:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:  # ENXIO: nobody reads it yet
+                raise
+            time.sleep(0.05)
+            continue
+        os.set_blocking(fd, True)
+        return fd
 
 
 def _candidates(directory: Path, stem: str, suffix: str):
