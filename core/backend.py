@@ -1,6 +1,6 @@
 """The model a run's passes go through, as a small interface: a run asks it for tokens and passes and gets
 tensors back, never a framework's objects. `Runner` (a transformers model in this process) implements it; a
-served model is another implementation, answering what a server can (continuations, not hidden states).
+served model answers what a server can: greedy continuations of a text (`Completer`), not hidden states.
 """
 
 from __future__ import annotations
@@ -84,3 +84,34 @@ class Backend(Protocol):
     def greedy(
         self, rows: list[list[int]], max_new_tokens: int, cancelled=None, with_logits: bool = True
     ) -> Decoded: ...
+
+
+@dataclass(frozen=True)
+class ServedStep:
+    """One generated token as the server reported it: the token, its logprob, the top alternatives (most
+    likely first)."""
+
+    token: str
+    logprob: float | None
+    top: tuple[tuple[str, float], ...]
+
+
+@dataclass(frozen=True)
+class ServedContinuation:
+    """One greedy completion. `steps` is None where the server returned no logprobs (then only the text is
+    known); `prompt` holds, per prompt position, the server's prompt logprobs as (token, logprob) pairs (None
+    where it returned none, vLLM's `prompt_logprobs`)."""
+
+    text: str
+    finish_reason: str | None
+    steps: tuple[ServedStep, ...] | None
+    prompt: tuple[tuple[tuple[str, float], ...] | None, ...] | None = None
+
+
+class Completer(Protocol):
+    """A model that continues a text greedily (temperature 0, a fixed seed), with the logprobs it can give:
+    a served model behind an OpenAI-compatible API (`endpoint_client.Endpoint`)."""
+
+    def complete(
+        self, text: str, max_new_tokens: int, top_logprobs: int = 0, prompt_logprobs: int = 0
+    ) -> ServedContinuation: ...

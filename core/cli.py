@@ -12,14 +12,22 @@ def _commands() -> dict[str, Callable[[list[str], str], int]]:
     # Imported on use: `batchtui --help` and the app need none of them.
     from .cli_bench import run_bench
     from .cli_check import run_check
+    from .cli_endpoint import run_endpoint
     from .cli_generate import run_generate
     from .cli_probe import run_probe
     from .cli_sweep import run_sweep
 
-    return {"check": run_check, "generate": run_generate, "sweep": run_sweep, "probe": run_probe, "bench": run_bench}
+    return {
+        "check": run_check,
+        "generate": run_generate,
+        "sweep": run_sweep,
+        "probe": run_probe,
+        "bench": run_bench,
+        "endpoint": run_endpoint,
+    }
 
 
-COMMANDS = ("check", "generate", "sweep", "probe", "bench")
+COMMANDS = ("check", "generate", "sweep", "probe", "bench", "endpoint")
 PROG = "python -m batchtui.core"
 
 

@@ -48,7 +48,8 @@ def app_parser() -> OneLineParser:
         description="Explore batched-vs-single logit differences live. Without a subcommand it starts the app.",
         epilog="subcommands: batchtui check (table, JSON, exit code for CI) · batchtui generate (does batching "
         "change the greedy continuation, and from which token) · batchtui sweep (a grid of settings) · "
-        "batchtui probe (one Linear layer) · batchtui bench (cost against the bare passes); "
+        "batchtui probe (one Linear layer) · batchtui bench (cost against the bare passes) · batchtui endpoint "
+        "(does load change a served model's answer); "
         "each has its own --help",
     )
     add_common_options(parser)

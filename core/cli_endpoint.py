@@ -1,0 +1,99 @@
+"""`batchtui endpoint`: does what else is in flight change a served model's greedy answer?"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .cli_exit import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OK, error_line, parsed_and_guarded
+from .cli_options import OneLineParser, ProgressLine, check_report_destination, human_output, texts_from_args
+from .endpoint_client import DEFAULT_TIMEOUT_S
+from .errors import InputError
+from .generation_result import DEFAULT_MAX_NEW_TOKENS
+
+DESCRIPTION = (
+    "Greedy-complete each text on an OpenAI-compatible server (vLLM, SGLang, llama.cpp, TGI, transformers serve) "
+    "alone, twice, and with all texts in flight together, and report where the continuations part. Exit 0 when "
+    "every continuation is the same, 1 when any differs, 2 on bad input or a network fault."
+)
+
+
+def _int_at_least(minimum: int):
+    def parsed(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            number = minimum - 1
+        if number < minimum:
+            raise argparse.ArgumentTypeError(f"must be a whole number of at least {minimum}, not {value!r}")
+        return number
+
+    return parsed
+
+
+def endpoint_parser(prog: str) -> OneLineParser:
+    parser = OneLineParser(prog=prog, description=DESCRIPTION)
+    parser.add_argument("texts", nargs="*", metavar="TEXT", help="texts to complete (default: a built-in set)")
+    parser.add_argument("--texts-file", metavar="FILE", help="read texts from FILE, one per line")
+    parser.add_argument("--url", required=True, help="the server's address, e.g. http://127.0.0.1:8000/v1")
+    parser.add_argument("--model", help="the served model's name (default: the only one the server lists)")
+    parser.add_argument(
+        "--max-new-tokens", type=_int_at_least(1), default=DEFAULT_MAX_NEW_TOKENS, metavar="N", help="greedy tokens"
+    )
+    parser.add_argument(
+        "--concurrency", type=_int_at_least(1), metavar="N", help="requests in flight under load (default: every text)"
+    )
+    parser.add_argument("--rounds", type=_int_at_least(1), default=3, metavar="R", help="rounds under load")
+    parser.add_argument(
+        "--top-logprobs", type=_int_at_least(0), default=5, metavar="K", help="logprobs asked per step (0: none)"
+    )
+    parser.add_argument(
+        "--api-key-env", metavar="NAME", help="the environment variable holding the API key (never printed)"
+    )
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S", help="seconds per request")
+    parser.add_argument("--json", metavar="PATH", help="write the full report to PATH ('-' for stdout)")
+    return parser
+
+
+def run_endpoint(argv: list[str], prog: str = "batchtui endpoint") -> int:
+    return parsed_and_guarded(endpoint_parser(prog), argv, _endpoint)
+
+
+def _endpoint(args: argparse.Namespace) -> int:
+    if not args.timeout > 0:
+        raise InputError(f"--timeout must be more than 0 seconds, not {args.timeout:g}")
+    numbered = texts_from_args(args)
+    check_report_destination(args.json)
+    from .endpoint_client import Endpoint
+    from .endpoint_report import endpoint_json, endpoint_verdict, format_endpoint_table
+    from .endpoint_run import measure_endpoint
+    from .report import write_json
+
+    endpoint = Endpoint(args.url, args.model, args.api_key_env, args.timeout)
+    try:
+        model = endpoint.resolve_model()
+        bar = ProgressLine()
+        result = measure_endpoint(
+            endpoint,
+            numbered.texts,
+            numbered.lines,
+            args.max_new_tokens,
+            args.concurrency,
+            args.rounds,
+            args.top_logprobs,
+            config={"url": endpoint.url, "model": model},
+            progress=lambda done, total: bar(done, total, "requests"),
+        )
+    finally:
+        endpoint.close()
+    out = human_output(args.json)
+    print(format_endpoint_table(result), file=out)
+    for note in result.notes:
+        print(f"note: {note}", file=out)
+    print(endpoint_verdict(result), file=out)
+    if args.json:
+        write_json(endpoint_json(result), args.json)  # with what was measured before a fault, and the fault
+    if result.failure is not None:
+        print(error_line(InputError(result.failure)), file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return EXIT_DIVERGED if result.any_differs else EXIT_OK

@@ -1,0 +1,192 @@
+"""An OpenAI-compatible server (vLLM, SGLang, llama.cpp's server, TGI, `transformers serve`) as a source of greedy
+continuations: its `/v1/completions` API through the `openai` package (the `endpoint` extra).
+
+Texts go only to the URL the user named: no redirects are followed and no proxy from the environment is used.
+Requests are never retried, so a retry can never hide a changed answer. Every network or protocol fault is one
+`EndpointError` line; an API key is read from the environment variable the user names and never shown.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+from urllib.parse import urlsplit, urlunsplit
+
+from .backend import ServedContinuation, ServedStep
+from .errors import InputError
+from .visible import literal
+
+DEFAULT_TIMEOUT_S = 120.0
+GREEDY_SEED = 0
+
+
+class EndpointError(InputError):
+    """The server could not be reached, or answered with an error or with something that is not an answer.
+    `status`: the HTTP status of an error answer."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def base_url(url: str) -> str:
+    """The API root of `url`: `http://host:8000` and `http://host:8000/v1` both name `http://host:8000/v1`."""
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise InputError(f"--url must be an http:// or https:// address, not {literal(url)!r}")
+    path = parts.path.rstrip("/") or "/v1"
+    return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+
+
+def _without_credentials(url: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
+def api_key_from(variable: str | None) -> str:
+    """The key in environment variable `variable`; servers without authentication get a placeholder."""
+    if not variable:
+        return "EMPTY"
+    key = os.environ.get(variable)
+    if not key:
+        raise InputError(f"environment variable {variable} (--api-key-env) is not set")
+    return key
+
+
+class Endpoint:
+    """One server: its models, and greedy completions of a text (temperature 0, a fixed seed)."""
+
+    def __init__(self, url: str, model: str | None = None, api_key_env: str | None = None, timeout_s=DEFAULT_TIMEOUT_S):
+        try:
+            import openai
+        except ImportError:
+            raise InputError("talking to a server needs the endpoint extra: pip install 'batchtui[endpoint]'") from None
+        self._root = base_url(url)
+        self.url = _without_credentials(self._root)  # what messages and reports show
+        self.model = model
+        self.timeout_s = timeout_s
+        http = openai.DefaultHttpxClient(follow_redirects=False, trust_env=False, timeout=timeout_s)
+        self._client = openai.OpenAI(
+            base_url=self._root, api_key=api_key_from(api_key_env), timeout=timeout_s, max_retries=0, http_client=http
+        )
+
+    def close(self) -> None:
+        self._client.close()
+
+    def served_models(self) -> list[str]:
+        page = self._call(self._client.models.list)
+        try:
+            return [str(m.id) for m in page.data]
+        except (AttributeError, TypeError):
+            raise EndpointError(f"{self.url}/models: the answer is not a list of models") from None
+
+    def resolve_model(self) -> str:
+        """The model to ask for: the one named, checked against the server's list; else the only one it serves."""
+        served = self.served_models()
+        if self.model is None:
+            if len(served) != 1:
+                raise InputError(f"{self.url} serves {len(served)} models ({', '.join(served)}): pick one with --model")
+            self.model = served[0]
+        elif self.model not in served:
+            raise InputError(f"{self.url} does not serve model {self.model!r} (it serves: {', '.join(served)})")
+        return self.model
+
+    def complete(
+        self, text: str, max_new_tokens: int, top_logprobs: int = 0, prompt_logprobs: int = 0
+    ) -> ServedContinuation:
+        extra = {"prompt_logprobs": prompt_logprobs} if prompt_logprobs else None
+        answer = self._call(
+            self._client.completions.create,
+            model=self.model,
+            prompt=text,
+            max_tokens=max_new_tokens,
+            temperature=0,
+            seed=GREEDY_SEED,
+            logprobs=top_logprobs or None,
+            extra_body=extra,
+        )
+        try:
+            return continuation_from(answer.choices[0])
+        except (AttributeError, IndexError, KeyError, TypeError, ValueError):
+            raise EndpointError(f"{self.url}/completions: the answer is not a completion") from None
+
+    def _call(self, method, **kwargs):
+        import openai
+
+        try:
+            return method(**kwargs)
+        except openai.APITimeoutError:
+            raise EndpointError(f"{self.url}: no answer within {self.timeout_s:g} s") from None
+        except openai.APIConnectionError as exc:
+            raise EndpointError(f"{self.url}: {_connection_fault(exc)}") from None
+        except openai.APIStatusError as exc:
+            message = f"{self.url} answered HTTP {exc.status_code}: {_status_detail(exc)}"
+            raise EndpointError(message, exc.status_code) from None
+        except (openai.APIResponseValidationError, ValueError):  # ValueError: a body that is not JSON
+            raise EndpointError(f"{self.url}: the answer is not valid JSON of the OpenAI API") from None
+
+
+def continuation_from(choice) -> ServedContinuation:
+    """A `CompletionChoice` (the openai package's type, or vLLM's with `prompt_logprobs`) as a continuation."""
+    if not isinstance(choice.text, str):
+        raise TypeError("no text")
+    logprobs = choice.logprobs
+    steps = None
+    if logprobs is not None and logprobs.tokens is not None:
+        chosen = logprobs.token_logprobs or [None] * len(logprobs.tokens)
+        tops = logprobs.top_logprobs or [None] * len(logprobs.tokens)
+        steps = tuple(
+            ServedStep(str(token), None if lp is None else float(lp), _ranked(top))
+            for token, lp, top in zip(logprobs.tokens, chosen, tops, strict=True)
+        )
+    extra = getattr(choice, "model_extra", None) or {}
+    prompt = extra.get("prompt_logprobs")
+    prompt_steps = None if prompt is None else tuple(_prompt_position(p) for p in prompt)
+    return ServedContinuation(choice.text, choice.finish_reason, steps, prompt_steps)
+
+
+def _ranked(top: dict | None) -> tuple[tuple[str, float], ...]:
+    if not top:
+        return ()
+    return tuple(sorted(((str(t), float(lp)) for t, lp in top.items()), key=lambda pair: -pair[1]))
+
+
+def _prompt_position(position: dict | None) -> tuple[tuple[str, float], ...] | None:
+    """vLLM's prompt logprobs at one position: {token id: {logprob, rank, decoded_token}} (None at the first)."""
+    if position is None:
+        return None
+    pairs = []
+    for token_id, entry in position.items():
+        if isinstance(entry, dict):
+            pairs.append((str(entry.get("decoded_token") or token_id), float(entry["logprob"])))
+        else:
+            pairs.append((str(token_id), float(entry)))
+    return tuple(sorted(pairs, key=lambda pair: -pair[1]))
+
+
+def _connection_fault(exc: BaseException) -> str:
+    """What went wrong under the client's generic 'Connection error.': refused, TLS, a dropped connection."""
+    cause = exc
+    while cause.__cause__ is not None or cause.__context__ is not None:
+        cause = cause.__cause__ or cause.__context__
+        if isinstance(cause, ssl.SSLError):
+            return f"TLS failure: {literal(str(cause))[:200]}"
+        if isinstance(cause, ConnectionRefusedError):
+            return "connection refused (is the server running on that port?)"
+    words = literal(str(cause)).strip() or type(cause).__name__
+    if "refused" in words.lower():
+        return "connection refused (is the server running on that port?)"
+    if "disconnected" in words.lower() or "closed" in words.lower() or "incomplete" in words.lower():
+        return f"the server closed the connection before answering ({words[:160]})"
+    return f"cannot connect: {words[:200]}"
+
+
+def _status_detail(exc) -> str:
+    """The server's own words for an HTTP error, from `{"detail": ...}` (FastAPI) or `{"error": {"message": ...}}`."""
+    body = exc.body
+    if isinstance(body, dict):
+        detail = body.get("detail") or body.get("message") or body.get("error")
+        if isinstance(detail, dict):
+            detail = detail.get("message", detail)
+        body = detail
+    return literal(str(body if body is not None else exc.message))[:200]

@@ -1,0 +1,133 @@
+"""An `EndpointComparison` as the CLI's table, its verdict and JSON (`generate`'s report, served)."""
+
+from __future__ import annotations
+
+from .backend import ServedContinuation
+from .endpoint_result import ContinuationSplit, EndpointComparison, ServedText
+from .plain_text import format_columns, format_float
+from .report import number, run_json
+from .visible import literal
+
+
+def _verdict_word(split: ContinuationSplit | None) -> str:
+    if split is None:
+        return "-"
+    return "same" if split.step is None else f"split {split.step}"
+
+
+def _at_split(t: ServedText) -> tuple[str, str]:
+    """What each run continues with from the split (alone first): the token where the server names its tokens,
+    else the next characters."""
+    split = t.split
+    if split is None or split.step is None:
+        return "", ""
+    ours, theirs = t.alone, t.under_load[t.shown_round]
+    if ours.steps is not None and theirs.steps is not None:
+        words = [c.steps[split.step].token if split.step < len(c.steps) else "" for c in (ours, theirs)]
+    else:
+        words = [c.text[split.step : split.step + 10] for c in (ours, theirs)]
+    return literal(repr(words[0])), literal(repr(words[1]))
+
+
+def format_endpoint_table(comparison: EndpointComparison) -> str:
+    header = ("#", "text", "alone×2", "under load", "alone →", "load →", "margin", "max|Δlp|", "near-tie")
+    rows = []
+    for t in comparison.texts:
+        alone, loaded = _at_split(t)
+        split = t.split
+        rows.append(
+            (
+                str(t.line),
+                literal(t.text, 32),
+                _verdict_word(t.noise),
+                _verdict_word(split),
+                alone,
+                loaded,
+                "" if split is None or split.margin is None else format_float(split.margin),
+                format_float(t.max_abs_diff) if comparison.config.get("logprobs") else "",
+                "" if t.near_tie is None else ("yes" if t.near_tie else "no"),
+            )
+        )
+    return format_columns(header, rows, left={1, 4, 5, 8})
+
+
+def endpoint_verdict(comparison: EndpointComparison) -> str:
+    s = comparison.summary
+    rounds = comparison.config.get("rounds", 1)
+    verdict = f"{s.differ} of {s.texts} continuations differ under load ({rounds} round{'s' * (rounds != 1)})"
+    if s.near_ties:
+        verdict += f", {s.near_ties} at a near-tie"
+    verdict += f"; alone vs alone: {s.alone_differ} of {s.texts} differ"
+    if s.measured < s.texts:
+        verdict += f"; {s.texts - s.measured} not measured"
+    return verdict
+
+
+def _continuation(c: ServedContinuation | None) -> dict | None:
+    if c is None:
+        return None
+    out = {"text": c.text, "finish_reason": c.finish_reason}
+    if c.steps is not None:
+        out["tokens"] = [s.token for s in c.steps]
+        out["logprobs"] = [None if s.logprob is None else number(s.logprob) for s in c.steps]
+    return out
+
+
+def _split(split: ContinuationSplit | None) -> dict | None:
+    if split is None:
+        return None
+    return {
+        "differs": split.differs,
+        "split_step": split.step,
+        "logprob_diffs": [None if d is None else number(d) for d in split.logprob_diffs],
+        "max_abs_diff": number(split.max_abs_diff),
+        "margin": None if split.margin is None else number(split.margin),
+        "near_tie": split.near_tie,
+        "top_alone": [[token, number(lp)] for token, lp in split.reference_top],
+        "top_under_load": [[token, number(lp)] for token, lp in split.other_top],
+    }
+
+
+def _text(t: ServedText) -> dict:
+    shown = t.shown_round
+    out = {
+        "index": t.index,
+        "line": t.line,
+        "text": t.text,
+        "measured": t.measured,
+        "differs": t.differs,
+        "split_step": t.split_step,
+        "near_tie": t.near_tie,
+        "max_abs_diff": number(t.max_abs_diff),
+        "alone": _continuation(t.alone),
+        "alone_again": _continuation(t.alone_again),
+        "under_load": None if shown is None else _continuation(t.under_load[shown]),
+        "under_load_round": shown,
+        "alone_vs_alone": _split(t.noise),
+        "split": _split(t.split),
+        "rounds": [{"round": r, "differs": s.differs, "split_step": s.step} for r, s in enumerate(t.rounds)],
+    }
+    if t.prompt is not None:
+        out["prompt_positions"] = [
+            {"index": i, "max_abs_diff": number(d), "top1_flip": flip}
+            for i, (d, flip) in enumerate(zip(t.prompt.max_abs_diff, t.prompt.top1_flip))
+        ]
+    return out
+
+
+def endpoint_summary_json(comparison: EndpointComparison) -> dict:
+    s = comparison.summary
+    return {
+        "texts": s.texts,
+        "measured": s.measured,
+        "differ": s.differ,
+        "alone_differ": s.alone_differ,
+        "near_ties": s.near_ties,
+        "max_abs_diff": number(s.max_abs_diff),
+    }
+
+
+def endpoint_json(comparison: EndpointComparison) -> dict:
+    report = run_json(comparison, endpoint_summary_json(comparison), [_text(t) for t in comparison.texts])
+    report["failure"] = comparison.failure
+    return report

@@ -1,0 +1,206 @@
+"""What `measure_endpoint()` measured: each text's continuations alone (twice) and under load, and where they part.
+
+Steps are tokens where the server reports its tokens (with logprobs), else characters of the continuation's
+text. Logprob differences are compared like `generate`'s logits: up to the split both runs read the same
+prefix; at the split the alone run's token is looked up in the other run's top-k.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+
+from .backend import ServedContinuation
+from .comparison import RunResult
+
+
+@dataclass(frozen=True)
+class ContinuationSplit:
+    """Where a continuation departs from the alone run (`reference`)."""
+
+    step: int | None  # the first step where they differ; None: the same continuation
+    # Per step up to the split (inclusive): the other run's logprob of the alone run's token minus the alone
+    # run's (None where the other run's top-k lacks it). Empty without logprobs.
+    logprob_diffs: tuple[float | None, ...]
+    reference_top: tuple[tuple[str, float], ...]  # at the split: the alone run's top-k
+    other_top: tuple[tuple[str, float], ...]
+    margin: float | None  # at the split: the alone run's top-1 minus top-2 logprob
+
+    @property
+    def differs(self) -> bool:
+        return self.step is not None
+
+    @property
+    def max_abs_diff(self) -> float:
+        return max((abs(d) for d in self.logprob_diffs if d is not None), default=0.0)
+
+    @property
+    def near_tie(self) -> bool | None:
+        """At the split, the alone run's top-1 margin was within 2·max|Δ logprob|: rounding-sized differences
+        could change the choice. None without a split or without logprobs."""
+        if self.step is None or self.margin is None:
+            return None
+        return self.margin <= 2 * self.max_abs_diff
+
+
+def split_of(reference: ServedContinuation, other: ServedContinuation) -> ContinuationSplit:
+    if reference.steps is None or other.steps is None:
+        step = _first_difference(reference.text, other.text)
+        return ContinuationSplit(step, (), (), (), None)
+    ours = [s.token for s in reference.steps]
+    theirs = [s.token for s in other.steps]
+    step = _first_difference(ours, theirs)
+    last = len(ours) - 1 if step is None else min(step, len(ours) - 1)
+    diffs = tuple(_logprob_diff(reference.steps[i], other.steps[i] if i < len(theirs) else None) for i in range(last + 1))
+    if step is None or step >= len(ours):
+        return ContinuationSplit(step, diffs, (), (), None)
+    top = reference.steps[step].top
+    margin = top[0][1] - top[1][1] if len(top) >= 2 else None
+    other_top = other.steps[step].top if step < len(theirs) else ()
+    return ContinuationSplit(step, diffs, top, other_top, margin)
+
+
+def _first_difference(a, b) -> int | None:
+    step = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+    if step is None and len(a) != len(b):
+        step = min(len(a), len(b))
+    return step
+
+
+def _logprob_diff(ours, theirs) -> float | None:
+    if theirs is None or ours.logprob is None:
+        return None
+    if theirs.token == ours.token and theirs.logprob is not None:
+        return theirs.logprob - ours.logprob
+    found = dict(theirs.top).get(ours.token)
+    return None if found is None else found - ours.logprob
+
+
+@dataclass(frozen=True)
+class PromptComparison:
+    """The prompt's positions compared between two runs from their prompt logprobs: per position the largest
+    |Δ logprob| over the tokens both list, and whether their most likely token differs."""
+
+    max_abs_diff: tuple[float, ...]  # NaN where a position has no logprobs (the first)
+    top1_flip: tuple[bool, ...]
+
+    @property
+    def max(self) -> float:
+        return max((d for d in self.max_abs_diff if not math.isnan(d)), default=0.0)
+
+
+def prompt_comparison(reference: ServedContinuation, other: ServedContinuation) -> PromptComparison | None:
+    if reference.prompt is None or other.prompt is None:
+        return None
+    diffs, flips = [], []
+    for ours, theirs in zip(reference.prompt, other.prompt):
+        if not ours or not theirs:
+            diffs.append(math.nan)
+            flips.append(False)
+            continue
+        both = dict(theirs)
+        shared = [abs(both[t] - lp) for t, lp in ours if t in both]
+        diffs.append(max(shared, default=math.nan))
+        flips.append(ours[0][0] != theirs[0][0])
+    return PromptComparison(tuple(diffs), tuple(flips))
+
+
+@dataclass(frozen=True)
+class ServedText:
+    """One text's continuations: alone (nothing else in flight), alone again, and one per round under load.
+    A run that failed part-way leaves the missing ones None or out."""
+
+    index: int
+    line: int
+    text: str
+    alone: ServedContinuation | None
+    alone_again: ServedContinuation | None
+    under_load: tuple[ServedContinuation, ...]
+
+    @cached_property
+    def noise(self) -> ContinuationSplit | None:
+        """Alone against alone again: what differs with nothing else in flight."""
+        if self.alone is None or self.alone_again is None:
+            return None
+        return split_of(self.alone, self.alone_again)
+
+    @cached_property
+    def rounds(self) -> tuple[ContinuationSplit, ...]:
+        """Alone against each round under load."""
+        return () if self.alone is None else tuple(split_of(self.alone, u) for u in self.under_load)
+
+    @property
+    def shown_round(self) -> int | None:
+        """The round reported: the first whose continuation differs, else the first."""
+        if not self.rounds:
+            return None
+        return next((r for r, s in enumerate(self.rounds) if s.differs), 0)
+
+    @property
+    def split(self) -> ContinuationSplit | None:
+        return None if self.shown_round is None else self.rounds[self.shown_round]
+
+    @property
+    def measured(self) -> bool:
+        return bool(self.rounds) and self.noise is not None
+
+    @property
+    def differs(self) -> bool | None:
+        """Under load, some round's continuation departs from the alone run (None: not measured)."""
+        return None if not self.rounds else any(s.differs for s in self.rounds)
+
+    @property
+    def split_step(self) -> int | None:
+        split = self.split
+        return None if split is None else split.step
+
+    @property
+    def near_tie(self) -> bool | None:
+        split = self.split
+        return None if split is None else split.near_tie
+
+    @property
+    def max_abs_diff(self) -> float:
+        return max((s.max_abs_diff for s in self.rounds), default=0.0)
+
+    @cached_property
+    def prompt(self) -> PromptComparison | None:
+        if self.alone is None or self.shown_round is None:
+            return None
+        return prompt_comparison(self.alone, self.under_load[self.shown_round])
+
+
+@dataclass(frozen=True)
+class EndpointSummary:
+    texts: int
+    measured: int  # texts with every run done
+    differ: int  # continuations that differ under load
+    alone_differ: int  # continuations that differ alone against alone
+    near_ties: int
+    max_abs_diff: float
+
+
+@dataclass(frozen=True)
+class EndpointComparison(RunResult):
+    """Every text's served continuations, the settings and capabilities found, and the fault that stopped the
+    run (None when it ran to the end)."""
+
+    texts: tuple[ServedText, ...]
+    failure: str | None = None
+
+    @property
+    def summary(self) -> EndpointSummary:
+        return EndpointSummary(
+            texts=len(self.texts),
+            measured=sum(t.measured for t in self.texts),
+            differ=sum(bool(t.differs) for t in self.texts),
+            alone_differ=sum(t.noise is not None and t.noise.differs for t in self.texts),
+            near_ties=sum(bool(t.near_tie) for t in self.texts),
+            max_abs_diff=self.max_abs_diff,
+        )
+
+    @property
+    def any_differs(self) -> bool:
+        s = self.summary
+        return bool(s.differ or s.alone_differ)

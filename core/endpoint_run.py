@@ -1,0 +1,145 @@
+"""`measure_endpoint()`: does what else is in flight change a served model's greedy answer?
+
+Each text is completed alone (nothing else in flight) twice, which measures run-to-run noise apart from
+batching, then under load: every text in flight together, `concurrency` at a time, for `rounds` rounds in
+shuffled orders so that each text meets other neighbours. A fault stops the run and is kept with what was
+measured before it.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+
+from .backend import Completer, ServedContinuation
+from .endpoint_client import EndpointError
+from .endpoint_result import EndpointComparison, ServedText
+from .errors import InputError
+from .generation_result import DEFAULT_MAX_NEW_TOKENS
+from .run_skeleton import CancelledFn, PassSteps, ProgressFn
+
+NO_LOGPROBS = "this server returns no logprobs: continuations compared as text only, steps counted in characters"
+
+
+def _positive(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(f"{name} must be a positive integer, not {value!r}")
+
+
+def measure_endpoint(
+    completer: Completer,
+    texts: list[str],
+    lines: list[int] | None = None,
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+    concurrency: int | None = None,
+    rounds: int = 3,
+    top_logprobs: int = 5,
+    config: dict | None = None,
+    progress: ProgressFn | None = None,
+    cancelled: CancelledFn | None = None,
+) -> EndpointComparison:
+    """Alone twice, then `rounds` rounds under load. `config`: what the run reports it ran on (URL, model)."""
+    started = time.perf_counter()
+    concurrency = len(texts) if concurrency is None else concurrency
+    for name, value in (("max new tokens", max_new_tokens), ("concurrency", concurrency), ("rounds", rounds)):
+        _positive(name, value)
+    if isinstance(top_logprobs, bool) or not isinstance(top_logprobs, int) or top_logprobs < 0:
+        raise InputError(f"top logprobs must be 0 or more, not {top_logprobs!r}")
+    lines = list(range(1, len(texts) + 1)) if lines is None else lines
+    steps = PassSteps(1 + len(texts) * (2 + rounds), progress, cancelled, "endpoint run")
+    run = _EndpointRun(completer, texts, max_new_tokens, top_logprobs, steps)
+    failure = run.all(rounds, concurrency)
+    notes = []
+    if run.logprobs is False:
+        notes.append(NO_LOGPROBS)
+    elif top_logprobs == 0:
+        notes.append("--top-logprobs 0: continuations compared as text only, steps counted in characters")
+    config = {
+        **(config or {}),
+        "max_new_tokens": max_new_tokens,
+        "concurrency": concurrency,
+        "rounds": rounds,
+        "top_logprobs": top_logprobs,
+        "temperature": 0,
+        "seed": 0,
+        "logprobs": bool(run.logprobs),
+        "prompt_logprobs": bool(run.prompt_logprobs),
+        "steps_in": "tokens" if run.logprobs and top_logprobs else "characters",
+    }
+    results = tuple(
+        ServedText(i, line, text, run.alone[i], run.again[i], tuple(run.loaded[i]))
+        for i, (line, text) in enumerate(zip(lines, texts))
+    )
+    return EndpointComparison(config, results, tuple(notes), time.perf_counter() - started, failure)
+
+
+class _EndpointRun:
+    def __init__(self, completer: Completer, texts: list[str], max_new_tokens: int, top_k: int, steps: PassSteps):
+        self.completer = completer
+        self.texts = texts
+        self.max_new_tokens = max_new_tokens
+        self.top_k = top_k
+        self.steps = steps
+        self.logprobs: bool | None = None  # what the server gives back, found by the probe
+        self.prompt_logprobs: bool | None = None
+        n = len(texts)
+        self.alone: list[ServedContinuation | None] = [None] * n
+        self.again: list[ServedContinuation | None] = [None] * n
+        self.loaded: list[list[ServedContinuation]] = [[] for _ in range(n)]
+
+    def all(self, rounds: int, concurrency: int) -> str | None:
+        """Every run; returns the fault that stopped them, or None."""
+        try:
+            self._probe()
+            for kept in (self.alone, self.again):
+                for i in range(len(self.texts)):
+                    self.steps.before()
+                    kept[i] = self._complete(i)
+                    self.steps.after()
+            for number in range(rounds):
+                self._round(number, concurrency)
+        except EndpointError as exc:
+            return str(exc)
+        return None
+
+    def _probe(self) -> None:
+        """Ask for logprobs and prompt logprobs once; a server that refuses a field is asked without it. What
+        comes back says what the server gives (and the first request warms the server up)."""
+        self.steps.before()
+        asks = [(self.top_k, self.top_k), (self.top_k, 0), (0, 0)] if self.top_k else [(0, 0)]
+        for number, (top, prompt) in enumerate(asks):
+            try:
+                answer = self.completer.complete(self.texts[0], 1, top, prompt)
+            except EndpointError as exc:
+                if exc.status not in (400, 422) or number == len(asks) - 1:
+                    raise
+                continue
+            self.logprobs = answer.steps is not None and bool(top)
+            self.prompt_logprobs = answer.prompt is not None and bool(prompt)
+            break
+        self.steps.after()
+
+    def _complete(self, i: int) -> ServedContinuation:
+        top = self.top_k if self.logprobs else 0
+        prompt = self.top_k if self.prompt_logprobs else 0
+        return self.completer.complete(self.texts[i], self.max_new_tokens, top, prompt)
+
+    def _round(self, number: int, concurrency: int) -> None:
+        order = list(range(len(self.texts)))
+        random.Random(number).shuffle(order)
+        answers: dict[int, ServedContinuation] = {}
+        pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="batchtui-endpoint")
+        try:
+            self.steps.before()
+            pending = {pool.submit(self._complete, i): i for i in order}
+            while pending:
+                done, _ = wait(pending, timeout=0.2, return_when=FIRST_EXCEPTION)
+                for future in done:
+                    answers[pending.pop(future)] = future.result()
+                    self.steps.after()
+                self.steps.before()
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+        for i, answer in answers.items():
+            self.loaded[i].append(answer)
