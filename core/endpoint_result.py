@@ -52,7 +52,8 @@ def split_of(reference: ServedContinuation, other: ServedContinuation) -> Contin
     theirs = [s.token for s in other.steps]
     step = _first_difference(ours, theirs)
     last = len(ours) - 1 if step is None else min(step, len(ours) - 1)
-    diffs = tuple(_logprob_diff(reference.steps[i], other.steps[i] if i < len(theirs) else None) for i in range(last + 1))
+    paired = [other.steps[i] if i < len(theirs) else None for i in range(last + 1)]
+    diffs = tuple(_logprob_diff(ours_step, theirs_step) for ours_step, theirs_step in zip(reference.steps, paired))
     if step is None or step >= len(ours):
         return ContinuationSplit(step, diffs, (), (), None)
     top = reference.steps[step].top
