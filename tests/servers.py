@@ -1,0 +1,134 @@
+"""Servers the endpoint tests talk to: `transformers serve` on the built-in English model (a real
+OpenAI-compatible server), and a socket that answers what no real server would (garbage, half an answer,
+silence). All listen on 127.0.0.1 only; every wait is bounded."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+STARTUP_S = 240  # the server imports transformers and loads the model first
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@contextlib.contextmanager
+def transformers_serve(model_path: Path, log: Path):
+    """`transformers serve MODEL --continuous-batching` on the CPU; yields (url, process), stops it whatever
+    happens (the whole process group: the server may start helpers)."""
+    port = free_port()
+    command = [
+        str(Path(sys.executable).with_name("transformers")),
+        "serve",
+        str(model_path),
+        "--device",
+        "cpu",
+        "--continuous-batching",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+    ]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    with open(log, "wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        _wait_healthy(url, process, log)
+        yield f"{url}/v1", process
+    finally:
+        stop(process)
+
+
+def stop(process: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait(timeout=30)
+
+
+def _wait_healthy(url: str, process: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + STARTUP_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"transformers serve exited: {log.read_text(errors='replace')[-2000:]}")
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as answer:
+                if answer.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)
+    raise RuntimeError(f"transformers serve did not come up in {STARTUP_S} s")
+
+
+@contextlib.contextmanager
+def raw_socket_server(answer: bytes | None):
+    """A socket on 127.0.0.1 that reads a request and sends `answer` as it is, then closes (None: never answers).
+    Yields (url, requests received)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    listener.settimeout(0.2)
+    received: list[bytes] = []
+    stopped = threading.Event()
+
+    def serve() -> None:
+        held = []
+        while not stopped.is_set():
+            try:
+                connection, _ = listener.accept()
+            except TimeoutError:
+                continue
+            connection.settimeout(5)
+            with contextlib.suppress(OSError):
+                received.append(_read_request(connection))
+            if answer is None:
+                held.append(connection)  # silence: keep it open, say nothing
+                continue
+            with contextlib.suppress(OSError):
+                connection.sendall(answer)
+            connection.close()
+        for connection in held:
+            connection.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}/v1", received
+    finally:
+        stopped.set()
+        thread.join(timeout=10)
+        listener.close()
+
+
+def _read_request(connection: socket.socket) -> bytes:
+    """The request's head and its body (as long as Content-Length says), or what came before the peer stopped."""
+    data = b""
+    while b"\r\n\r\n" not in data and len(data) < 65536:
+        chunk = connection.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        (int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")), 0
+    )
+    while len(body) < min(length, 65536):
+        chunk = connection.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return head + b"\r\n\r\n" + body
