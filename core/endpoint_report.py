@@ -15,7 +15,7 @@ def _verdict_word(split: ContinuationSplit | None) -> str:
     return "same" if split.step is None else f"split {split.step}"
 
 
-def _at_split(t: ServedText) -> tuple[str, str]:
+def split_at(t: ServedText) -> tuple[str, str]:
     """What each run continues with from the split (alone first): the token where the server names its tokens,
     else the next characters."""
     split = t.split
@@ -33,7 +33,7 @@ def format_endpoint_table(comparison: EndpointComparison) -> str:
     header = ("#", "text", "alone×2", "under load", "alone →", "load →", "margin", "max|Δlp|", "near-tie")
     rows = []
     for t in comparison.texts:
-        alone, loaded = _at_split(t)
+        alone, loaded = split_at(t)
         split = t.split
         rows.append(
             (

@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .generation_result import TextGeneration
+from .comparison import TopToken
+from .generation_result import GenerationComparison, TextGeneration
 
 
 @dataclass(frozen=True)
@@ -53,3 +54,68 @@ def describe_split(text: TextGeneration) -> str:
     if text.split_step is None:
         return f"same for {len(text.single.token_ids)} tokens"
     return f"split at step {text.split_step}" + (" (near-tie)" if text.near_tie else "")
+
+
+@dataclass(frozen=True)
+class RunText:
+    """One run's continuation as the view shows it: a title, then its pieces marked against the other run."""
+
+    title: str
+    pieces: tuple[ContinuationToken, ...]
+
+
+@dataclass(frozen=True)
+class TextRow:
+    """One text in the generation view: its table row, its two continuations, its curve and the split's top-k."""
+
+    line: int
+    split_cell: str  # "same", "3", "3 tie"
+    words: tuple[str, str]  # at the split: the first run's choice, then the second's
+    runs: tuple[RunText, RunText]
+    curve: StepCurve | None  # None where nothing per step was measured (a server without logprobs)
+    upto: str  # which steps the curve covers
+    about: str  # `split at step 3 (near-tie)`, shown where there is no split top-k
+    split_top: tuple[tuple[TopToken, ...], tuple[TopToken, ...]] | None
+
+
+@dataclass(frozen=True)
+class GenerationScreen:
+    """What the generation view draws for one result: local (batched vs alone) or served (load vs alone)."""
+
+    verdict: str
+    headers: tuple[str, str]  # the two runs, as the table and the top-k name them
+    curve_labels: tuple[str, str]
+    value_name: str  # what the top-k's numbers are: "logit" or "logprob"
+    rows: tuple[TextRow, ...]
+
+
+def local_generation_screen(comparison: GenerationComparison) -> GenerationScreen:
+    from .generation_report import generation_verdict, split_words
+
+    rows = []
+    for t in comparison.texts:
+        batched, single = split_words(t)
+        runs = tuple(
+            RunText(f"{run} ({len(getattr(t, run).token_ids)} tokens)", tuple(continuation_tokens(t, run)))
+            for run in ("single", "batched")
+        )
+        split = t.split
+        rows.append(
+            TextRow(
+                line=t.line,
+                split_cell="same" if t.split_step is None else f"{t.split_step}{' tie' if t.near_tie else ''}",
+                words=(batched, single),
+                runs=runs,
+                curve=step_curve(t),
+                upto=f"steps 0–{t.split_step}, up to the split" if t.differs else "every step",
+                about=f"text {t.line}: {describe_split(t)}, batched and alone",
+                split_top=None if split is None else (split.topk_batch, split.topk_single),
+            )
+        )
+    return GenerationScreen(
+        generation_verdict(comparison),
+        ("batched", "single"),
+        ("next-token max|Δ|", "single run's top-1 margin"),
+        "logit",
+        tuple(rows),
+    )

@@ -269,3 +269,38 @@ def test_measure_endpoint_reports_logprob_splits_in_the_json():
     assert entry["under_load"]["tokens"] == [" a", " d"] and entry["alone"]["text"] == " a b"
     assert entry["split"]["near_tie"] is True and entry["split"]["top_alone"][0] == [" b", -0.70]
     assert entry["alone_vs_alone"]["differs"] is False and [r["differs"] for r in entry["rounds"]] == [True, False]
+
+
+async def test_the_app_with_url_shows_served_continuations_in_the_generation_view(served, tmp_path):
+    from textual.widgets import DataTable
+    from tui_helpers import settle
+
+    from batchtui.core.settings import Settings
+    from batchtui.tui.app import BatchtuiApp
+    from batchtui.tui.endpoint_runs import EndpointTarget
+    from batchtui.tui.generation_pane import GenerationPane
+    from batchtui.tui.status_line import StatusLine
+
+    texts = TEXTS[:4]
+    app = BatchtuiApp(texts, Settings(model="tiny"), output_dir=tmp_path, endpoint=EndpointTarget(served))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        served_result = app.state.generation_on_screen
+        assert served_result is not None and served_result.failure is None
+        assert app.state.comparison is None  # nothing ran locally
+        pane = app.query_one(GenerationPane)
+        table = pane.query_one(DataTable)
+        assert table.row_count == len(texts)
+        assert [str(c.label) for c in table.columns.values()] == ["#", "split", "load →", "alone →"]
+        assert "continuations differ under load" in str(pane.border_title)
+        for hidden in ("#heatmap", "#settings", "#summary"):
+            assert not app.query_one(hidden).display
+        assert app.query_one("#generation").display
+        assert served in app.query_one(StatusLine).full_text()
+        await pilot.press("d", "b")  # a local model's settings: nothing to change on a server
+        assert app.state.settings == Settings(model="tiny") and app.state.run_number == 1
+        await pilot.press("down")
+        assert app.state.selected[0] == 1
+        shown = str(pane.query_one("#gen-single").content)
+        assert shown.startswith("alone (") and served_result.texts[1].alone.text[:8] in shown
+        assert app.report_on_screen()["texts"][1]["alone"]["text"] == served_result.texts[1].alone.text

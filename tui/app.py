@@ -23,6 +23,7 @@ from ..core.texts import NumberedTexts
 from ..core.visible import literal_lines
 from .daemon_executor import DaemonThreadExecutor
 from .detail import DetailPane
+from .endpoint_runs import LOCAL_ONLY_ACTIONS, EndpointRuns, EndpointTarget
 from .engine_calls import post_outcome
 from .explorer_state import ExplorerState, RunKey
 from .focus_keys import FocusKeys
@@ -44,7 +45,7 @@ from .topk_pane import TopkPane
 EDIT_DEBOUNCE_S = 0.5
 
 
-class BatchtuiApp(GenerationRuns, FocusKeys, NavigationKeys, SettingKeys, OutputActions, App[None]):
+class BatchtuiApp(EndpointRuns, GenerationRuns, FocusKeys, NavigationKeys, SettingKeys, OutputActions, App[None]):
     CSS_PATH = "app.tcss"
     TITLE = "batchtui"
     # Screen classes the stylesheet uses to fit 80x24 as well as 120x40 and larger.
@@ -92,8 +93,10 @@ class BatchtuiApp(GenerationRuns, FocusKeys, NavigationKeys, SettingKeys, Output
         output_dir: Path | None = None,
         session_path: Path | None = None,
         startup_notice: str | None = None,
+        endpoint: EndpointTarget | None = None,
     ) -> None:
         super().__init__()
+        self.endpoint = endpoint  # `--url`: a served model answers, in the generation view
         self.state = ExplorerState(settings, module_view=settings.modules)
         # Remote code runs only for the model named with --trust-remote-code, never one switched to with M.
         self.trusted_model = settings.model if settings.trust_remote_code else None
@@ -132,6 +135,9 @@ class BatchtuiApp(GenerationRuns, FocusKeys, NavigationKeys, SettingKeys, Output
             self.notify(self.startup_notice, severity="warning", timeout=15, markup=False)
         with contextlib.suppress(NotImplementedError, RuntimeError):  # no signals off the main thread
             asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, self._save_and_exit)
+        if self.endpoint is not None:
+            self.state.generation_view = True
+            self.screen.add_class("-generation", "-endpoint")
         self._show_setup(self.state.settings.dtype, self.state.settings.device)
         self.save_session()  # from the first moment, a restart finds these texts
         self.action_focus_heatmap()
@@ -155,7 +161,10 @@ class BatchtuiApp(GenerationRuns, FocusKeys, NavigationKeys, SettingKeys, Output
         status.set_skipped(blank)
         status.set_activity("starting run")
         status.start_run()
-        self._compare(numbered, self.state.settings, run)
+        if self.endpoint is not None:
+            self.start_endpoint_run(numbered, run)
+        else:
+            self._compare(numbered, self.state.settings, run)
 
     @work(thread=True, exclusive=True, group="compare")
     def _compare(self, numbered: NumberedTexts, settings: Settings, run_number: int) -> None:
@@ -221,6 +230,10 @@ class BatchtuiApp(GenerationRuns, FocusKeys, NavigationKeys, SettingKeys, Output
         """The model, device and dtype in the status line and the settings' title; `auto` as what it
         resolved to, once a run has loaded the model."""
         s = self.state.settings
+        if self.endpoint is not None:
+            model = self.endpoint.model or "the served model"
+            self.query_one(StatusLine).set_setup(model, self.endpoint.url, "served", False)
+            return
         shown = f"{dtype} (auto)" if s.dtype == "auto" and dtype != "auto" else dtype
         self.query_one(StatusLine).set_setup(s.model, device, shown, s.trust_remote_code)
         panel = self.query_one(SettingsPanel)
@@ -230,6 +243,11 @@ class BatchtuiApp(GenerationRuns, FocusKeys, NavigationKeys, SettingKeys, Output
     # -- selection -----------------------------------------------------------------------
 
     def select(self, text: int, position: int) -> None:
+        served = self.state.generation_on_screen if self.endpoint is not None else None
+        if served is not None:
+            self.state.selected = (max(0, min(text, len(served.texts) - 1)), 0)
+            self.show_generation()
+            return
         if self.state.comparison is None:
             return
         self.state.selected = clamp_cell(self.state.comparison, text, position)
@@ -344,11 +362,15 @@ class BatchtuiApp(GenerationRuns, FocusKeys, NavigationKeys, SettingKeys, Output
         app_wide = ("quit", "help", "screenshot", "command_palette", "focus_next", "focus_previous")
         if len(self.screen_stack) > 1 and action not in app_wide:
             return False
-        return True
+        return not (self.endpoint is not None and action in LOCAL_ONLY_ACTIONS)
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
-            keys = [(b.key_display or b.key, b.description) for b in self.BINDINGS if b not in MOVE_BINDINGS]
+            keys = [
+                (b.key_display or b.key, b.description)
+                for b in self.BINDINGS
+                if b not in MOVE_BINDINGS and self.check_action(b.action, ()) is not False
+            ]
             self.push_screen(HelpScreen(keys, self.output_dir, self.query_one(StatusLine).full_text()))
 
     def get_system_commands(self, screen):

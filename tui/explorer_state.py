@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..core.comparison import Comparison
+from ..core.endpoint_result import EndpointComparison
 from ..core.generation_result import GenerationComparison
 from ..core.settings import Settings
 from ..core.texts import NumberedTexts
@@ -28,7 +29,7 @@ class ExplorerState:
     run_texts: NumberedTexts | None = None  # ... its texts and settings, which the generation view runs on
     run_settings: Settings | None = None
     # The generation of a run's texts, as (run number, result): shown only while that run is the latest.
-    generated: tuple[int, GenerationComparison] | None = None
+    generated: tuple[int, GenerationComparison | EndpointComparison] | None = None
     _last_sweep: tuple[RunKey, tuple] | None = field(default=None, repr=False)  # (dtypes, sizes, cells)
     _last_remedies: tuple[RunKey, list] | None = field(default=None, repr=False)
 
@@ -48,12 +49,12 @@ class ExplorerState:
         if comparison is not None:
             self.comparison = comparison
 
-    def keep_generation(self, run: int, result: GenerationComparison) -> None:
+    def keep_generation(self, run: int, result: GenerationComparison | EndpointComparison) -> None:
         self.generated = (run, result)
 
     @property
-    def generation_on_screen(self) -> GenerationComparison | None:
-        """The generation of the latest run's texts, once it is there."""
+    def generation_on_screen(self) -> GenerationComparison | EndpointComparison | None:
+        """The generation of the latest run's texts (or a served model's continuations), once it is there."""
         if self.generated is not None and self.generated[0] == self.run_number:
             return self.generated[1]
         return None

@@ -13,11 +13,17 @@ from .texts_editor import TextsEditor
 class FocusKeys:
     """Mixed into the app, which holds `generation_view` and `action_toggle_generation`."""
 
+    endpoint: object | None  # `--url`: only the generation view is in view
+
     def action_focus_editor(self) -> None:
         self.query_one(TextsEditor).focus()
 
     def action_focus_heatmap(self) -> None:
-        """Escape, from anywhere: back to the heatmap (closing the generation view, which covers it)."""
+        """Escape, from anywhere: back to the heatmap (closing the generation view, which covers it); over a
+        served model (`--url`), back to the generation view, which is all there is."""
+        if self.endpoint is not None:
+            self.query_one(GenerationPane).focus_table()
+            return
         if self.state.generation_view:
             self.action_toggle_generation()
         self.query_one(Heatmap).focus()
@@ -42,6 +48,8 @@ class FocusKeys:
             self.query_one(SummaryTable),
             self.query_one(SettingsPanel),
         ]
+        if self.endpoint is not None:  # the summary and the settings are of local runs: hidden
+            panes = panes[:1]
         focused = self.focused
         here = next((i for i, pane in enumerate(panes) if focused and pane in focused.ancestors_with_self), -1)
         target = panes[(here + step) % len(panes)]

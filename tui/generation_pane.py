@@ -12,12 +12,14 @@ from textual.widgets import DataTable, Static
 from textual_plotext import PlotextPlot
 
 from ..core.chart_ticks import decade_ticks
-from ..core.generation_report import generation_verdict, split_words
+from ..core.endpoint_result import EndpointComparison
+from ..core.endpoint_views import endpoint_screen
 from ..core.generation_result import GenerationComparison
-from ..core.generation_views import continuation_tokens, describe_split, step_curve
+from ..core.generation_views import GenerationScreen, RunText, TextRow
+from ..core.generation_views import local_generation_screen as local_screen
 from ..core.visible import literal
 from . import chart_colors
-from .topk_table import topk_table
+from .topk_table import runs_topk_table
 
 
 class GenerationPane(Vertical):
@@ -29,7 +31,8 @@ class GenerationPane(Vertical):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.border_title = "generation"
-        self._shown: tuple[GenerationComparison, int] | None = None
+        self._shown: tuple[GenerationComparison | EndpointComparison, int] | None = None
+        self._screen: GenerationScreen | None = None
 
     def compose(self) -> ComposeResult:
         yield Static("", id="gen-state")
@@ -48,65 +51,75 @@ class GenerationPane(Vertical):
         line.update(Text(literal(state)))
         line.display = bool(state)
 
-    def show(self, comparison: GenerationComparison, text: int) -> None:
-        table = self.query_one(DataTable)
-        if self._shown is None or self._shown[0] is not comparison:
-            table.clear()
-            for t in comparison.texts:
-                batched, single = split_words(t)
-                split = "same" if t.split_step is None else f"{t.split_step}{' tie' if t.near_tie else ''}"
-                table.add_row(str(t.line), split, literal(batched, 12), literal(single, 12))
-        self._shown = (comparison, text)
-        self.border_title = f"generation · {generation_verdict(comparison)}"
+    def show(self, result: GenerationComparison | EndpointComparison, text: int) -> None:
+        if self._shown is None or self._shown[0] is not result:
+            self._screen = endpoint_screen(result) if isinstance(result, EndpointComparison) else local_screen(result)
+            table = self.query_one(DataTable)
+            columns = ("#", "split", *(f"{name} →" for name in self._screen.headers))
+            table.clear(columns=[str(c.label) for c in table.columns.values()] != list(columns))
+            if not table.columns:
+                table.add_columns(*columns)
+            for row in self._screen.rows:
+                table.add_row(str(row.line), row.split_cell, *(literal(word, 12) for word in row.words))
+        self._shown = (result, text)
+        screen = self._screen
+        self.border_title = f"generation · {screen.verdict}"
         self.waiting("")
+        table = self.query_one(DataTable)
         if table.cursor_row != text:
             with self.prevent(DataTable.RowHighlighted):
                 table.move_cursor(row=text)
-        result = comparison.texts[text]
-        self.query_one("#gen-single", Static).update(self._continuation(result, "single"))
-        self.query_one("#gen-batched", Static).update(self._continuation(result, "batched"))
-        self._chart(result)
-        split = result.split
+        row = screen.rows[text]
+        for widget, run in zip(self.query("#gen-continuations Static").results(Static), row.runs):
+            widget.update(self._continuation(run))
+        self._chart(row, screen.curve_labels)
         topk = self.query_one("#gen-topk", Static)
-        if split is None:
-            topk.update(Text(f"text {result.line}: {describe_split(result)}, batched and alone"))
+        if row.split_top is None:
+            topk.update(Text(row.about))
         else:
             warning = self.app.theme_variables.get("warning", "yellow")
-            topk.update(topk_table(split, self.content_size.width, warning))
+            width = self.content_size.width
+            topk.update(runs_topk_table(*row.split_top, width, warning, screen.headers, screen.value_name))
 
-    def _continuation(self, result, run: str) -> Text:
-        """The shared prefix dim, the first differing token reversed in red, what follows plain."""
+    @staticmethod
+    def _continuation(run: RunText) -> Text:
+        """The shared prefix dim, the first differing piece reversed in red, what follows plain."""
         shown = Text()
-        shown.append(f"{run} ({len(getattr(result, run).token_ids)} tokens)\n", style="bold")
+        shown.append(f"{run.title}\n", style="bold")
         styles = {"shared": "dim", "split": "bold reverse red", "after": ""}
-        for token in continuation_tokens(result, run):
-            shown.append(literal(token.token), style=styles[token.state])
+        for piece in run.pieces:
+            shown.append(literal(piece.token), style=styles[piece.state])
         return shown
 
-    def _chart(self, result) -> None:
+    def _chart(self, row: TextRow, labels: tuple[str, str]) -> None:
         chart = self.query_one(PlotextPlot)
+        chart.display = row.curve is not None
+        legend = self.query_one("#gen-chart-legend", Static)
+        if row.curve is None:
+            legend.update("")
+            return
         plt = chart.plt
         plt.clear_figure()
-        curve = step_curve(result)
+        curve = row.curve
         values = [v for v in (*curve.log10_max_abs_diff, *curve.log10_margin) if v is not None]
-        decades, labels = decade_ticks(values)
+        decades, ticks = decade_ticks(values)
         floor = (decades[0] if decades else 0) - 1
         for series, color in (
             (curve.log10_max_abs_diff, chart_colors.BATCHED),
             (curve.log10_margin, chart_colors.SINGLE),
         ):
             plt.plot(list(curve.steps), [floor if v is None else v for v in series], marker="hd", color=color)
-        plt.yticks([floor, *decades], ["0", *labels])
+        plt.yticks([floor, *decades], ["0", *ticks])
         plt.xticks(list(curve.steps))
         chart.refresh()
-        upto = f"steps 0–{result.split_step}, up to the split" if result.differs else "every step"
-        legend = Text.assemble(
-            ("━━", chart_colors.rich(chart_colors.BATCHED)),
-            " next-token max|Δ|  ",
-            ("━━", chart_colors.rich(chart_colors.SINGLE)),
-            f" single run's top-1 margin · log10, {upto}",
+        legend.update(
+            Text.assemble(
+                ("━━", chart_colors.rich(chart_colors.BATCHED)),
+                f" {labels[0]}  ",
+                ("━━", chart_colors.rich(chart_colors.SINGLE)),
+                f" {labels[1]} · log10, {row.upto}",
+            )
         )
-        self.query_one("#gen-chart-legend", Static).update(legend)
 
     @on(DataTable.RowHighlighted, "#gen-table")
     def _row(self, event: DataTable.RowHighlighted) -> None:

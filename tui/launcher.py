@@ -55,6 +55,12 @@ def app_parser() -> OneLineParser:
     add_common_options(parser)
     parser.add_argument("--session", metavar="FILE", help="session file (default: under $XDG_STATE_HOME/batchtui)")
     parser.add_argument(
+        "--url",
+        help="an OpenAI-compatible server (vLLM, SGLang, transformers serve...): its continuations alone and "
+        "under load in the generation view; --model names the served model (default: the only one it serves)",
+    )
+    parser.add_argument("--api-key-env", metavar="NAME", help="with --url: the environment variable holding its key")
+    parser.add_argument(
         "--output-dir", metavar="DIR", help="where ctrl+s reports and f8 screenshots go (default: the current folder)"
     )
     return parser
@@ -126,7 +132,14 @@ def build_app(argv: list[str]):
     from .app import BatchtuiApp
 
     notice = " · ".join(notices) or None
-    app = BatchtuiApp(texts, settings, output_dir=output_dir, session_path=path, startup_notice=notice)
+    endpoint = None
+    if args.url:
+        from .endpoint_runs import EndpointTarget
+
+        endpoint = EndpointTarget(args.url, args.model if "model" in given else None, args.api_key_env)
+    app = BatchtuiApp(
+        texts, settings, output_dir=output_dir, session_path=path, startup_notice=notice, endpoint=endpoint
+    )
     app.threads = args.threads
     return app
 

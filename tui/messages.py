@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from textual.message import Message
 
 from ..core.comparison import Comparison
+from ..core.endpoint_result import EndpointComparison
 from ..core.generation_result import GenerationComparison
 
 
@@ -41,3 +42,11 @@ class GenerationFailed(Message):
 
     run_number: int
     message: str
+
+
+@dataclass
+class EndpointReady(Message):
+    """A served model's continuations (`batchtui --url`), with the fault that cut the run short, if any."""
+
+    run_number: int
+    result: EndpointComparison

@@ -45,9 +45,16 @@ class OutputActions:
     under a fresh name; neither ever writes over another file."""
 
     output_dir: Path
+    endpoint: object | None  # `--url`: the report is the served model's continuations
 
     def report_on_screen(self) -> dict | None:
-        """The comparison on screen with the generation, sweep and remedies run from it (None: nothing yet)."""
+        """The comparison on screen with the generation, sweep and remedies run from it; a served model's
+        continuations (None: nothing yet)."""
+        if self.endpoint is not None:
+            from ..core.endpoint_report import endpoint_json
+
+            served = self.state.generation_on_screen
+            return None if served is None else endpoint_json(served)
         if self.state.comparison is None:
             return None
         from ..core.explorer_report import explorer_report
@@ -59,7 +66,7 @@ class OutputActions:
         )
 
     def action_save_report(self) -> None:
-        if self.state.comparison is None:
+        if self.report_on_screen() is None:
             self.notify("no comparison to save yet", severity="warning")
             return
         offered = free_name(self.output_dir, f"batchtui-report-{time.strftime('%Y%m%d-%H%M%S')}", ".json")
@@ -81,7 +88,8 @@ class OutputActions:
         except OSError as exc:
             problem = f"cannot write {path}: {exc.strerror or exc}"
         else:
-            self.notify(f"{', '.join(sections(report))} written to {path.resolve()}", title="report saved", timeout=10)
+            what = "served continuations" if self.endpoint is not None else ", ".join(sections(report))
+            self.notify(f"{what} written to {path.resolve()}", title="report saved", timeout=10)
             return
         self.notify(problem, title="report not written", severity="error", timeout=10)
 

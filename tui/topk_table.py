@@ -18,18 +18,30 @@ MIN_TOKEN, MAX_TOKEN = 5, 24
 
 
 def topk_table(p: PositionMetrics, width: int, highlight: str) -> Table:
+    return runs_topk_table(p.topk_batch, p.topk_single, width, highlight)
+
+
+def runs_topk_table(
+    first: tuple[TopToken, ...],
+    second: tuple[TopToken, ...],
+    width: int,
+    highlight: str,
+    names: tuple[str, str] = ("batched", "single"),
+    value: str = "logit",
+) -> Table:
+    """Two runs' top-k side by side (`names` and the numbers' `value` name head the columns)."""
     narrow = width < NARROW_PANE
-    tokens = (*p.topk_batch, *p.topk_single)
+    tokens = (*first, *second)
     decimals = decimals_to_tell_apart([t.logit for t in tokens], least=2 if narrow else 3)
     logit_width = max(len(f"{t.logit:.{decimals}f}") for t in tokens) if tokens else 5
     rank_mark = 3 if narrow else 6  # " 12" or " (12)"
     # What the rank, the two logit columns and the gaps leave, shared by the two token columns.
-    room = (width - len(str(len(p.topk_batch))) - 2 * logit_width - 4) // 2 - rank_mark
+    room = (width - len(str(len(first))) - 2 * logit_width - 4) // 2 - rank_mark
     token_width = min(max(room, MIN_TOKEN), MAX_TOKEN)
     table = Table(box=None, padding=(0, 1), show_edge=False, expand=False)
-    for header in ("#", "batched", "logit", "single", "logit"):
-        table.add_column(header, justify="right" if header in ("#", "logit") else "left", no_wrap=True)
-    for rank, (b, s) in enumerate(zip(p.topk_batch, p.topk_single)):
+    for header in ("#", names[0], value, names[1], value):
+        table.add_column(header, justify="right" if header in ("#", value) else "left", no_wrap=True)
+    for rank, (b, s) in enumerate(zip(first, second)):
         cells = (_cells(t, rank, narrow, highlight, token_width, decimals) for t in (b, s))
         table.add_row(str(rank + 1), *(cell for pair in cells for cell in pair))
     return table
