@@ -48,6 +48,8 @@ def format_endpoint_table(comparison: EndpointComparison) -> str:
                 "" if t.near_tie is None else ("yes" if t.near_tie else "no"),
             )
         )
+    if not comparison.config.get("logprobs"):  # margins and Δ need logprobs: no empty columns
+        header, rows = header[:6], [row[:6] for row in rows]
     return format_columns(header, rows, left={1, 4, 5, 8})
 
 

@@ -5,7 +5,7 @@
 # tiny-qwen2.5-1.5b-shape in bf16, with sdpa and eager, `check` (with --modules --decompose and the
 # remedies), `generate` (continuations batched vs alone), `sweep --generate` and `bench` (its generate row);
 # the batch-invariant mode: bitwise result (`--remedy invariant` in check and generate) and cost (bench ratios
-# invariant_vs_compare, invariant_generate_vs_generate).
+# invariant_vs_compare, invariant_generate_vs_generate); where vLLM is installed, `endpoint` against it.
 set -uo pipefail
 OUT="${OUT:-gpu-check}"
 mkdir -p "$OUT"
@@ -48,6 +48,21 @@ for attn in sdpa eager; do
       --max-tokens 256 --batch-size 8 --rounds 2 --json "$OUT/bench-memory-$attn.json"
 done
 run python -m core bench --model tiny --rounds 10 --json "$OUT/bench-tiny.json"
+# `endpoint` against vLLM where vLLM is installed (it brings the openai client): does load change its answers?
+if python -c "import vllm" 2>/dev/null; then
+  SERVED=$(python -c "from core.builtin_models import builtin_path; print(builtin_path('$MODEL'))")
+  PORT=$(python -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
+  python -m vllm.entrypoints.openai.api_server --model "$SERVED" --host 127.0.0.1 --port "$PORT" \
+      --dtype bfloat16 > "$OUT/vllm.log" 2>&1 &
+  VLLM_PID=$!
+  for _ in $(seq 90); do python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$PORT/health')" \
+      2>/dev/null && break; sleep 2; done
+  run python -m core endpoint --url "http://127.0.0.1:$PORT/v1" --texts-file "$OUT/texts-32x128.txt" \
+      --max-new-tokens 32 --rounds 3 --json "$OUT/endpoint-vllm.json"
+  kill "$VLLM_PID"; wait "$VLLM_PID" 2>/dev/null
+else
+  echo "vllm is not installed: the endpoint check is skipped"
+fi
 python - "$OUT" <<'PY'
 import glob, json, sys
 for path in sorted(glob.glob(f"{sys.argv[1]}/*.json")):
