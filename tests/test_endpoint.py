@@ -37,9 +37,14 @@ def english():
 
 
 @pytest.fixture(scope="module")
-def served(english, tmp_path_factory):
-    with transformers_serve(english, tmp_path_factory.mktemp("serve") / "serve.log") as (url, _):
-        yield url
+def server(english, tmp_path_factory):
+    with transformers_serve(english, tmp_path_factory.mktemp("serve") / "serve.log") as running:
+        yield running
+
+
+@pytest.fixture
+def served(server):
+    return server[0]
 
 
 def _local_greedy(model_path, texts: list[str], new_tokens: int) -> list[str]:
@@ -117,29 +122,6 @@ def test_nothing_listening_is_one_line_and_exit_2(capsys):
     assert main(["endpoint", "--url", f"http://127.0.0.1:{free_port()}/v1", "a"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "connection refused" in err and "Traceback" not in err
-
-
-def test_a_server_killed_mid_run_keeps_what_was_measured(english, tmp_path):
-    with transformers_serve(english, tmp_path / "serve.log") as (url, process):
-        endpoint = Endpoint(url, timeout_s=30)
-        endpoint.resolve_model()
-
-        class KilledAfterThreeTexts:  # the real server, killed between two requests
-            texts = 0
-
-            def complete(self, text, max_new_tokens, *args):
-                if max_new_tokens > 1:  # not the capability probe
-                    self.texts += 1
-                    if self.texts == 4:
-                        stop(process)
-                return endpoint.complete(text, max_new_tokens, *args)
-
-        result = measure_endpoint(KilledAfterThreeTexts(), TEXTS, max_new_tokens=4, rounds=1)
-    assert result.failure is not None and "connection refused" in result.failure
-    kept = [t for t in result.texts if t.alone is not None]
-    assert len(kept) == 3  # three texts alone before the fourth request failed
-    assert all(not t.measured and t.differs is None for t in result.texts)
-    assert result.summary.measured == 0
 
 
 GARBAGE = b"\x00\xff garbage, not HTTP \x1b[2J\r\n\r\n"
@@ -286,7 +268,7 @@ async def test_the_app_with_url_shows_served_continuations_in_the_generation_vie
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot, app)
         served_result = app.state.generation_on_screen
-        assert served_result is not None and served_result.failure is None
+        assert served_result is not None and served_result.failure is None, app.query_one(StatusLine).full_text()
         assert app.state.comparison is None  # nothing ran locally
         pane = app.query_one(GenerationPane)
         table = pane.query_one(DataTable)
@@ -304,3 +286,27 @@ async def test_the_app_with_url_shows_served_continuations_in_the_generation_vie
         shown = str(pane.query_one("#gen-single").content)
         assert shown.startswith("alone (") and served_result.texts[1].alone.text[:8] in shown
         assert app.report_on_screen()["texts"][1]["alone"]["text"] == served_result.texts[1].alone.text
+
+
+def test_a_server_killed_mid_run_keeps_what_was_measured(server):
+    """Last in the module: it kills the module's server (two `transformers serve` at once disturb each other)."""
+    url, process = server
+    endpoint = Endpoint(url, timeout_s=30)
+    endpoint.resolve_model()
+
+    class KilledAfterThreeTexts:  # the real server, killed between two requests
+        texts = 0
+
+        def complete(self, text, max_new_tokens, *args):
+            if max_new_tokens > 1:  # not the capability probe
+                self.texts += 1
+                if self.texts == 4:
+                    stop(process)
+            return endpoint.complete(text, max_new_tokens, *args)
+
+    result = measure_endpoint(KilledAfterThreeTexts(), TEXTS, max_new_tokens=4, rounds=1)
+    assert result.failure is not None and "connection refused" in result.failure
+    kept = [t for t in result.texts if t.alone is not None]
+    assert len(kept) == 3  # three texts alone before the fourth request failed
+    assert all(not t.measured and t.differs is None for t in result.texts)
+    assert result.summary.measured == 0
