@@ -289,7 +289,7 @@ async def test_the_app_with_url_shows_served_continuations_in_the_generation_vie
 
 
 def test_a_server_killed_mid_run_keeps_what_was_measured(server):
-    """Last in the module: it kills the module's server (two `transformers serve` at once disturb each other)."""
+    """Last in the module: it kills the module's server rather than start another."""
     url, process = server
     endpoint = Endpoint(url, timeout_s=30)
     endpoint.resolve_model()
