@@ -80,9 +80,9 @@ def _wait_healthy(url: str, process: subprocess.Popen, log: Path) -> None:
 
 
 @contextlib.contextmanager
-def raw_socket_server(answer: bytes | None):
-    """A socket on 127.0.0.1 that reads a request and sends `answer` as it is, then closes (None: never answers).
-    Yields (url, requests received)."""
+def raw_socket_server(answer: bytes | None, first: bool = False):
+    """A socket on 127.0.0.1 that reads a request and sends `answer` as it is, then closes (None: never answers);
+    with `first`, it sends before reading (a plain-text server to a TLS client). Yields (url, requests received)."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(8)
@@ -98,6 +98,9 @@ def raw_socket_server(answer: bytes | None):
             except TimeoutError:
                 continue
             connection.settimeout(5)
+            if first and answer is not None:
+                with contextlib.suppress(OSError):
+                    connection.sendall(answer)
             with contextlib.suppress(OSError):
                 received.append(_read_request(connection))
             if answer is None:

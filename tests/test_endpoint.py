@@ -164,6 +164,13 @@ def test_a_fault_after_the_models_list_keeps_the_report_with_the_failure(tmp_pat
     assert b'"prompt":"a"' in received[1].replace(b" ", b"")  # the text went to the URL named, once
 
 
+def test_a_plain_server_at_an_https_url_is_a_tls_failure(capsys):
+    with raw_socket_server(NOT_JSON, first=True) as (url, _):
+        code = main(["endpoint", "--url", url.replace("http://", "https://"), "--model", "m", "a", "--timeout", "5"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "TLS failure" in err, err
+
+
 def test_urls_are_checked_and_the_api_root_found():
     assert base_url("http://h:8000") == base_url("http://h:8000/v1/") == "http://h:8000/v1"
     with pytest.raises(EndpointError.__mro__[1], match="http:// or https://"):
