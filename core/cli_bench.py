@@ -89,7 +89,7 @@ def _bench(args: argparse.Namespace) -> int:
     ]
     print(format_columns(("target", "value", "limit", "result"), rows, left={0}), file=out)
     if args.json:
-        from .report import write_json
+        from .report import run_environment, write_json
 
-        write_json(result.as_dict(), args.json)
+        write_json({**result.as_dict(), "environment": run_environment(settings.as_dict(), texts)}, args.json)
     return EXIT_OK if all(t["pass"] for t in result.targets) else EXIT_TARGET_MISSED

@@ -74,7 +74,10 @@ def _probe(args: argparse.Namespace) -> int:
         header = (f"{dtype} size", *(f"N={n} eq/close/runs" for n in args.batch_sizes), "max|Δ|")
         print(format_columns(header, rows), file=out)
     if args.json:
+        from .environment import environment
         from .report import write_json
 
-        write_json({"device": device, "cells": [asdict(c) for c in cells]}, args.json)
+        write_json(
+            {"device": device, "cells": [asdict(c) for c in cells], "environment": environment(None, [])}, args.json
+        )
     return EXIT_OK

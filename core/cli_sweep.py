@@ -72,9 +72,11 @@ def _sweep(args: argparse.Namespace) -> int:
     print(format_columns(header, rows, left={0, 2, 3, 7}), file=out)
     print(sweep_summary(cells), file=out)
     if args.json:
-        from .report import write_json
+        from .report import run_environment, write_json
 
-        write_json({"config": settings.as_dict(), "texts": texts, "cells": [asdict(c) for c in cells]}, args.json)
+        report = {"config": settings.as_dict(), "texts": texts, "cells": [asdict(c) for c in cells]}
+        report["environment"] = run_environment(settings.as_dict(), texts)
+        write_json(report, args.json)
     if any(cell.error for cell in cells):
         return EXIT_BAD_INPUT
     return EXIT_DIVERGED if any(cell.diverged or cell.differ for cell in cells) else EXIT_OK

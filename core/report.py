@@ -148,14 +148,23 @@ def remedies_json(outcomes, summary_fn) -> list[dict]:
 
 
 def run_json(result, summary: dict, texts: list[dict]) -> dict:
-    """A run's report: its resolved settings, summary, notes, time and per-text entries."""
+    """A run's report: its resolved settings, summary, notes, time, per-text entries and where it ran."""
     return {
         "config": result.config,
         "summary": summary,
         "notes": list(result.notes),
         "elapsed_s": result.elapsed_s,
         "texts": texts,
+        "environment": run_environment(result.config, [t.text for t in result.texts]),
     }
+
+
+def run_environment(config: dict, texts: list[str]) -> dict:
+    """`environment.environment` for a run's resolved config: a local model's files, or a served model's URL."""
+    from .environment import environment
+
+    served = {"url": config["url"], "model": config.get("model")} if "url" in config else None
+    return environment(config.get("model"), texts, bool(config.get("invariant")), served)
 
 
 def to_json_dict(comparison: Comparison) -> dict:
