@@ -12,6 +12,7 @@ def _commands() -> dict[str, Callable[[list[str], str], int]]:
     # Imported on use: `batchtui --help` and the app need none of them.
     from .cli_bench import run_bench
     from .cli_check import run_check
+    from .cli_diff import run_diff
     from .cli_endpoint import run_endpoint
     from .cli_generate import run_generate
     from .cli_probe import run_probe
@@ -24,10 +25,11 @@ def _commands() -> dict[str, Callable[[list[str], str], int]]:
         "probe": run_probe,
         "bench": run_bench,
         "endpoint": run_endpoint,
+        "diff": run_diff,
     }
 
 
-COMMANDS = ("check", "generate", "sweep", "probe", "bench", "endpoint")
+COMMANDS = ("check", "generate", "sweep", "probe", "bench", "endpoint", "diff")
 PROG = "python -m batchtui.core"
 
 

@@ -6,7 +6,7 @@ import argparse
 
 from .cli_exit import parsed_and_guarded
 from .cli_options import OneLineParser, add_remedy_option, command_parser
-from .cli_report import ReportKind, report_command
+from .cli_report import ReportKind, add_repro_options, report_command
 
 DESCRIPTION = (
     "Compare each text's logits run alone and inside a padded batch. "
@@ -18,18 +18,29 @@ def check_parser(prog: str) -> OneLineParser:
     parser = command_parser(prog, DESCRIPTION)
     parser.add_argument("--json", metavar="PATH", help="write the full report to PATH ('-' for stdout)")
     add_remedy_option(parser)
+    add_repro_options(parser)
+    parser.add_argument(
+        "--from", dest="from_pack", metavar="DIR", help="run a repro pack again here and compare its logits bitwise"
+    )
     return parser
 
 
 def run_check(argv: list[str], prog: str = "batchtui check") -> int:
-    return parsed_and_guarded(check_parser(prog), argv, _check)
+    parser = check_parser(prog)
+    return parsed_and_guarded(parser, argv, lambda args: _check(args, [*prog.split(), *argv]))
 
 
-def _check(args: argparse.Namespace) -> int:
-    def run(texts, settings, lines):
+def _check(args: argparse.Namespace, command_line: list[str]) -> int:
+    if args.from_pack:
+        from .cli_from_pack import check_from_pack
+
+        return check_from_pack(args)
+    args.command_line = command_line
+
+    def run(texts, settings, lines, sink):
         from .engine import compare
 
-        return compare(texts, settings, lines=lines)
+        return compare(texts, settings, lines=lines, logits_sink=sink)
 
     return report_command(args, run, _check_report)
 

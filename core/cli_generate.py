@@ -6,7 +6,7 @@ import argparse
 
 from .cli_exit import parsed_and_guarded
 from .cli_options import add_remedy_option, command_parser
-from .cli_report import ReportKind, report_command
+from .cli_report import ReportKind, add_repro_options, report_command
 from .generation_result import DEFAULT_MAX_NEW_TOKENS
 
 DESCRIPTION = (
@@ -34,14 +34,19 @@ def run_generate(argv: list[str], prog: str = "batchtui generate") -> int:
     add_generation_options(parser)
     parser.add_argument("--json", metavar="PATH", help="write the full report to PATH ('-' for stdout)")
     add_remedy_option(parser)
-    return parsed_and_guarded(parser, argv, _generate)
+    add_repro_options(parser)
+    return parsed_and_guarded(parser, argv, lambda args: _generate(args, [*prog.split(), *argv]))
 
 
-def _generate(args: argparse.Namespace) -> int:
-    def run(texts, settings, lines):
+def _generate(args: argparse.Namespace, command_line: list[str]) -> int:
+    args.command_line = command_line
+
+    def run(texts, settings, lines, sink):
         from .generation import generate_and_compare
 
-        return generate_and_compare(texts, settings, args.max_new_tokens, args.from_embeds, lines=lines)
+        return generate_and_compare(
+            texts, settings, args.max_new_tokens, args.from_embeds, lines=lines, logits_sink=sink
+        )
 
     return report_command(args, run, _generation_report)
 

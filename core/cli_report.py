@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from .cli_exit import EXIT_DIVERGED, EXIT_OK
 from .cli_options import check_report_destination, human_output, settings_from_args, texts_from_args
+from .errors import InputError
 from .settings import Settings
 
 
@@ -24,23 +25,59 @@ class ReportKind:
 
 
 def report_command(args: argparse.Namespace, run: Callable, kind: Callable[[], ReportKind]) -> int:
-    """`run(texts, settings, lines)` on the arguments' texts and settings (with `--remedy`, once per remedy),
-    then the table, notes, verdict and report. `kind` is called once the arguments are known good: the
-    engine, and torch with it, load only then."""
+    """`run(texts, settings, lines, sink)` on the arguments' texts and settings (with `--remedy`, once per remedy),
+    then the table, notes, verdict and report, and with `--repro DIR` the pack (the baseline's logits, handed to
+    its run's `sink`). `kind` is called once the arguments are known good: the engine, and torch with it, load
+    only then."""
     settings = settings_from_args(args)
     numbered = texts_from_args(args)
     check_report_destination(args.json)
+    pack = _pack_destination(args)
     shown = kind()
-    result, outcomes = measured(
-        numbered.texts, settings, args.remedy, lambda texts, run_settings: run(texts, run_settings, numbered.lines)
-    )
+    kept = None
+    if pack is not None:
+        from .repro import KeptLogits
+
+        kept = KeptLogits(int(args.repro_max_mb * 2**20))
+    sinks = [kept]  # the first run is the baseline: its logits go to the pack
+
+    def one_run(texts, run_settings):
+        return run(texts, run_settings, numbered.lines, sinks.pop() if sinks else None)
+
+    result, outcomes = measured(numbered.texts, settings, args.remedy, one_run)
     out = human_output(args.json)
     print(shown.table(result), file=out)
     for note in result.notes:
         print(f"note: {note}", file=out)
     print(shown.verdict(result), file=out)
     followed = finish_report(result, outcomes, settings, args.json, shown.to_json, shown.summary_json)
+    if pack is not None:
+        from .repro import write_pack
+
+        write_pack(pack, shown.to_json(result), numbered.texts, numbered.lines, args.command_line, settings, kept)
+        print(f"repro pack written to {pack}", file=out)
     return EXIT_DIVERGED if shown.diverged(followed) else EXIT_OK
+
+
+def add_repro_options(parser: argparse.ArgumentParser) -> None:
+    from .repro import DEFAULT_CAP_MB
+
+    parser.add_argument(
+        "--repro", metavar="DIR", help="write a repro pack to DIR: report, texts, command and both runs' logits"
+    )
+    parser.add_argument(
+        "--repro-max-mb", type=float, default=DEFAULT_CAP_MB, metavar="MB", help="logits kept in the pack at most"
+    )
+
+
+def _pack_destination(args: argparse.Namespace):
+    if not getattr(args, "repro", None):
+        return None
+    from .repro import check_pack_destination
+
+    if not args.repro_max_mb >= 0:
+        raise InputError(f"--repro-max-mb must be 0 or more, not {args.repro_max_mb:g}")
+    return check_pack_destination(args.repro)
 
 
 def measured(texts: list[str], settings: Settings, remedies: list[str], run) -> tuple[object, list]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -26,6 +27,8 @@ from .run_skeleton import (
 from .runner import Runner
 from .settings import Settings
 
+LogitsSink = Callable[[int, torch.Tensor, torch.Tensor], None]
+
 
 def compare(
     texts: list[str] | tuple[str, ...],
@@ -33,18 +36,20 @@ def compare(
     progress: ProgressFn | None = None,
     cancelled: CancelledFn | None = None,
     lines: list[int] | None = None,
+    logits_sink: LogitsSink | None = None,
 ) -> Comparison:
     """Run every text batched (in chunks of batch_size) and alone, and measure how they differ.
 
     `lines`: the line each text came from (a texts file's, the editor's), reported as `TextResult.line`;
-    by default 1, 2, 3...
+    by default 1, 2, 3... `logits_sink(index, single, batched)`: handed each text's logits alone and its batched
+    row's at its real positions ([T, V] each, on the device; a sink that keeps them copies them).
     """
     started = time.perf_counter()
     run = prepare_run(texts, settings, lines)
     settings, loaded = run.settings, run.loaded
     reference = load_reference_model(settings) if settings.reference else None
     steps = run.steps(passes_per_text(settings), progress, cancelled, "comparison")
-    results = run.guarded(lambda: _run(run, reference, steps))
+    results = run.guarded(lambda: _run(run, reference, steps, logits_sink))
     return Comparison(
         config=run.config,
         texts=tuple(results),
@@ -62,7 +67,7 @@ def _settings_notes(settings: Settings) -> tuple[str, ...]:
     return ()
 
 
-def _run(run: PreparedRun, reference, steps: PassSteps) -> list[TextResult]:
+def _run(run: PreparedRun, reference, steps: PassSteps, sink: LogitsSink | None) -> list[TextResult]:
     settings, loaded = run.settings, run.loaded
     runner = Runner(
         loaded, settings.padding_side, settings.positions, modules=settings.modules, max_tokens=settings.max_tokens
@@ -70,11 +75,11 @@ def _run(run: PreparedRun, reference, steps: PassSteps) -> list[TextResult]:
     results: list[TextResult] = []
     with torch.inference_mode(), invariant_if(settings.invariant, loaded.model), runner:
         for chunk in run.chunks():
-            results += _chunk(chunk, runner, settings, loaded, reference, steps)
+            results += _chunk(chunk, runner, settings, loaded, reference, steps, sink)
     return results
 
 
-def _chunk(chunk: Chunk, runner: Runner, settings, loaded: LoadedModel, reference, steps: PassSteps):
+def _chunk(chunk: Chunk, runner: Runner, settings, loaded: LoadedModel, reference, steps: PassSteps, sink):
     steps.before()
     own = own_tokens(runner, chunk)
     batched = runner.batched(chunk.texts)
@@ -88,6 +93,8 @@ def _chunk(chunk: Chunk, runner: Runner, settings, loaded: LoadedModel, referenc
             raise ModelLoadError(f"text {chunk.lines[row]}: the tokenizer gives other tokens inside a batch than alone")
         single = runner.single(token_ids)
         steps.after()
+        if sink is not None:
+            sink(chunk.start + row, single.logits[0], batched.real_rows(batched.output.logits, row))
         measured = MeasuredText(chunk.start + row, chunk.lines[row], row, text, token_ids, truncated, single)
         if settings.decompose:
             steps.before()

@@ -37,10 +37,12 @@ def generate_and_compare(
     progress: ProgressFn | None = None,
     cancelled: CancelledFn | None = None,
     lines: list[int] | None = None,
+    logits_sink=None,
 ) -> GenerationComparison:
     """Greedy continuations of every text, batched (chunks of batch_size, left-padded) and alone.
 
     `from_embeds`: call `generate(inputs_embeds=...)`, the original report's path, instead of input ids.
+    `logits_sink(index, single, batched)`: handed each text's per-step next-token logits of both runs ([steps, V]).
     """
     started = time.perf_counter()
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
@@ -51,7 +53,8 @@ def generate_and_compare(
     if settings.padding_side != GENERATION_PADDING:
         notes.append("generation pads on the left (new tokens follow the prompt); right padding is for check")
     runner = Runner(loaded, GENERATION_PADDING, "mask", max_tokens=settings.max_tokens, from_embeds=from_embeds)
-    generation = _Generation(loaded, runner, settings, max_new_tokens, run.steps(1, progress, cancelled, "generation"))
+    steps = run.steps(1, progress, cancelled, "generation")
+    generation = _Generation(loaded, runner, settings, max_new_tokens, steps, logits_sink)
     results = run.guarded(lambda: generation.all(run))
     config = run.config
     config.update(
@@ -61,13 +64,16 @@ def generate_and_compare(
 
 
 class _Generation:
-    def __init__(self, loaded: LoadedModel, backend: Backend, settings: Settings, max_new_tokens, steps: PassSteps):
+    def __init__(
+        self, loaded: LoadedModel, backend: Backend, settings: Settings, max_new_tokens, steps: PassSteps, sink
+    ):
         self.loaded = loaded
         self.backend = backend
         self.settings = settings
         self.max_new_tokens = max_new_tokens
         self.steps = steps
         self.eos_ids = set(backend.eos_ids)
+        self.sink = sink  # handed each text's per-step logits of both runs, or None
 
     def all(self, run: PreparedRun) -> list[TextGeneration]:
         results = []
@@ -104,6 +110,12 @@ class _Generation:
         shared = min(len(batched_run.token_ids), len(single_run.token_ids))
         split = next((i for i in range(shared) if batched_run.token_ids[i] != single_run.token_ids[i]), None)
         compared = shared if split is None else split + 1
+        if self.sink is not None:
+            self.sink(
+                index,
+                _model_logits(single.logits[0, : len(single_run.token_ids)], self.loaded),
+                _model_logits(batched.logits[row, : len(batched_run.token_ids)], self.loaded),
+            )
         # Step i's logits choose new token i; the token read at step i is the prompt's last, then the
         # single run's own (the same as the batched run's up to the split).
         fed = [ids[-1], *single_run.token_ids[: compared - 1]]
