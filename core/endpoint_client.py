@@ -38,7 +38,7 @@ def base_url(url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
 
 
-def _without_credentials(url: str) -> str:
+def without_credentials(url: str) -> str:
     parts = urlsplit(url)
     return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
@@ -62,7 +62,7 @@ class Endpoint:
         except ImportError:
             raise InputError("talking to a server needs the endpoint extra: pip install 'batchtui[endpoint]'") from None
         self._root = base_url(url)
-        self.url = _without_credentials(self._root)  # what messages and reports show
+        self.url = without_credentials(self._root)  # what messages and reports show
         self.model = model
         self.timeout_s = timeout_s
         http = openai.DefaultHttpxClient(follow_redirects=False, trust_env=False, timeout=timeout_s)

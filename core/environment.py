@@ -240,3 +240,16 @@ def differences(a: dict, b: dict, ignore: tuple[str, ...] = ("fingerprint",)) ->
     return [
         (k, fa.get(k), fb.get(k)) for k in sorted(fa.keys() | fb.keys()) if k not in ignore and fa.get(k) != fb.get(k)
     ]
+
+
+def environment_summary(env: dict) -> str:
+    """One line: the fingerprint, then what most often explains a difference between two machines."""
+    gpus = ", ".join(g["name"] for g in env["gpus"]) or "no GPU"
+    versions = env["versions"]
+    flags = env["numerics"]
+    tf32 = "TF32 on" if flags["tf32_matmul"] else "TF32 off"
+    invariant = " · invariant mode" if flags["invariant_mode"] else ""
+    return (
+        f"fingerprint {env['fingerprint']} · torch {versions['torch']} · transformers {versions['transformers']} · "
+        f"{env['cpu']['capability']} · {env['threads']} threads · {gpus} · {tf32}{invariant}"
+    )

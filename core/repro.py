@@ -123,3 +123,28 @@ def match_logits(ours: torch.Tensor | None, theirs: torch.Tensor | None) -> Logi
     flips = int((ours.argmax(dim=-1) != theirs.argmax(dim=-1)).sum())
     first = int((~equal_rows).nonzero()[0, 0])
     return LogitsMatch(False, delta, flips, first)
+
+
+def check_command(settings: Settings) -> list[str]:
+    """The `check` command line that runs `settings` (what the app's packs record as their command)."""
+    command = ["batchtui", "check", "--model", settings.model, "--dtype", settings.dtype, "--device", settings.device]
+    command += ["--batch-size", str(settings.batch_size), "--padding-side", settings.padding_side]
+    command += ["--positions", settings.positions, "--top-k", str(settings.top_k)]
+    command += ["--atol", repr(settings.atol), "--rtol", repr(settings.rtol)]
+    if settings.attn:
+        command += ["--attn", settings.attn]
+    if settings.max_tokens:
+        command += ["--max-tokens", str(settings.max_tokens)]
+    flags = ("modules", "decompose", "reference", "invariant", "trust_remote_code")
+    return command + [f"--{flag.replace('_', '-')}" for flag in flags if getattr(settings, flag)]
+
+
+def make_pack(path: Path, texts: list[str], lines: list[int], settings: Settings, progress=None, cancelled=None):
+    """Compare `texts` under `settings` keeping both runs' logits, and write the pack to `path` (checked new)."""
+    from .engine import compare
+    from .report import to_json_dict
+
+    kept = KeptLogits(DEFAULT_CAP_MB * 2**20)
+    result = compare(texts, settings, progress, cancelled, lines, logits_sink=kept)
+    write_pack(path, to_json_dict(result), texts, lines, check_command(settings), settings, kept)
+    return result

@@ -177,3 +177,37 @@ def test_diff_of_other_texts_or_another_model_exits_2(tmp_path, capsys, tiny_pat
     assert "the texts differ" in capsys.readouterr().err
     assert main(["diff", str(a), str(c)]) == 2
     assert "the models differ" in capsys.readouterr().err
+
+
+async def test_the_app_writes_a_pack_from_ctrl_s_and_shows_the_fingerprint_on_i(tmp_path):
+    from textual.widgets import Input
+    from tui_helpers import make_app, settle, wait_for
+
+    from batchtui.core.environment import environment
+    from batchtui.tui.status_line import StatusLine
+
+    app = make_app(texts=TEXTS, tmp_path=tmp_path)
+    pack = tmp_path / "pack"
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        status = app.query_one(StatusLine)
+        await pilot.press("I")
+        await wait_for(pilot, lambda: "fingerprint " in status.full_text() and "hashing" not in status.full_text(),
+                       "the fingerprint")  # fmt: skip
+        expected = environment(app.state.settings.model, TEXTS, invariant=False)["fingerprint"]
+        assert f"fingerprint {expected} · torch {torch.__version__}" in status.full_text()
+        await pilot.press("ctrl+s")
+        app.screen.query_one(Input).value = str(pack)  # not a .json: a folder for a pack
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: (pack / "report.json").exists(), "the pack")
+        await wait_for(pilot, lambda: any("repro pack written" in n.message for n in app._notifications), "done")
+        on_screen = app.state.comparison
+    report = json.loads((pack / "report.json").read_text())
+    assert report["summary"]["texts"] == len(TEXTS) and report["config"]["dtype"] == "bfloat16"
+    assert report["summary"]["max_abs_diff"] == on_screen.summary.max_abs_diff  # the same run, again
+    command = json.loads((pack / "command.json").read_text())
+    assert command["command"][:2] == ["batchtui", "check"] and "--positions" in command["command"]
+    from batchtui.core.repro import read_pack
+
+    kept = read_pack(str(pack))
+    assert sorted(kept.single) == [0, 1, 2] and kept.single[1].shape[0] == len(on_screen.texts[1].token_ids)

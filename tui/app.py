@@ -35,6 +35,7 @@ from .layers import LayersPane
 from .messages import ComparisonReady, RunFailed, RunProgress
 from .navigation_keys import MOVE_BINDINGS, NavigationKeys
 from .output_actions import OutputActions, SessionSaver
+from .pack_actions import PackActions
 from .setting_keys import SettingKeys, next_in
 from .settings_panel import SettingsPanel
 from .status_line import StatusLine
@@ -45,7 +46,9 @@ from .topk_pane import TopkPane
 EDIT_DEBOUNCE_S = 0.5
 
 
-class BatchtuiApp(EndpointRuns, GenerationRuns, FocusKeys, NavigationKeys, SettingKeys, OutputActions, App[None]):
+class BatchtuiApp(
+    EndpointRuns, GenerationRuns, FocusKeys, NavigationKeys, SettingKeys, OutputActions, PackActions, App[None]
+):
     CSS_PATH = "app.tcss"
     TITLE = "batchtui"
     # Screen classes the stylesheet uses to fit 80x24 as well as 120x40 and larger.
@@ -81,6 +84,7 @@ class BatchtuiApp(EndpointRuns, GenerationRuns, FocusKeys, NavigationKeys, Setti
         Binding("R", "remedies", "Remedies", key_display="R"),
         Binding("S", "sweep", "Sweep", key_display="S"),
         Binding("ctrl+s", "save_report", "Save report"),
+        Binding("I", "show_environment", "Fingerprint", key_display="I", show=False),
         Binding("f8", "screenshot", "Screenshot", show=False),
         Binding("q", "quit", "Quit"),
         Binding("ctrl+c", "quit", "Quit", show=False, priority=True),

@@ -70,7 +70,7 @@ class OutputActions:
             self.notify("no comparison to save yet", severity="warning")
             return
         offered = free_name(self.output_dir, f"batchtui-report-{time.strftime('%Y%m%d-%H%M%S')}", ".json")
-        hint = "a new .json file (an existing one is never overwritten) · "
+        hint = "a new .json file, or a new folder for a repro pack with the logits (nothing is ever overwritten) · "
         self.push_screen(PromptScreen("save the report to", str(offered), hint), self._save_report_to)
 
     def _save_report_to(self, answer: str | None) -> None:
@@ -80,6 +80,9 @@ class OutputActions:
         from ..core.report import write_fresh_json
 
         path = Path(os.path.expanduser(answer))
+        if path.suffix.lower() != ".json":
+            self.write_pack_to(path)
+            return
         report = self.report_on_screen()
         try:
             write_fresh_json(report, path)

@@ -22,6 +22,7 @@ class StatusLine(Static):
         self._last_run = ""
         self._skipped = ""
         self._error = ""
+        self._fingerprint = ""  # shown on request (I)
         self._run_started: float | None = None  # while a run is in flight: its elapsed time ticks
 
     def on_mount(self) -> None:
@@ -65,6 +66,10 @@ class StatusLine(Static):
         self._last_run = f"last run {seconds:.2f} s"
         self._render_line()
 
+    def set_fingerprint(self, summary: str) -> None:
+        self._fingerprint = literal(summary, 200)
+        self._render_line()
+
     def set_skipped(self, blank_lines: int) -> None:
         self._skipped = f"{blank_lines} blank line{'s' if blank_lines != 1 else ''} skipped" if blank_lines else ""
         self._render_line()
@@ -79,6 +84,7 @@ class StatusLine(Static):
             StatusPart(self._trust, "warning"),
             StatusPart(headline),
             StatusPart(self._setup),
+            StatusPart(self._fingerprint),
             *(StatusPart(part) for part in rest),
             StatusPart(self._last_run),
             StatusPart(self._skipped),
