@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# One worker builds the wheel once: two setuptools builds at once in the same tree collide in build/.
+pytestmark = pytest.mark.xdist_group("packaging")
 
 
 @pytest.fixture(scope="module")
