@@ -79,6 +79,7 @@ def test_endpoint_command_compares_alone_and_under_load_without_logprobs(served,
     assert NO_LOGPROBS in data["notes"] and f"note: {NO_LOGPROBS}" in out
     assert data["config"]["logprobs"] is False and data["config"]["steps_in"] == "characters"
     assert data["config"]["concurrency"] == len(TEXTS) and data["config"]["rounds"] == 2
+    assert data["environment"]["identity"] == {"url": served, "model": data["config"]["model"]}
     for entry in data["texts"]:
         alone, loaded = entry["alone"]["text"], entry["under_load"]["text"]
         assert entry["differs"] == (alone != loaded) or entry["under_load_round"] > 0
