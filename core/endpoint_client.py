@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import os
 import ssl
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
-from .backend import ServedContinuation, ServedStep
 from .errors import InputError
 from .visible import literal
+
+if TYPE_CHECKING:  # the backend's types bring torch: loaded with the run, not with the command's parser
+    from .backend import ServedContinuation
 
 DEFAULT_TIMEOUT_S = 120.0
 GREEDY_SEED = 0
@@ -128,6 +131,8 @@ class Endpoint:
 
 def continuation_from(choice) -> ServedContinuation:
     """A `CompletionChoice` (the openai package's type, or vLLM's with `prompt_logprobs`) as a continuation."""
+    from .backend import ServedContinuation, ServedStep
+
     if not isinstance(choice.text, str):
         raise TypeError("no text")
     logprobs = choice.logprobs

@@ -12,11 +12,13 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from .errors import InputError
 from .settings import Settings
+
+if TYPE_CHECKING:  # torch loads with the run, not with the command's parser
+    import torch
 
 REPORT, TEXTS, COMMAND, LOGITS = "report.json", "texts.json", "command.json", "logits.safetensors"
 DEFAULT_CAP_MB = 512

@@ -122,6 +122,19 @@ def test_python_dash_m_core_runs_check_without_the_tui():
     assert core_main(["nonsense"]) == 2
 
 
+def test_every_command_answers_help_without_loading_torch():
+    """--help and usage errors answer at once: torch (over a second to import) loads only for a run."""
+    from batchtui.core.cli import COMMANDS
+
+    script = (
+        "import sys; sys.modules['torch'] = None; from batchtui.core.cli import main; "
+        f"print([main([name, '--help']) for name in {list(COMMANDS)!r}])"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == str([0] * len(COMMANDS))
+
+
 def test_console_script_exit_code():
     done = subprocess.run(["batchtui", "check", "--top-k", "-1", "x"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 2
