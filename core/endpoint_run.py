@@ -20,6 +20,7 @@ from .generation_result import DEFAULT_MAX_NEW_TOKENS
 from .run_skeleton import CancelledFn, PassSteps, ProgressFn
 
 NO_LOGPROBS = "this server returns no logprobs: continuations compared as text only, steps counted in characters"
+NO_PROMPT_LOGPROBS = "this server returns no prompt logprobs (vLLM's prompt_logprobs): the prompts are not compared"
 
 
 def _positive(name: str, value) -> None:
@@ -55,6 +56,8 @@ def measure_endpoint(
         notes.append(NO_LOGPROBS)
     elif top_logprobs == 0:
         notes.append("--top-logprobs 0: continuations compared as text only, steps counted in characters")
+    if top_logprobs and run.prompt_logprobs is False:
+        notes.append(NO_PROMPT_LOGPROBS)
     config = {
         **(config or {}),
         "max_new_tokens": max_new_tokens,

@@ -14,7 +14,7 @@ from servers import raw_socket_server, stop, transformers_serve
 from batchtui.core.builtin_models import builtin_path
 from batchtui.core.cli import main
 from batchtui.core.endpoint_client import Endpoint, EndpointError, base_url
-from batchtui.core.endpoint_run import NO_LOGPROBS, measure_endpoint
+from batchtui.core.endpoint_run import NO_LOGPROBS, NO_PROMPT_LOGPROBS, measure_endpoint
 
 pytestmark = pytest.mark.xdist_group("endpoint")  # one worker starts the server once for the module
 
@@ -76,7 +76,7 @@ def test_endpoint_command_compares_alone_and_under_load_without_logprobs(served,
     out = capsys.readouterr().out
     data = json.loads(report.read_text())
     assert data["failure"] is None and data["summary"]["measured"] == len(TEXTS)
-    assert NO_LOGPROBS in data["notes"] and f"note: {NO_LOGPROBS}" in out
+    assert data["notes"] == [NO_LOGPROBS, NO_PROMPT_LOGPROBS] and f"note: {NO_LOGPROBS}" in out
     assert data["config"]["logprobs"] is False and data["config"]["steps_in"] == "characters"
     assert data["config"]["concurrency"] == len(TEXTS) and data["config"]["rounds"] == 2
     assert data["environment"]["identity"] == {"url": served, "model": data["config"]["model"]}
@@ -254,7 +254,7 @@ def test_measure_endpoint_reports_logprob_splits_in_the_json():
 
     result = measure_endpoint(Answers(), ["t"], max_new_tokens=2, rounds=2, top_logprobs=2)
     entry = endpoint_json(result)["texts"][0]
-    assert result.config["steps_in"] == "tokens" and not result.notes
+    assert result.config["steps_in"] == "tokens" and result.notes == (NO_PROMPT_LOGPROBS,)
     assert entry["differs"] is True and entry["split_step"] == 1 and entry["under_load_round"] == 0
     assert entry["under_load"]["tokens"] == [" a", " d"] and entry["alone"]["text"] == " a b"
     assert entry["split"]["near_tie"] is True and entry["split"]["top_alone"][0] == [" b", -0.70]
