@@ -8,9 +8,11 @@ measured before it.
 
 from __future__ import annotations
 
+import contextlib
+import queue
 import random
+import threading
 import time
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
 from .backend import Completer, ServedContinuation
 from .endpoint_client import EndpointError
@@ -129,20 +131,44 @@ class _EndpointRun:
         return self.completer.complete(self.texts[i], self.max_new_tokens, top, prompt)
 
     def _round(self, number: int, concurrency: int) -> None:
+        """Every text in flight, `concurrency` at a time, in this round's shuffled order. The workers are daemon
+        threads: Ctrl+C or a fault ends the command at once, never waiting on a request still in flight."""
         order = list(range(len(self.texts)))
         random.Random(number).shuffle(order)
+        jobs: queue.SimpleQueue[int] = queue.SimpleQueue()
+        for i in order:
+            jobs.put(i)
+        finished: queue.SimpleQueue = queue.SimpleQueue()
+
+        def work() -> None:
+            while True:
+                try:
+                    i = jobs.get_nowait()
+                except queue.Empty:
+                    return
+                try:
+                    finished.put((i, self._complete(i), None))
+                except Exception as exc:  # noqa: BLE001 - handed to the main thread, which raises it
+                    finished.put((i, None, exc))
+
+        self.steps.before()
+        for _ in range(min(concurrency, len(order))):
+            threading.Thread(target=work, name="batchtui-endpoint", daemon=True).start()
         answers: dict[int, ServedContinuation] = {}
-        pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="batchtui-endpoint")
         try:
-            self.steps.before()
-            pending = {pool.submit(self._complete, i): i for i in order}
-            while pending:
-                done, _ = wait(pending, timeout=0.2, return_when=FIRST_EXCEPTION)
-                for future in done:
-                    answers[pending.pop(future)] = future.result()
-                    self.steps.after()
+            while len(answers) < len(order):
                 self.steps.before()
+                try:
+                    i, answer, failure = finished.get(timeout=0.2)
+                except queue.Empty:
+                    continue
+                if failure is not None:
+                    raise failure
+                answers[i] = answer
+                self.steps.after()
         finally:
-            pool.shutdown(wait=False, cancel_futures=True)
+            while not jobs.empty():  # nothing new starts once the round ends early
+                with contextlib.suppress(queue.Empty):
+                    jobs.get_nowait()
         for i, answer in answers.items():
             self.loaded[i].append(answer)

@@ -80,9 +80,10 @@ def _wait_healthy(url: str, process: subprocess.Popen, log: Path) -> None:
 
 
 @contextlib.contextmanager
-def raw_socket_server(answer: bytes | None, first: bool = False):
+def raw_socket_server(answer, first: bool = False):
     """A socket on 127.0.0.1 that reads a request and sends `answer` as it is, then closes (None: never answers);
-    with `first`, it sends before reading (a plain-text server to a TLS client). Yields (url, requests received)."""
+    `answer` may be a function of the request's bytes. With `first`, it sends before reading (a plain-text server
+    to a TLS client). Yields (url, requests received)."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(8)
@@ -98,16 +99,17 @@ def raw_socket_server(answer: bytes | None, first: bool = False):
             except TimeoutError:
                 continue
             connection.settimeout(5)
-            if first and answer is not None:
+            if first and isinstance(answer, bytes):
                 with contextlib.suppress(OSError):
                     connection.sendall(answer)
             with contextlib.suppress(OSError):
                 received.append(_read_request(connection))
-            if answer is None:
+            sent = answer(received[-1] if received else b"") if callable(answer) else answer
+            if sent is None:
                 held.append(connection)  # silence: keep it open, say nothing
                 continue
             with contextlib.suppress(OSError):
-                connection.sendall(answer)
+                connection.sendall(sent)
             connection.close()
         for connection in held:
             connection.close()
@@ -140,3 +142,8 @@ def _read_request(connection: socket.socket) -> bytes:
             break
         body += chunk
     return head + b"\r\n\r\n" + body
+
+
+def http_json(body: bytes) -> bytes:
+    """An HTTP 200 answer carrying `body` as JSON."""
+    return b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)

@@ -9,7 +9,7 @@ import math
 
 import pytest
 import torch
-from servers import raw_socket_server, stop, transformers_serve
+from servers import http_json, raw_socket_server, stop, transformers_serve
 
 from batchtui.core.builtin_models import builtin_path
 from batchtui.core.cli import main
@@ -128,6 +128,11 @@ def test_nothing_listening_is_one_line_and_exit_2(capsys):
 GARBAGE = b"\x00\xff garbage, not HTTP \x1b[2J\r\n\r\n"
 NOT_JSON = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 9\r\n\r\n{not json"
 HALF_AN_ANSWER = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 400\r\n\r\n{"object": "li'
+MODELS = b'{"object": "list", "data": [{"id": "m", "object": "model"}]}'
+COMPLETION = (
+    b'{"id": "x", "object": "text_completion", "created": 0, "model": "m", '
+    b'"choices": [{"index": 0, "text": " ok", "finish_reason": "length", "logprobs": null}]}'
+)
 
 
 @pytest.mark.parametrize(
@@ -150,11 +155,7 @@ def test_a_socket_that_is_no_server_is_one_line_and_exit_2(answer, words, capsys
 
 
 def test_a_fault_after_the_models_list_keeps_the_report_with_the_failure(tmp_path, capsys):
-    models = b'{"object": "list", "data": [{"id": "m", "object": "model"}]}'
-    answer = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (
-        len(models),
-        models,
-    )
+    answer = http_json(MODELS)
     report = tmp_path / "r.json"
     with raw_socket_server(answer) as (url, received):
         code = main(["endpoint", "--url", url, "a", "b", "--json", str(report), "--timeout", "5"])
@@ -163,6 +164,36 @@ def test_a_fault_after_the_models_list_keeps_the_report_with_the_failure(tmp_pat
     assert code == 2 and "is not a completion" in data["failure"] and data["failure"] in err
     assert [t["measured"] for t in data["texts"]] == [False, False]
     assert b'"prompt":"a"' in received[1].replace(b" ", b"")  # the text went to the URL named, once
+
+
+def test_ctrl_c_under_load_ends_at_once_not_when_the_requests_in_flight_time_out():
+    """The models list, the probe and both alone runs are answered; the request under load never is."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    posts = []
+
+    def answer(request: bytes):
+        if request.startswith(b"GET"):
+            return http_json(MODELS)
+        posts.append(request)
+        return http_json(COMPLETION) if len(posts) <= 3 else None
+
+    with raw_socket_server(answer) as (url, received):
+        command = [sys.executable, "-m", "batchtui.core", "endpoint", "--url", url, "a", "--rounds", "1"]
+        process = subprocess.Popen([*command, "--timeout", "120"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 60
+            while len(posts) < 4:  # the request under load is in flight
+                assert time.monotonic() < deadline and process.poll() is None
+                time.sleep(0.05)
+            process.send_signal(signal.SIGINT)
+            _, err = process.communicate(timeout=20)  # far less than the request's 120 s
+        finally:
+            process.kill()
+    assert process.returncode == 130 and err.decode().strip().endswith("batchtui: interrupted")
 
 
 def test_a_plain_server_at_an_https_url_is_a_tls_failure(capsys):
