@@ -6,7 +6,14 @@ import argparse
 import sys
 
 from .cli_exit import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OK, error_line, parsed_and_guarded
-from .cli_options import OneLineParser, ProgressLine, check_report_destination, human_output, texts_from_args
+from .cli_options import (
+    OneLineParser,
+    ProgressLine,
+    check_report_destination,
+    human_output,
+    int_at_least,
+    texts_from_args,
+)
 from .endpoint_client import DEFAULT_TIMEOUT_S
 from .errors import InputError
 from .generation_result import DEFAULT_MAX_NEW_TOKENS
@@ -18,19 +25,6 @@ DESCRIPTION = (
 )
 
 
-def _int_at_least(minimum: int):
-    def parsed(value: str) -> int:
-        try:
-            number = int(value)
-        except ValueError:
-            number = minimum - 1
-        if number < minimum:
-            raise argparse.ArgumentTypeError(f"must be a whole number of at least {minimum}, not {value!r}")
-        return number
-
-    return parsed
-
-
 def endpoint_parser(prog: str) -> OneLineParser:
     parser = OneLineParser(prog=prog, description=DESCRIPTION)
     parser.add_argument("texts", nargs="*", metavar="TEXT", help="texts to complete (default: a built-in set)")
@@ -38,14 +32,14 @@ def endpoint_parser(prog: str) -> OneLineParser:
     parser.add_argument("--url", required=True, help="the server's address, e.g. http://127.0.0.1:8000/v1")
     parser.add_argument("--model", help="the served model's name (default: the only one the server lists)")
     parser.add_argument(
-        "--max-new-tokens", type=_int_at_least(1), default=DEFAULT_MAX_NEW_TOKENS, metavar="N", help="greedy tokens"
+        "--max-new-tokens", type=int_at_least(1), default=DEFAULT_MAX_NEW_TOKENS, metavar="N", help="greedy tokens"
     )
     parser.add_argument(
-        "--concurrency", type=_int_at_least(1), metavar="N", help="requests in flight under load (default: every text)"
+        "--concurrency", type=int_at_least(1), metavar="N", help="requests in flight under load (default: every text)"
     )
-    parser.add_argument("--rounds", type=_int_at_least(1), default=3, metavar="R", help="rounds under load")
+    parser.add_argument("--rounds", type=int_at_least(1), default=3, metavar="R", help="rounds under load")
     parser.add_argument(
-        "--top-logprobs", type=_int_at_least(0), default=5, metavar="K", help="logprobs asked per step (0: none)"
+        "--top-logprobs", type=int_at_least(0), default=5, metavar="K", help="logprobs asked per step (0: none)"
     )
     parser.add_argument(
         "--api-key-env", metavar="NAME", help="the environment variable holding the API key (never printed)"

@@ -109,21 +109,26 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
 def add_threads_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--threads",
-        type=_positive_int,
+        type=int_at_least(1),
         metavar="N",
         help="CPU threads for torch's kernels (default: the cores not busy when the command starts; the count "
         "can change CPU results, so give the same N to runs you compare)",
     )
 
 
-def _positive_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, not {value!r}")
-    return number
+def int_at_least(minimum: int):
+    """An argparse type: a whole number of at least `minimum`, in one message either way."""
+
+    def parsed(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            number = minimum - 1
+        if number < minimum:
+            raise argparse.ArgumentTypeError(f"must be a whole number of at least {minimum}, not {value!r}")
+        return number
+
+    return parsed
 
 
 def add_remedy_option(parser: argparse.ArgumentParser) -> None:
