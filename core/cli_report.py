@@ -50,11 +50,13 @@ def report_command(args: argparse.Namespace, run: Callable, kind: Callable[[], R
     for note in result.notes:
         print(f"note: {note}", file=out)
     print(shown.verdict(result), file=out)
-    followed = finish_report(result, outcomes, settings, args.json, shown.to_json, shown.summary_json)
+    # Built once, for the --json file and the pack alike.
+    report = full_report(result, outcomes, shown.to_json, shown.summary_json) if args.json or pack else None
+    followed = finish_report(result, outcomes, settings, args.json, report)
     if pack is not None:
         from .repro import write_pack
 
-        write_pack(pack, shown.to_json(result), numbered.texts, numbered.lines, args.command_line, settings, kept)
+        write_pack(pack, report, numbered.texts, numbered.lines, args.command_line, settings, kept)
         print(f"repro pack written to {pack}", file=out)
     return EXIT_DIVERGED if shown.diverged(followed) else EXIT_OK
 
@@ -91,12 +93,22 @@ def measured(texts: list[str], settings: Settings, remedies: list[str], run) -> 
     return outcomes[0].comparison, outcomes
 
 
-def finish_report(result, outcomes: list, settings: Settings, json_path: str | None, report_fn, summary_fn):
+def full_report(result, outcomes: list, report_fn, summary_fn) -> dict:
+    """The run's JSON report (`report_fn`), with each remedy's entry (`summary_fn` of its run) when measured."""
+    from .report import remedies_json
+
+    report = report_fn(result)
+    if outcomes:
+        report["remedies"] = remedies_json(outcomes, summary_fn)
+    return report
+
+
+def finish_report(result, outcomes: list, settings: Settings, json_path: str | None, report: dict | None):
     """What `check` and `generate` print after their own table (the invariant mode's verdict, the remedies),
-    then the JSON report, after the table so that a report that cannot be written loses nothing printed.
-    Returns the result the exit code follows: the run with every applicable remedy, else the baseline."""
+    then the JSON report (`full_report`), after the table so that a report that cannot be written loses nothing
+    printed. Returns the result the exit code follows: the run with every applicable remedy, else the baseline."""
     from .plain_text import format_remedies, invariant_verdict
-    from .report import remedies_json, write_json
+    from .report import write_json
 
     out = human_output(json_path)
     if settings.invariant:
@@ -104,8 +116,5 @@ def finish_report(result, outcomes: list, settings: Settings, json_path: str | N
     if outcomes:
         print(format_remedies(outcomes), file=out)
     if json_path:
-        report = report_fn(result)
-        if outcomes:
-            report["remedies"] = remedies_json(outcomes, summary_fn)
         write_json(report, json_path)
     return next((o.comparison for o in reversed(outcomes) if o.comparison is not None), result)
