@@ -11,6 +11,7 @@ from ..core.errors import BatchtuiError
 from .engine_calls import call_engine
 from .explorer_state import ExplorerState
 from .status_line import StatusLine
+from .texts_editor import TextsEditor
 
 
 class PackActions:
@@ -31,7 +32,7 @@ class PackActions:
         except BatchtuiError as exc:
             self.notify(str(exc), title="pack not written", severity="error", timeout=10)
             return
-        numbered = self.query_one("#editor").numbered()[0]
+        numbered = self.query_one(TextsEditor).numbered()[0]
         self.notify(f"running the texts again to keep their logits for {path}…", title="repro pack")
         self._write_pack(path, numbered.texts, numbered.lines, self.state.settings)
 
@@ -49,7 +50,7 @@ class PackActions:
     def action_show_environment(self) -> None:
         """The fingerprint of this machine, its numerics and the model (hashed once per file) in the status line."""
         self.query_one(StatusLine).set_fingerprint("fingerprint: hashing the model's files…")
-        numbered = self.query_one("#editor").numbered()[0]
+        numbered = self.query_one(TextsEditor).numbered()[0]
         self._environment(numbered.texts, self.state.settings)
 
     @work(thread=True, exclusive=True, group="environment")
