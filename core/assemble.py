@@ -1,4 +1,6 @@
-"""Measured logits and hidden states of a group of a chunk's texts, turned into one `TextResult` each.
+"""Measured logits and hidden states of a group of a chunk's texts, turned into one `TextResult` each, in
+three steps: `group_rows` copies the group's real rows out of its chunk (so the chunk can go), `group_stats`
+computes its numbers and `group_results` builds the results.
 
 The texts of a group are measured together: their real rows are concatenated, so each metric is one
 set of device ops per group instead of per text, and results reach the host in one copy. The engine
@@ -14,55 +16,84 @@ import torch
 
 from .backend import BatchedChunk, PassOutput, Recording
 from .comparison import Decomposition, ModuleMetrics, PositionColumns, ReferenceErrors, RoutingChange, TextResult
-from .metrics import layer_stats, position_stats
+from .metrics import LayerStats, PositionStats, layer_stats, position_stats
 from .models import LoadedModel
 from .settings import Settings
 
 
 @dataclass
 class MeasuredText:
-    """A text of a chunk with its own passes run, waiting to be measured against its batched row."""
+    """A text of a chunk with its own passes run, waiting for its numbers."""
 
     index: int  # among all texts
     line: int  # the line it came from
-    row: int  # its row in the chunk
     text: str
     token_ids: list[int]
     truncated: bool
-    single: PassOutput
+    padding: int  # padded positions in its batched row
+    routing_changes: tuple[RoutingChange, ...]
     decomposition: Decomposition | None = None
     reference: ReferenceErrors | None = None
 
 
-def group_results(
-    group: list[MeasuredText], chunk: BatchedChunk, loaded: LoadedModel, recording: Recording, settings: Settings
-) -> list[TextResult]:
-    rows = [m.row for m in group]
-    token_ids = [m.token_ids for m in group]
-    singles = [m.single for m in group]
+@dataclass
+class GroupRows:
+    """A group's batched and single rows at the real positions, concatenated in text order: the tensors its
+    numbers are computed from, copies that free the chunk they came from."""
+
+    batched_logits: torch.Tensor  # [N, V]
+    single_logits: torch.Tensor
+    batched_hidden: list[torch.Tensor]  # one [N, H] per recorded module
+    single_hidden: list[torch.Tensor]
+    lengths: list[int]  # each text's real positions
+
+
+@dataclass
+class GroupStats:
+    """A group's numbers, on the host."""
+
+    positions: PositionStats
+    modules: LayerStats
+    logits_rel_l2: list[float]
+
+
+def group_rows(chunk: BatchedChunk, rows: list[int], singles: list[PassOutput]) -> GroupRows:
+    """The real positions of the chunk's `rows` and of their single runs, one gather per tensor."""
     logits = chunk.output.logits
-    # The group's real positions in row order: one gather per tensor instead of one per text.
     chosen = torch.zeros(chunk.attention_mask.shape[0], dtype=torch.bool, device=chunk.attention_mask.device)
     chosen[rows] = True
     real = (chunk.attention_mask.bool() & chosen[:, None]).flatten().nonzero().flatten().to(logits.device)
-    batched = logits.flatten(0, 1)[real]
-    single = torch.cat([s.logits[0] for s in singles])
-    stats = position_stats(batched, single, settings.top_k, settings.atol, settings.rtol)
-    stats_device = batched.device
-    del batched, single
-    lengths = [len(ids) for ids in token_ids]
-    segments = torch.repeat_interleave(torch.arange(len(group)), torch.tensor(lengths)).to(stats_device)
-    hidden = layer_stats(
-        [h.flatten(0, 1)[real] for h in chunk.output.hidden],
-        [torch.cat([s.hidden[m][0] for s in singles]) for m in range(len(recording.modules))],
-        segments,
-        len(group),
+    return GroupRows(
+        batched_logits=logits.flatten(0, 1)[real],
+        single_logits=torch.cat([s.logits[0] for s in singles]),
+        batched_hidden=[h.flatten(0, 1)[real] for h in chunk.output.hidden],
+        single_hidden=[torch.cat([s.hidden[m][0] for s in singles]) for m in range(len(chunk.output.hidden))],
+        lengths=[s.logits.shape[1] for s in singles],
     )
-    ids = torch.cat([torch.tensor([i for ids in token_ids for i in ids]), stats.topk_batch_ids.flatten()])
-    loaded.decode(torch.unique(torch.cat([ids, stats.topk_single_ids.flatten()])).tolist())
-    columns = columns_by_text(stats, lengths)
-    layer_columns = [c.tolist() for c in (hidden.max_abs_diff, hidden.rel_l2, hidden.bitwise_equal)]
-    logits_rel_l2 = _per_text_rel_l2(stats.squared_diff, stats.squared_single, lengths)
+
+
+def group_stats(rows: GroupRows, settings: Settings) -> GroupStats:
+    """A group's per-position and per-module numbers."""
+    positions = position_stats(rows.batched_logits, rows.single_logits, settings.top_k, settings.atol, settings.rtol)
+    device = rows.batched_logits.device
+    segments = torch.repeat_interleave(torch.arange(len(rows.lengths)), torch.tensor(rows.lengths)).to(device)
+    modules = layer_stats(rows.batched_hidden, rows.single_hidden, segments, len(rows.lengths))
+    return GroupStats(
+        positions, modules, _per_text_rel_l2(positions.squared_diff, positions.squared_single, rows.lengths)
+    )
+
+
+def group_results(
+    group: list[MeasuredText], stats: GroupStats, loaded: LoadedModel, recording: Recording, settings: Settings
+) -> list[TextResult]:
+    """One `TextResult` per text of the group, from its numbers, with every token they name decoded."""
+    positions = stats.positions
+    ids = torch.cat([torch.tensor([i for m in group for i in m.token_ids]), positions.topk_batch_ids.flatten()])
+    loaded.decode(torch.unique(torch.cat([ids, positions.topk_single_ids.flatten()])).tolist())
+    columns = columns_by_text(positions, [len(m.token_ids) for m in group])
+    layer_columns = [
+        c.tolist() for c in (stats.modules.max_abs_diff, stats.modules.rel_l2, stats.modules.bitwise_equal)
+    ]
     results = []
     for group_row, measured in enumerate(group):
         ids = measured.token_ids
@@ -70,7 +101,7 @@ def group_results(
         max_abs = col["max_abs_diff"]
         # The logits close the curve: a divergence no hooked module shows is placed in the head.
         logits = ModuleMetrics(
-            len(recording.modules), "logits", max(max_abs), logits_rel_l2[group_row], max(max_abs) == 0, "logits"
+            len(recording.modules), "logits", max(max_abs), stats.logits_rel_l2[group_row], max(max_abs) == 0, "logits"
         )
         modules = tuple(
             ModuleMetrics(
@@ -100,8 +131,8 @@ def group_results(
                 columns=PositionColumns(token_ids=tuple(ids), token_texts=loaded.token_texts, **col),
                 layers=tuple(modules[i] for i in recording.layer_indices) + (logits,),
                 modules=modules if settings.modules else (),
-                routing_changes=_routing_changes(chunk, measured.row, measured.single, recording),
-                padding=chunk.attention_mask.shape[1] - len(ids),
+                routing_changes=measured.routing_changes,
+                padding=measured.padding,
                 truncated=measured.truncated,
                 decomposition=measured.decomposition,
                 reference=measured.reference,
@@ -131,7 +162,7 @@ def _per_text_rel_l2(squared_diff: torch.Tensor, squared_single: torch.Tensor, l
     return torch.where(single > 0, (diff / single).sqrt(), 0.0).tolist()
 
 
-def _routing_changes(
+def routing_changes(
     chunk: BatchedChunk, row: int, single: PassOutput, recording: Recording
 ) -> tuple[RoutingChange, ...]:
     """Tokens whose router picked other experts in the batched row than in the single run, per MoE layer."""

@@ -7,7 +7,8 @@ from collections.abc import Callable
 
 import torch
 
-from .assemble import MeasuredText, group_results
+from .assemble import MeasuredText, group_results, group_rows, group_stats, routing_changes
+from .backend import PassOutput
 from .comparison import Comparison, TextResult
 from .errors import ModelLoadError
 from .extra_passes import decomposition, load_reference_model, reference_errors
@@ -79,13 +80,14 @@ def _run(run: PreparedRun, reference, steps: PassSteps, sink: LogitsSink | None)
     return results
 
 
-def _chunk(chunk: Chunk, runner: Runner, settings, loaded: LoadedModel, reference, steps: PassSteps, sink):
+def _chunk(chunk: Chunk, runner: Runner, settings: Settings, loaded: LoadedModel, reference, steps: PassSteps, sink):
+    results: list[TextResult] = []
     steps.before()
     own = own_tokens(runner, chunk)
     batched = runner.batched(chunk.texts)
     steps.after()
-    results: list[TextResult] = []
     group: list[MeasuredText] = []  # texts measured together
+    singles: list[PassOutput] = []
     for row, text in enumerate(chunk.texts):
         steps.before()
         token_ids, truncated = own[row]
@@ -95,7 +97,15 @@ def _chunk(chunk: Chunk, runner: Runner, settings, loaded: LoadedModel, referenc
         steps.after()
         if sink is not None:
             sink(chunk.start + row, single.logits[0], batched.real_rows(batched.output.logits, row))
-        measured = MeasuredText(chunk.start + row, chunk.lines[row], row, text, token_ids, truncated, single)
+        measured = MeasuredText(
+            chunk.start + row,
+            chunk.lines[row],
+            text,
+            token_ids,
+            truncated,
+            padding=batched.attention_mask.shape[1] - len(token_ids),
+            routing_changes=routing_changes(batched, row, single, runner.recording),
+        )
         if settings.decompose:
             steps.before()
             measured.decomposition = decomposition(runner, batched, row, single, settings)
@@ -105,10 +115,12 @@ def _chunk(chunk: Chunk, runner: Runner, settings, loaded: LoadedModel, referenc
             measured.reference = reference_errors(reference, token_ids, batched, row, single)
             steps.after()
         group.append(measured)
+        singles.append(single)
         # Measure once the group fills a metrics block (or the chunk ends): few ops for short texts, and at
         # most a block's worth of singles' logits held for long ones.
         rows_held = sum(len(m.token_ids) for m in group)
         if rows_held * loaded.vocab_size >= block_elements(single.logits.device) or row == len(chunk.texts) - 1:
-            results += group_results(group, batched, loaded, runner.recording, settings)
-            group = []
+            stats = group_stats(group_rows(batched, [m.index - chunk.start for m in group], singles), settings)
+            results += group_results(group, stats, loaded, runner.recording, settings)
+            group, singles = [], []
     return results

@@ -60,7 +60,50 @@ def position_stats(batched: torch.Tensor, single: torch.Tensor, top_k: int, atol
 
 def _block_stats(batched, single, top_k, atol, rtol) -> dict[str, torch.Tensor]:
     # Each op here reads and writes the whole [rows, V] block, and on a small model that traffic weighs as much
-    # as the forward passes: few passes, few temporaries, reductions where a tensor would do.
+    # as the forward passes. Rows the two runs give bitwise alike (most rows, wherever the kernels agree) need
+    # only the single run's side: their differences are 0, their top-k and probabilities the single run's. The
+    # rest are measured in full.
+    s = _widened(single)
+    log_ps = s.log_softmax(dim=-1)
+    squared_single = torch.linalg.vector_norm(s, dim=-1).square_()
+    k = min(max(top_k, 2), single.shape[-1])  # at least 2 for the margin
+    s_logits, s_ids = ordered_topk(single, k)
+    s_logits = s_logits.to(s.dtype)
+    margin = s_logits[:, 0] - s_logits[:, min(1, k - 1)]
+    k = min(top_k, k)
+    s_logits, s_ids = s_logits[:, :k], s_ids[:, :k]
+    s_probs = log_ps.gather(-1, s_ids).exp()
+    zeros = torch.zeros_like(squared_single)
+    stats = {
+        "max_abs_diff": zeros,
+        "max_abs_diff_ulp": zeros,
+        "mean_abs_diff": zeros,
+        "kl": zeros,
+        "margin": margin,
+        "top1_flip": torch.zeros_like(squared_single, dtype=torch.bool),
+        "allclose": torch.ones_like(squared_single, dtype=torch.bool),
+        "topk_batch_ids": s_ids,
+        "topk_batch_logits": s_logits,
+        "topk_batch_probs": s_probs,
+        "topk_batch_probs_in_single": s_probs,
+        "topk_single_ids": s_ids,
+        "topk_single_logits": s_logits,
+        "topk_single_probs": s_probs,
+        "topk_single_probs_in_batch": s_probs,
+        "squared_diff": zeros,
+        "squared_single": squared_single,
+    }
+    # A row with a NaN can be bitwise alike and still not close: non-finite rows are measured in full.
+    rows = (rows_differ(batched, single) | ~torch.isfinite(squared_single)).nonzero().flatten()
+    if rows.numel():
+        differing = _differing_stats(batched[rows], single[rows], log_ps[rows], s_ids[rows], atol, rtol)
+        for name, values in differing.items():
+            stats[name] = stats[name].index_put((rows,), values)  # a new tensor: equal rows' share theirs
+    return stats
+
+
+def _differing_stats(batched, single, log_ps, s_ids, atol, rtol) -> dict[str, torch.Tensor]:
+    """The statistics of rows that differ, with the single run's log softmax and top-k ids already known."""
     b = _widened(batched)
     s = _widened(single)
     delta = b - s
@@ -71,41 +114,35 @@ def _block_stats(batched, single, top_k, atol, rtol) -> dict[str, torch.Tensor]:
     largest = torch.maximum(s.amax(dim=-1), s.amin(dim=-1).neg_())  # max |S| per row
     allclose = allclose_rows(batched, single, diff, s, max_abs, largest, atol, rtol)
     del diff
-    max_abs_ulp = max_abs / ulp(largest, batched.dtype)
-    squared_single = torch.linalg.vector_norm(s, dim=-1).square_()
-    lse_b = b.logsumexp(dim=-1, keepdim=True)  # B's probabilities are wanted at its top-k tokens only
-    log_ps = s.log_softmax(dim=-1)
     kl = kl_divergence(delta, log_ps, max_abs.dtype, max_abs)
     del delta
-    k = min(max(top_k, 2), s.shape[-1])  # at least 2 for the margin
+    k = s_ids.shape[-1]
+    lse_b = b.logsumexp(dim=-1, keepdim=True)  # B's probabilities are wanted at its top-k tokens only
     b_logits, b_ids = ordered_topk(b, k)
-    s_logits, s_ids = ordered_topk(s, k)
-    margin = s_logits[:, 0] - s_logits[:, min(1, k - 1)]
-    # Top-1 by value, ties to the smallest id: the same token argmax picks.
-    flip = b_ids[:, 0] != s_ids[:, 0]
-    k = min(top_k, k)
-    b_logits, b_ids, s_logits, s_ids = b_logits[:, :k], b_ids[:, :k], s_logits[:, :k], s_ids[:, :k]
-    b_probs, b_probs_in_s = (b_logits - lse_b).exp(), log_ps.gather(-1, b_ids).exp()
-    s_probs, s_probs_in_b = log_ps.gather(-1, s_ids).exp(), (b.gather(-1, s_ids) - lse_b).exp()
     return {
         "max_abs_diff": max_abs,
-        "max_abs_diff_ulp": max_abs_ulp,
+        "max_abs_diff_ulp": max_abs / ulp(largest, batched.dtype),
         "mean_abs_diff": mean_abs,
         "kl": kl,
-        "margin": margin,
-        "top1_flip": flip,
+        # Top-1 by value, ties to the smallest id: the same token argmax picks.
+        "top1_flip": b_ids[:, 0] != s_ids[:, 0],
         "allclose": allclose,
         "topk_batch_ids": b_ids,
         "topk_batch_logits": b_logits,
-        "topk_batch_probs": b_probs,
-        "topk_batch_probs_in_single": b_probs_in_s,
-        "topk_single_ids": s_ids,
-        "topk_single_logits": s_logits,
-        "topk_single_probs": s_probs,
-        "topk_single_probs_in_batch": s_probs_in_b,
+        "topk_batch_probs": (b_logits - lse_b).exp(),
+        "topk_batch_probs_in_single": log_ps.gather(-1, b_ids).exp(),
+        "topk_single_probs_in_batch": (b.gather(-1, s_ids) - lse_b).exp(),
         "squared_diff": squared_diff,
-        "squared_single": squared_single,
     }
+
+
+def rows_differ(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """[n] bool: rows of two [n, V] tensors of one dtype that are not bitwise equal. Compared as the widest
+    integer words a row's bytes divide into: one pass of few wide compares, and -0.0 tells from 0.0."""
+    row_bytes = a.shape[-1] * a.element_size()
+    # The largest power of two dividing a row's bytes is at least the element size, a power of two itself.
+    word = next(w for w in (torch.int64, torch.int32, torch.int16, torch.uint8) if row_bytes % w.itemsize == 0)
+    return (a.contiguous().view(word) != b.contiguous().view(word)).any(dim=-1)
 
 
 def allclose_rows(batched, single, diff, s, max_abs, largest, atol: float, rtol: float) -> torch.Tensor:

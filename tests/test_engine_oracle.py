@@ -132,3 +132,46 @@ def test_kl_matches_60_digit_arithmetic_at_every_position(dtype):
         if not torch.equal(single[row].double().softmax(-1), batched[row].double().softmax(-1)):
             assert ours[row].item() > 0, row
     assert ours[0].item() == 0.0
+
+
+def test_rows_alike_bitwise_and_rows_that_differ_get_the_numbers_of_their_definitions():
+    """One block with every kind of row: alike bitwise (with a tie at the top), one bf16 ulp apart, 0.0 against
+    -0.0, and a NaN in both runs at the same place. Each row's numbers checked against their definitions,
+    worked out here in float64 row by row."""
+    from batchtui.core.metrics import position_stats
+
+    generator = torch.Generator().manual_seed(3)
+    single = (torch.randn(5, 64, generator=generator) * 3).bfloat16()
+    single[1, 7] = single[1].max()  # a tie at the top
+    single[3, 9] = 0.0
+    batched = single.clone()
+    batched.view(torch.int16)[2, 5] += 1  # the next bf16 number away from zero
+    batched[3, 9] = -0.0
+    single[4, 11] = batched[4, 11] = float("nan")
+    stats = position_stats(batched, single, top_k=3, atol=1e-5, rtol=1e-3)
+    for row in range(5):
+        b, s = batched[row].double(), single[row].double()
+        assert stats.allclose[row].item() == torch.isclose(batched[row], single[row], atol=1e-5, rtol=1e-3).all().item()
+        if row == 4:
+            assert stats.max_abs_diff[row].isnan() and not stats.allclose[row]
+            continue
+        assert stats.max_abs_diff[row].item() == (b - s).abs().max().item()
+        assert stats.mean_abs_diff[row].item() == pytest.approx((b - s).abs().mean().item(), rel=1e-6)
+        assert stats.top1_flip[row].item() == (_first_by_value_then_id(b, 1) != _first_by_value_then_id(s, 1))
+        for ids, probs, logits, x in (
+            (stats.topk_single_ids, stats.topk_single_probs, stats.topk_single_logits, s),
+            (stats.topk_batch_ids, stats.topk_batch_probs, stats.topk_batch_logits, b),
+        ):
+            expected = _first_by_value_then_id(x, 3)
+            assert ids[row].tolist() == expected
+            assert logits[row].tolist() == x[expected].tolist()
+            assert probs[row].tolist() == pytest.approx(x.softmax(-1)[expected].tolist(), rel=1e-6)
+        assert stats.topk_single_probs_in_batch[row].tolist() == pytest.approx(
+            b.softmax(-1)[stats.topk_single_ids[row]].tolist(), rel=1e-6
+        )
+        assert stats.kl[row].item() == pytest.approx(float(_kl_in_60_digits(s.tolist(), b.tolist())), rel=1e-3, abs=0)
+    assert stats.max_abs_diff[[0, 1, 3]].tolist() == [0.0, 0.0, 0.0] and stats.max_abs_diff[2] > 0
+
+
+def _first_by_value_then_id(x: torch.Tensor, k: int) -> list[int]:
+    return sorted(range(len(x)), key=lambda i: (-x[i].item(), i))[:k]
