@@ -296,23 +296,29 @@ _LAYER_FIELDS = ("max_abs_diff", "rel_l2", "bitwise_equal")
 
 
 def _same_width_stats(batched, single, segments, n_texts) -> LayerStats:
-    # Stacked over modules and reduced per text with scatter ops, moved to the host once: a host
-    # sync per module would stall the device, and per-module ops cost more in dispatch than in math.
-    hb = torch.stack(batched)
+    # Stacked over modules and reduced per text with scatter ops, moved to the host once: a host sync per module
+    # would stall the device, and per-module ops cost more in dispatch than in math. Only the (module, position)
+    # rows that differ are subtracted: most are equal wherever the kernels agree, and add nothing.
+    hb = torch.stack(batched)  # [M, N, H]
     hs = torch.stack(single)
-    unequal = (hb != hs).any(dim=-1).to(torch.int32)  # [M, N]
-    hb, hs = _widened(hb), _widened(hs)
-    delta = hb - hs
-    index = segments.expand(hb.shape[0], -1)
-    shape = (hb.shape[0], n_texts)
-
-    def per_text(values: torch.Tensor, reduce: str) -> torch.Tensor:
-        out = values.new_zeros(shape)
-        return out.scatter_reduce_(1, index, values, reduce=reduce, include_self=True)
-
-    max_abs = per_text(delta.abs().amax(dim=-1), "amax")
-    delta_sq = per_text(delta.square().sum(dim=-1), "sum")
-    single_sq = per_text(hs.square().sum(dim=-1), "sum")
+    modules = hb.shape[0]
+    unequal = hb != hs
+    pairs = unequal.any(dim=-1).nonzero()  # [P, 2]: (module, position)
+    single_norm = torch.linalg.vector_norm(_widened(hs), dim=-1)  # [M, N]
+    slots = torch.arange(modules, device=hs.device)[:, None] * n_texts + segments  # [M, N]: (module, text)
+    single_sq = single_norm.new_zeros(modules * n_texts).index_add_(0, slots.flatten(), single_norm.flatten().square())
+    max_abs = single_norm.new_zeros(modules * n_texts)
+    delta_sq = single_norm.new_zeros(modules * n_texts)
+    equal = torch.ones(modules * n_texts, dtype=torch.bool, device=hs.device)
+    if pairs.numel():
+        module, position = pairs[:, 0], pairs[:, 1]
+        delta = _widened(hb[module, position]) - _widened(hs[module, position])
+        at = slots[module, position]
+        max_abs.scatter_reduce_(0, at, delta.abs().amax(dim=-1), reduce="amax", include_self=True)
+        delta_sq.index_add_(0, at, delta.square().sum(dim=-1))
+        equal[at] = False
     rel_l2 = torch.where(single_sq > 0, delta_sq.sqrt() / single_sq.sqrt(), 0.0)
-    equal = per_text(unequal, "amax") == 0
-    return LayerStats(max_abs_diff=max_abs.cpu(), rel_l2=rel_l2.cpu(), bitwise_equal=equal.cpu())
+    shape = (modules, n_texts)
+    return LayerStats(
+        max_abs_diff=max_abs.view(shape).cpu(), rel_l2=rel_l2.view(shape).cpu(), bitwise_equal=equal.view(shape).cpu()
+    )

@@ -182,9 +182,11 @@ class BatchtuiApp(
             from ..core.engine import compare  # torch loads here, off the UI thread
             from ..core.models import load_model
             from ..core.run_skeleton import passes_per_text, running_stage
+            from ..core.cpu_memory import keep_freed_memory
             from ..core.threads import use_threads
 
             use_threads(self.threads, keep_for_ui=True)
+            keep_freed_memory()
             self.post_message(RunProgress(run_number, f"loading the model {settings.model}"))
             load_model(settings)
             if stale():
