@@ -238,18 +238,18 @@ def ordered_topk(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     # Only rows where the k-th value ties the next one need the exact cut: redo just those.
     tied_rows = (values[..., k - 1] == values[..., k]).nonzero().flatten()
     if tied_rows.numel():
-        ids[tied_rows] = _tie_aware_cut(x[tied_rows], k)
+        ids[tied_rows] = _tie_aware_cut(x[tied_rows], values[tied_rows, k - 1 : k], k)
     return _order(x, ids)
 
 
-def _tie_aware_cut(x: torch.Tensor, k: int) -> torch.Tensor:
-    """The ids of the top k, taking the smallest ids among those tied with the k-th value."""
-    kth = x.topk(k, dim=-1).values[..., -1:]
-    above = x > kth
-    tied = x == kth
-    needed = k - above.sum(dim=-1, keepdim=True)
-    chosen = above | (tied & (tied.cumsum(dim=-1) <= needed))
-    return torch.where(chosen, x, torch.finfo(x.dtype).min).topk(k, dim=-1).indices
+def _tie_aware_cut(x: torch.Tensor, kth: torch.Tensor, k: int) -> torch.Tensor:
+    """The ids of the top k of rows whose k-th value `kth` ([r, 1]) is tied: those above it, then the smallest ids
+    among those equal to it. One int32 key per token ranks them so (NaN above all, as topk has it)."""
+    x, kth = _widened(x), _widened(kth)  # float32 compares run faster than bf16's
+    vocab = x.shape[-1]
+    by_id = torch.arange(vocab - 1, -1, -1, dtype=torch.int32, device=x.device)  # the smaller id, the larger key
+    key = (x <= kth).to(torch.int32).mul_(-vocab).add_(vocab).add_(by_id)
+    return key.masked_fill_(x < kth, -1).topk(k, dim=-1).indices
 
 
 def _order(x: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -149,3 +149,4 @@ def test_ordered_topk_breaks_ties_by_token_id():
     for row in torch.randn(50, 40).to(torch.bfloat16).float():  # bf16 rounding makes many ties
         expected = sorted(range(40), key=lambda i: (-row[i].item(), i))[:5]
         assert ordered_topk(row.unsqueeze(0), 5)[1][0].tolist() == expected
+        assert ordered_topk(row.bfloat16().unsqueeze(0), 5)[1][0].tolist() == expected  # as the metrics call it
