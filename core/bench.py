@@ -257,15 +257,17 @@ def _target(name: str, value: float, limit: float) -> dict:
 
 def _targets(result: BenchResult, texts: list[str], loaded: LoadedModel) -> list[dict]:
     r = result.ratios
+    # What a comparison adds to the passes it compares: a tenth on a model of a few million weights (whose forward
+    # passes cost about what reading their logits does), a twentieth on a real model's shape; and never more
+    # than the seed's own script, which compares nothing per position.
+    targets = [
+        _target("compare_vs_floor", r["compare_vs_floor"], 1.10 if result.model in SMALL_BUILTINS else 1.05),
+        _target("compare_vs_seed", r["compare_vs_seed"], 1.0),
+    ]
     if result.model in SMALL_BUILTINS:  # fixed per-call costs weigh more on a model of a few million weights
-        targets = [
-            _target("compare_vs_floor", r["compare_vs_floor"], 1.25),
-            _target("generate_vs_floor", r["generate_vs_floor"], 1.25),
-        ]
+        targets.append(_target("generate_vs_floor", r["generate_vs_floor"], 1.25))
     else:
-        targets = [
-            _target("compare_vs_floor", r["compare_vs_floor"], 1.10),
-            _target("compare_vs_seed", r["compare_vs_seed"], 1.05),
+        targets += [
             _target("modules_vs_floor", r["modules_vs_floor"], 1.30),
             _target("generate_vs_floor", r["generate_vs_floor"], 1.15),
             _target("invariant_vs_compare", r["invariant_vs_compare"], 1.30),

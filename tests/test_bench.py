@@ -26,7 +26,8 @@ def test_bench_json_has_ratios_and_targets(tmp_path, capsys):
     seconds = data["seconds"]
     assert data["ratios"]["invariant_vs_compare"] == seconds["compare_invariant"] / seconds["compare"]
     assert data["ratios"]["invariant_generate_vs_generate"] == seconds["generate_invariant"] / seconds["generate"]
-    assert [t["name"] for t in data["targets"]] == ["compare_vs_floor", "generate_vs_floor"]  # the tiny model's
+    assert [t["name"] for t in data["targets"]] == ["compare_vs_floor", "compare_vs_seed", "generate_vs_floor"]
+    assert [t["limit"] for t in data["targets"]] == [1.10, 1.0, 1.25]  # the small models' limits
     for target in data["targets"]:
         assert {"name", "value", "limit", "pass"} <= target.keys()
         assert target["pass"] == (target["value"] <= target["limit"])
