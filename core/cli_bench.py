@@ -42,7 +42,7 @@ def run_bench(argv: list[str], prog: str = "batchtui bench") -> int:
     parser.add_argument("--min-tokens", type=int, default=32, help="shortest text")
     parser.add_argument("--max-tokens", type=int, default=128, help="longest text")
     parser.add_argument("--batch-size", type=int, default=8, help="texts per batched pass")
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds; medians are printed")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds; each method's best is printed")
     parser.add_argument(
         "--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS, metavar="N", help="new tokens per generate"
     )
@@ -72,11 +72,11 @@ def _bench(args: argparse.Namespace) -> int:
     )
     print(
         f"{result.model} · {result.dtype} on {result.device} · {result.texts} texts, {result.tokens} tokens, "
-        f"batch size {result.batch_size} · vocabulary {result.vocab_size} · median of {result.rounds} rounds",
+        f"batch size {result.batch_size} · vocabulary {result.vocab_size} · best of {result.rounds} rounds",
         file=out,
     )
     rows = [(name, f"{seconds * 1000:.1f}") for name, seconds in result.seconds.items()]
-    print(format_columns(("method", "ms (median)"), rows, left={0}), file=out)
+    print(format_columns(("method", "ms (best)"), rows, left={0}), file=out)
     ratios = [(name, f"{value:.3f}") for name, value in result.ratios.items()]
     print(format_columns(("ratio", "value"), ratios, left={0}), file=out)
     print(
