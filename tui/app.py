@@ -179,10 +179,10 @@ class BatchtuiApp(
             return worker.is_cancelled or not self.state.is_current(run_number)
 
         def run() -> Comparison:
+            from ..core.cpu_memory import keep_freed_memory
             from ..core.engine import compare  # torch loads here, off the UI thread
             from ..core.models import load_model
             from ..core.run_skeleton import passes_per_text, running_stage
-            from ..core.cpu_memory import keep_freed_memory
             from ..core.threads import use_threads
 
             use_threads(self.threads, keep_for_ui=True)
