@@ -18,6 +18,7 @@ def held_after_free():
     block = torch.ones(4 << 20)  # 16 MiB, touched
     del block
     return (rss() - before) >> 20
+torch.ones(1024)  # the kernel's first call: code pages and buffers that stay, whoever asks
 default = held_after_free()
 print(keep_freed_memory(), default, held_after_free())
 """
@@ -30,4 +31,4 @@ def test_a_freed_block_stays_for_reuse_only_once_asked():
     if kept == "False":
         pytest.skip("not glibc")
     assert int(default) <= 4  # glibc's default hands a freed 16 MiB block back at once
-    assert int(held) >= 12  # asked to keep it, the block stays on the heap, ready for the next one
+    assert int(held) - int(default) >= 12  # asked to keep it, the block stays on the heap, ready for the next one
