@@ -1,6 +1,6 @@
 """Measured logits and hidden states of a group of a chunk's texts, turned into one `TextResult` each, in
-three steps: `group_rows` copies the group's real rows out of its chunk (so the chunk can go), `group_stats`
-computes its numbers and `group_results` builds the results.
+three steps: `group_rows` gathers the group's real rows, `group_stats` computes their numbers and
+`group_results` builds the results.
 
 The texts of a group are measured together: their real rows are concatenated, so each metric is one
 set of device ops per group instead of per text, and results reach the host in one copy. The engine
@@ -39,7 +39,7 @@ class MeasuredText:
 @dataclass
 class GroupRows:
     """A group's batched and single rows at the real positions, concatenated in text order: the tensors its
-    numbers are computed from, copies that free the chunk they came from."""
+    numbers are computed from."""
 
     batched_logits: torch.Tensor  # [N, V]
     single_logits: torch.Tensor
