@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from commands import start
 from servers import http_json, raw_socket_server
 
 from batchtui.core.cli import main
@@ -79,7 +80,7 @@ def test_ctrl_c_under_load_ends_at_once_not_when_the_requests_in_flight_time_out
 
     with raw_socket_server(answer) as (url, received):
         command = [sys.executable, "-m", "batchtui.core", "endpoint", "--url", url, "a", "--rounds", "1"]
-        process = subprocess.Popen([*command, "--timeout", "120"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        process = start([*command, "--timeout", "120"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
             deadline = time.monotonic() + 60
             while len(posts) < 4:  # the request under load is in flight

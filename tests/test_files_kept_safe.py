@@ -6,6 +6,7 @@ import stat
 from pathlib import Path
 
 import pytest
+from commands import start
 from tui_helpers import make_app, settle
 
 from batchtui.core import session as session_file
@@ -206,9 +207,7 @@ def test_ctrl_c_exits_130_with_one_line(tmp_path):
 
     fifo = tmp_path / "report.fifo"
     os.mkfifo(fifo)
-    process = subprocess.Popen(
-        _check_command("--json", str(fifo)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    process = start(_check_command("--json", str(fifo)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
         while "allclose" not in process.stdout.readline():  # the table is printed before the report
