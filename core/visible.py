@@ -21,17 +21,33 @@ def _escape(ch: str) -> str:
 
 def literal(text: str, width: int | None = None) -> str:
     """`text` made safe for one line of a terminal: control and format characters shown as escapes; with
-    `width`, cut to at most that many terminal columns (wide characters take two, combining marks none)."""
-    shown = "".join(repr(ch)[1:-1] if unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp") else ch for ch in text)
-    if width is not None and columns(shown) > width:
-        kept, used = [], 0
-        for ch in shown:
-            used += _char_columns(ch)
-            if used > width - 1:
-                break
-            kept.append(ch)
-        shown = "".join(kept) + "…"
-    return shown
+    `width`, cut to at most that many terminal columns (wide characters take two, combining marks none).
+    Cutting reads only as much of `text` as the width holds: a 10 MB text costs what its first line does."""
+    if width is None:
+        return "".join(_shown_characters(text))
+    fitting, used = [], 0  # the longest start taking at most `width` columns
+    for ch in _shown_characters(text):
+        used += _char_columns(ch)
+        if used > width:
+            break
+        fitting.append(ch)
+    else:
+        return "".join(fitting)
+    kept, used = [], 0
+    for ch in fitting:
+        used += _char_columns(ch)
+        if used > width - 1:
+            break
+        kept.append(ch)
+    return "".join(kept) + "…"
+
+
+def _shown_characters(text: str):
+    for ch in text:
+        if unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp"):
+            yield from repr(ch)[1:-1]
+        else:
+            yield ch
 
 
 def _char_columns(ch: str) -> int:
