@@ -6,11 +6,12 @@ served model answers what a server can: greedy continuations of a text (`Complet
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import torch
+if TYPE_CHECKING:  # the app imports this module for its served side, before its first frame: no torch there
+    import torch
 
-from .structure import Module
+    from .structure import Module
 
 
 @dataclass(frozen=True)

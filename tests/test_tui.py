@@ -14,6 +14,20 @@ from batchtui.tui.prompt_screen import PromptScreen
 from batchtui.tui.summary_table import SummaryTable
 
 
+def test_the_first_frame_waits_for_no_torch():
+    """torch and transformers (over a second to import) load in the run's worker, after the first frame: the app's
+    modules import without them."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys; sys.modules['torch'] = sys.modules['transformers'] = None; "
+        "import batchtui.tui.launcher, batchtui.tui.app"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
 async def test_first_frame_comes_before_results_then_results_appear():
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
