@@ -56,7 +56,7 @@ class DetailPane(Vertical):
             numbers.styles.height = lines
             topk.styles.height = topk_rows
         numbers.update(content, layout=resize)
-        self.query_one("#detail-strip", Static).update(self._strip(result, position))
+        self.query_one("#detail-strip", Static).update(self._strip(result, position), layout=False)  # one line always
         topk.update(topk_table(metrics, self.content_size.width, self._color("warning")), layout=resize)
         self.call_after_refresh(self._say_what_is_cut, detail_title(result.line, position))
 
