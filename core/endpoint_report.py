@@ -31,26 +31,29 @@ def split_at(t: ServedText) -> tuple[str, str]:
 
 def format_endpoint_table(comparison: EndpointComparison) -> str:
     header = ("#", "text", "alone×2", "under load", "alone →", "load →", "margin", "max|Δlp|", "near-tie")
-    rows = []
-    for t in comparison.texts:
-        alone, loaded = split_at(t)
-        split = t.split
-        rows.append(
-            (
-                str(t.line),
-                literal(t.text, 32),
-                _verdict_word(t.noise),
-                _verdict_word(split),
-                alone,
-                loaded,
-                "" if split is None or split.margin is None else format_float(split.margin),
-                format_float(t.max_abs_diff) if comparison.config.get("logprobs") else "",
-                "" if t.near_tie is None else ("yes" if t.near_tie else "no"),
-            )
-        )
-    if not comparison.config.get("logprobs"):  # margins and Δ need logprobs: no empty columns
+    logprobs = bool(comparison.config.get("logprobs"))
+    rows = [_endpoint_row(t, logprobs) for t in comparison.texts]
+    if not logprobs:  # margins and Δ need logprobs: no empty columns
         header, rows = header[:6], [row[:6] for row in rows]
     return format_columns(header, rows, left={1, 4, 5, 8})
+
+
+def _endpoint_row(t: ServedText, logprobs: bool) -> tuple[str, ...]:
+    alone, loaded = split_at(t)
+    split = t.split
+    margin = "" if split is None or split.margin is None else format_float(split.margin)
+    near_tie = "" if t.near_tie is None else ("yes" if t.near_tie else "no")
+    return (
+        str(t.line),
+        literal(t.text, 32),
+        _verdict_word(t.noise),
+        _verdict_word(split),
+        alone,
+        loaded,
+        margin,
+        format_float(t.max_abs_diff) if logprobs else "",
+        near_tie,
+    )
 
 
 def endpoint_verdict(comparison: EndpointComparison) -> str:

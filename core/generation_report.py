@@ -18,25 +18,24 @@ def split_words(t: TextGeneration) -> tuple[str, str]:
 
 def format_generation_table(comparison: GenerationComparison) -> str:
     header = ("#", "text", "prompt", "new S/B", "split", "batched →", "single →", "margin", "max|Δ|", "near-tie")
-    rows = []
-    for t in comparison.texts:
-        batched, single = split_words(t)
-        split = t.split
-        rows.append(
-            (
-                str(t.line),
-                literal(t.text, 32),
-                f"{t.prompt_tokens} cut" if t.truncated else str(t.prompt_tokens),
-                f"{len(t.single.token_ids)}/{len(t.batched.token_ids)}",
-                "same" if t.split_step is None else str(t.split_step),
-                batched,
-                single,
-                "" if split is None else format_float(split.margin),
-                format_float(t.max_abs_diff),
-                "" if split is None else ("yes" if t.near_tie else "no"),
-            )
-        )
-    return format_columns(header, rows, left={1, 5, 6, 9})
+    return format_columns(header, [_generation_row(t) for t in comparison.texts], left={1, 5, 6, 9})
+
+
+def _generation_row(t: TextGeneration) -> tuple[str, ...]:
+    batched, single = split_words(t)
+    split = t.split
+    return (
+        str(t.line),
+        literal(t.text, 32),
+        f"{t.prompt_tokens} cut" if t.truncated else str(t.prompt_tokens),
+        f"{len(t.single.token_ids)}/{len(t.batched.token_ids)}",
+        "same" if t.split_step is None else str(t.split_step),
+        batched,
+        single,
+        "" if split is None else format_float(split.margin),
+        format_float(t.max_abs_diff),
+        "" if split is None else ("yes" if t.near_tie else "no"),
+    )
 
 
 def generation_verdict(comparison: GenerationComparison) -> str:
