@@ -127,24 +127,20 @@ def reference_json(comparison: Comparison) -> dict | None:
 
 def remedies_json(outcomes, summary_fn) -> list[dict]:
     """Each remedy's entry: whether it acted, its note, and its run's summary (`summary_fn(result)`)."""
-    entries = []
-    for outcome in outcomes:
-        result = outcome.comparison
-        entry = {
-            "remedy": outcome.name,
-            "description": outcome.description,
-            "applied": outcome.applied,
-            "note": outcome.note,
-            "summary": summary_fn(result) if result is not None else None,
-            "config": result.config if result is not None else None,
-        }
-        if result is not None:
-            entry["bitwise_equal"] = sum(t.bitwise_equal for t in result.texts)
-        reference = reference_json(result) if isinstance(result, Comparison) else None
-        if reference is not None:
-            entry["reference"] = reference
-        entries.append(entry)
-    return entries
+    return [_remedy_json(outcome, summary_fn) for outcome in outcomes]
+
+
+def _remedy_json(outcome, summary_fn) -> dict:
+    what = {"remedy": outcome.name, "description": outcome.description, "applied": outcome.applied}
+    result = outcome.comparison
+    if result is None:  # the remedy could not run here
+        return {**what, "note": outcome.note, "summary": None, "config": None}
+    entry = {**what, "note": outcome.note, "summary": summary_fn(result), "config": result.config}
+    entry["bitwise_equal"] = sum(t.bitwise_equal for t in result.texts)
+    reference = reference_json(result) if isinstance(result, Comparison) else None
+    if reference is not None:
+        entry["reference"] = reference
+    return entry
 
 
 def run_json(result, summary: dict, texts: list[dict]) -> dict:
