@@ -24,13 +24,20 @@ from collections.abc import Iterator
 import torch
 
 from .errors import NotInvariant
-from .invariant_attention import NAME, AttentionRegistration, RowWiseSdpa, attention_calls, set_inner
+from .invariant_attention import (
+    NAME,
+    AttentionRegistration,
+    RowWiseSdpa,
+    attention_calls,
+    direct_sdpa_calls,
+    set_inner,
+)
 from .invariant_elementwise import TailFreeElementwise
 from .invariant_matmul import RowInvariantMatmuls
 from .structure import layer_count
 
-# model -> (its attention implementation, why the mode cannot cover it or None), found once per model and
-# implementation
+# model -> (its attention implementation, why the mode cannot cover it or None, whether it calls SDPA itself),
+# found once per model and implementation
 _gaps: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -40,7 +47,7 @@ def batch_invariant(model) -> Iterator[None]:
     gap = coverage_gap(model)
     if gap is not None:
         raise NotInvariant(gap)
-    with _mode(model):
+    with _mode(model, catch_sdpa=_probed(model)[2]):
         yield
 
 
@@ -51,11 +58,18 @@ def invariant_if(on: bool, model) -> contextlib.AbstractContextManager:
 
 def coverage_gap(model) -> str | None:
     """Why the mode cannot make `model` batch-invariant, in one line; None when it covers it."""
-    implementation = _implementation(model)  # the answer holds for the attention the model has now
+    return _probed(model)[1]
+
+
+def _probed(model) -> tuple[str, str | None, bool]:
+    """(attention implementation, coverage gap, whether the model calls SDPA itself), for the attention the model
+    has now."""
+    implementation = _implementation(model)
     known = _gaps.get(model)
     if known is None or known[0] != implementation:
-        known = _gaps[model] = (implementation, _static_gap(model) or _probed_gap(model))
-    return known[1]
+        static = _static_gap(model)
+        known = _gaps[model] = (implementation, static, True) if static else (implementation, *_probed_gap(model))
+    return known
 
 
 def _configs(model) -> list:
@@ -96,31 +110,33 @@ def _static_gap(model) -> str | None:
     return None
 
 
-def _probed_gap(model) -> str | None:
-    """A short pass in the mode: every layer must attend through it, or some layer mixes tokens otherwise."""
+def _probed_gap(model) -> tuple[str | None, bool]:
+    """A short pass in the mode: every layer must attend through it, or some layer mixes tokens otherwise. With
+    the gap, whether the model called SDPA itself in it (outside the attention interface)."""
     layers = layer_count(model.config)
     embeddings = model.get_input_embeddings()
     vocab = embeddings.weight.shape[0]
     ids = torch.arange(1, 5, device=embeddings.weight.device).remainder(vocab)[None]
-    before = attention_calls()
+    before, direct_before = attention_calls(), direct_sdpa_calls()
     try:
-        with _mode(model), torch.inference_mode():
+        with _mode(model, catch_sdpa=True), torch.inference_mode():
             model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False)
     except NotInvariant as exc:
-        return str(exc)
+        return str(exc), True
     attended = attention_calls() - before
+    calls_sdpa = direct_sdpa_calls() > direct_before
     if layers is not None and attended < layers:
         return (
             f"{layers - attended} of {layers} layers of {type(model).__name__} mix tokens without attention "
             "(recurrent or convolution layers): not covered"
-        )
-    return None
+        ), calls_sdpa
+    return None, calls_sdpa
 
 
 @contextlib.contextmanager
-def _mode(model) -> Iterator[None]:
+def _mode(model, catch_sdpa: bool) -> Iterator[None]:
     """The mechanics: row-invariant matmuls and element-wise functions, attention per row, the model routed to
-    it; all undone after."""
+    it, and with `catch_sdpa` the SDPA calls it makes itself; all undone after."""
     configs = _configs(model) if _uses_interface(model) else []
     # A nested entry finds the model routed already: the outer entry keeps what to restore.
     saved = [(c, getattr(c, _attn_attribute(c))) for c in configs if getattr(c, _attn_attribute(c)) != NAME]
@@ -132,7 +148,8 @@ def _mode(model) -> Iterator[None]:
         for config, old in saved:
             set_inner(config, old or "eager")
             setattr(config, _attn_attribute(config), NAME)
-        stack.enter_context(RowWiseSdpa())
+        if catch_sdpa:
+            stack.enter_context(RowWiseSdpa())
         yield
 
 

@@ -9,7 +9,9 @@ zeros. Two ways in, so that attention is caught wherever a model computes it:
   attend through the interface and runs the model's own function per row (eager with its soft-capping or
   sinks, or SDPA), always with a mask, so that the function shapes a row's call the same way in both runs
   (transformers' SDPA path packs grouped heads differently with and without a mask);
-- `RowWiseSdpa`, a torch function mode, takes the `scaled_dot_product_attention` calls a model makes itself.
+- `RowWiseSdpa`, a torch function mode, takes the `scaled_dot_product_attention` calls a model makes itself
+  (every torch call of the thread passes through it, which costs: it is entered only for models that make such
+  calls).
 
 Which rows are real is read off the mask: a key is real when a real query attends it, and a query is real
 when it attends its own key (the last `q` of the `kv` keys are the queries' own, with or without a cache).
@@ -35,6 +37,11 @@ _local = threading.local()  # `inside`: a per-row call is running; `calls`: atte
 def attention_calls() -> int:
     """Attention calls this thread has made through the mode (one per attention layer and pass)."""
     return getattr(_local, "calls", 0)
+
+
+def direct_sdpa_calls() -> int:
+    """Of those, the `scaled_dot_product_attention` calls a model made itself, caught by `RowWiseSdpa`."""
+    return getattr(_local, "direct", 0)
 
 
 def _count_call() -> None:
@@ -125,18 +132,23 @@ def _per_row(query, key, value, mask, is_causal: bool, attend, q_dim_of_output: 
     return out
 
 
+_SDPA = torch._C._nn.scaled_dot_product_attention
+
+
 class RowWiseSdpa(TorchFunctionMode):
     """Every `scaled_dot_product_attention` call in this thread, per row (see the module's doc)."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        # Every torch call in the thread comes through here: the others leave at once, with nothing copied.
+        if func is not _SDPA or getattr(_local, "inside", False):
+            return func(*args, **(kwargs or {}))
         kwargs = dict(kwargs or {})
-        if func is not torch._C._nn.scaled_dot_product_attention or getattr(_local, "inside", False):
-            return func(*args, **kwargs)
         names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal")
         given = dict(zip(names, args), **kwargs)
         query, key, value = given.pop("query"), given.pop("key"), given.pop("value")
         mask, is_causal = given.pop("attn_mask", None), given.pop("is_causal", False)
         _count_call()
+        _local.direct = direct_sdpa_calls() + 1
 
         def attend(q, k, v, row_mask):
             return _inside(lambda: func(q, k, v, attn_mask=row_mask, is_causal=False, **given))

@@ -140,3 +140,27 @@ def test_a_measurement_made_with_fewer_threads_is_not_used_with_more(monkeypatch
             assert all(torch.equal(linear(a[:m]), whole[:m]) for m in range(1, 40))
     finally:
         torch.set_num_threads(threads)
+
+
+def test_sdpa_a_model_calls_itself_runs_per_row_on_the_real_queries_and_keys():
+    """`RowWiseSdpa` (entered for models that call SDPA outside transformers' interface): each row of a left-padded
+    batch gets the bits of the same call on that text alone, padded queries zeros, and the call is counted."""
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    from batchtui.core.invariant_attention import RowWiseSdpa, direct_sdpa_calls
+
+    torch.manual_seed(0)
+    lengths, width = (7, 4, 2), 7
+    q, k, v = (torch.randn(len(lengths), 2, width, 8) for _ in range(3))
+    real = torch.tensor([[j >= width - n for j in range(width)] for n in lengths])
+    mask = torch.ones(width, width, dtype=torch.bool).tril() & real[:, None, :] & real[:, :, None]
+    before = direct_sdpa_calls()
+    with RowWiseSdpa():
+        out = sdpa(q, k, v, attn_mask=mask[:, None])
+    assert direct_sdpa_calls() == before + 1
+    for row, n in enumerate(lengths):
+        own = slice(width - n, width)
+        causal = torch.ones(n, n, dtype=torch.bool).tril()[None, None]
+        alone = sdpa(q[row : row + 1, :, own], k[row : row + 1, :, own], v[row : row + 1, :, own], attn_mask=causal)
+        assert torch.equal(out[row, :, own], alone[0])
+        assert not out[row, :, : width - n].any()
