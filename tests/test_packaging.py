@@ -42,9 +42,10 @@ def test_wheel_installs_only_the_batchtui_namespace(wheel):
 
 def test_installed_wheel_runs_the_check_without_textual(wheel, tmp_path):
     fresh = tmp_path / "fresh"
-    venv.create(fresh, with_pip=True)
+    venv.create(fresh, with_pip=False)  # this environment's pip installs into it (--python): no pip bootstrapped
     python = fresh / "bin" / "python"
-    subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True)
+    install = ["install", "-q", "--no-deps", "--no-index", str(wheel)]
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), *install], check=True)
     # torch and transformers come from the test environment's site-packages as a plain path entry: its
     # .pth files (the editable install's finder among them) are not processed, so only the wheel's
     # `batchtui` can be imported; textual is blocked outright.
