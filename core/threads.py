@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 import os
-import resource
 import time
 
 _torch_default: int | None = None  # torch's own count (physical cores), read before any change
@@ -39,9 +38,9 @@ def _busy_cores_now(cores: int) -> int | None:
     """Cores other processes keep busy, watched for `_SAMPLE_S`; None where /proc/stat cannot be read."""
     try:
         mine = os.sched_getaffinity(0)
-        before, own_before, start = _busy_ticks(mine), _own_cpu_seconds(), time.monotonic()
+        before, own_before, start = _busy_ticks(mine), time.process_time(), time.monotonic()
         time.sleep(_SAMPLE_S)
-        after, own_after, end = _busy_ticks(mine), _own_cpu_seconds(), time.monotonic()
+        after, own_after, end = _busy_ticks(mine), time.process_time(), time.monotonic()
     except (AttributeError, OSError, ValueError):
         return None
     return busy_cores(after - before, os.sysconf("SC_CLK_TCK"), own_after - own_before, end - start, cores)
@@ -64,11 +63,6 @@ def _busy_ticks(cpus: set[int]) -> int:
                 ticks = [int(field) for field in fields[:8]]  # user nice system idle iowait irq softirq steal
                 total += sum(ticks) - ticks[3] - ticks[4]
     return total
-
-
-def _own_cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 def use_threads(requested: int | None, keep_for_ui: bool = False) -> int:
