@@ -43,6 +43,43 @@ def source_problem(name: str) -> str | None:
     return None
 
 
+# One request to the hub's root answers whether it can be reached at all; its own retries take most of a
+# minute per file to say the same.
+_HUB_PROBE_TIMEOUT_S = 5.0
+
+
+def hub_files_only(name: str) -> bool:
+    """For a hub id (not a folder here): True when it must load from the local cache alone, because the hub
+    cannot be reached now (huggingface_hub would retry it for every file before falling back to the cache:
+    minutes); ModelLoadError when it is not cached either. False to load it as usual."""
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    from .errors import ModelLoadError
+
+    if Path(name).expanduser().exists() or constants.HF_HUB_OFFLINE or _hub_answers():
+        return False
+    if not isinstance(try_to_load_from_cache(name, "config.json"), str):
+        raise ModelLoadError(_NOT_CACHED_NOR_REACHABLE.format(name=name))
+    return True
+
+
+def _hub_answers() -> bool:
+    """Whether the hub (HF_ENDPOINT, through huggingface_hub's own session and proxies) answers one request."""
+    from huggingface_hub import constants
+    from huggingface_hub.utils import get_session
+
+    try:
+        get_session().head(constants.ENDPOINT, timeout=_HUB_PROBE_TIMEOUT_S)
+    except Exception:  # noqa: BLE001 - any failure to get an answer: DNS, refused, reset, TLS, timeout
+        return False
+    return True
+
+
+_NOT_CACHED_NOR_REACHABLE = (
+    "hub id {name!r} is not in the local cache and the hub cannot be reached: pass a local folder"
+)
+
+
 def load_failure_message(name: str, exc: BaseException) -> str:
     """transformers' error for a source that passed `source_problem`, in words about the path or id."""
     said = first_line(exc)
@@ -53,7 +90,7 @@ def load_failure_message(name: str, exc: BaseException) -> str:
     if offline:
         return f"hub id {name!r} is not in the local cache and HF_HUB_OFFLINE is set: pass a local folder"
     if "couldn't connect" in lowered or "connection" in lowered or "offline" in lowered:
-        return f"hub id {name!r} is not in the local cache and the hub cannot be reached: pass a local folder"
+        return _NOT_CACHED_NOR_REACHABLE.format(name=name)
     if "not a valid model identifier" in lowered or "repository not found" in lowered or "404" in lowered:
         return f"no model {name!r} on the hub and no local folder of that name"
     return f"cannot load model {name!r} (no local folder of that name, so read as a hub id): {said}"

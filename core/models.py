@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from .builtin_models import builtin_names, builtin_path
 from .errors import BatchtuiError, InputError, ModelLoadError
 from .hf_compat import dtype_kwarg, experts_kwargs
-from .model_source import first_line, load_failure_message, source_problem
+from .model_source import first_line, hub_files_only, load_failure_message, source_problem
 from .settings import Settings
 from .structure import Structure, discover
 from .token_text import token_label
@@ -101,10 +101,12 @@ def _load(settings: Settings, device: str) -> LoadedModel:
         raise ModelLoadError(problem)
     trust = settings.trust_remote_code
     try:
+        cache_only = source == settings.model and hub_files_only(source)
         with _transformers_quiet():
-            tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust)
+            tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust, local_files_only=cache_only)
         kwargs = {dtype_kwarg(): "auto" if settings.dtype == "auto" else getattr(torch, settings.dtype)}
         kwargs.update(experts_kwargs(settings.dtype))
+        kwargs["local_files_only"] = cache_only
         if settings.attn:
             kwargs["attn_implementation"] = settings.attn
         if settings.device_map:

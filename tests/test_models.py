@@ -67,3 +67,49 @@ def test_device_map_loads_through_accelerate_and_gives_the_same_numbers():
     assert sharded.config["device_map"] == "auto" and sharded.config["device"] == "cpu"
     assert [t.max_abs_diff for t in sharded.texts] == [t.max_abs_diff for t in plain.texts]
     assert [t.modules for t in sharded.texts] == [t.modules for t in plain.texts]
+
+
+def test_with_the_hub_unreachable_a_cached_hub_id_loads_at_once_and_one_not_cached_says_so():
+    """A hub that answers nothing (it closes every connection): a hub id in the local cache loads from it after
+    one request, not after huggingface_hub's retries for every file (minutes); one not cached fails after one, with
+    the reason. The hub's address is read when huggingface_hub is imported: each run is a process of its own."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    from servers import raw_socket_server
+
+    cache = Path(tempfile.mkdtemp(prefix="batchtui-hub-cache-"))
+    repo = cache / "huggingface" / "hub" / "models--someone--tiny"
+    shutil.copytree(builtin_path("tiny"), repo / "snapshots" / ("0" * 40))
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0" * 40)
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HOME")}
+    env["XDG_CACHE_HOME"] = str(cache)
+    try:
+        with raw_socket_server(b"") as (url, received):
+            env["HF_ENDPOINT"] = url.removesuffix("/v1")
+            runs = {
+                model: subprocess.run(
+                    [sys.executable, "-m", "batchtui.core", "check", "--model", model, "a"],
+                    capture_output=True,
+                    text=True,
+                    env=env,
+                    timeout=90,
+                )
+                for model in ("someone/tiny", "someone/absent")
+            }
+    finally:
+        shutil.rmtree(cache)
+    assert runs["someone/tiny"].returncode == 0 and "OK: all 1 texts allclose" in runs["someone/tiny"].stdout
+    assert runs["someone/absent"].returncode == 2
+    assert runs["someone/absent"].stderr.strip() == (
+        "batchtui: error: hub id 'someone/absent' is not in the local cache and the hub cannot be reached: "
+        "pass a local folder"
+    )
+    # One probe each; besides it at most huggingface_hub's once-a-day fetch of its registry: no retries.
+    asked = [request.split(b"\r\n")[0] for request in received]
+    assert asked.count(b"HEAD / HTTP/1.1") == 2 and len(asked) <= 3, asked
