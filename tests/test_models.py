@@ -69,7 +69,7 @@ def test_device_map_loads_through_accelerate_and_gives_the_same_numbers():
     assert [t.modules for t in sharded.texts] == [t.modules for t in plain.texts]
 
 
-def test_with_the_hub_unreachable_a_cached_hub_id_loads_at_once_and_one_not_cached_says_so():
+def test_with_the_hub_unreachable_a_cached_hub_id_loads_at_once_and_one_not_cached_says_so(tmp_path):
     """A hub that answers nothing (it closes every connection): a hub id in the local cache loads from it after
     one request, not after huggingface_hub's retries for every file (minutes); one not cached fails after one, with
     the reason. The hub's address is read when huggingface_hub is imported: each run is a process of its own."""
@@ -77,33 +77,27 @@ def test_with_the_hub_unreachable_a_cached_hub_id_loads_at_once_and_one_not_cach
     import shutil
     import subprocess
     import sys
-    import tempfile
-    from pathlib import Path
 
     from servers import raw_socket_server
 
-    cache = Path(tempfile.mkdtemp(prefix="batchtui-hub-cache-"))
-    repo = cache / "huggingface" / "hub" / "models--someone--tiny"
+    repo = tmp_path / "huggingface" / "hub" / "models--someone--tiny"
     shutil.copytree(builtin_path("tiny"), repo / "snapshots" / ("0" * 40))
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text("0" * 40)
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HOME")}
-    env["XDG_CACHE_HOME"] = str(cache)
-    try:
-        with raw_socket_server(b"") as (url, received):
-            env["HF_ENDPOINT"] = url.removesuffix("/v1")
-            runs = {
-                model: subprocess.run(
-                    [sys.executable, "-m", "batchtui.core", "check", "--model", model, "a"],
-                    capture_output=True,
-                    text=True,
-                    env=env,
-                    timeout=90,
-                )
-                for model in ("someone/tiny", "someone/absent")
-            }
-    finally:
-        shutil.rmtree(cache)
+    env["XDG_CACHE_HOME"] = str(tmp_path)
+    with raw_socket_server(b"") as (url, received):
+        env["HF_ENDPOINT"] = url.removesuffix("/v1")
+        runs = {
+            model: subprocess.run(
+                [sys.executable, "-m", "batchtui.core", "check", "--model", model, "a"],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=90,
+            )
+            for model in ("someone/tiny", "someone/absent")
+        }
     assert runs["someone/tiny"].returncode == 0 and "OK: all 1 texts allclose" in runs["someone/tiny"].stdout
     assert runs["someone/absent"].returncode == 2
     assert runs["someone/absent"].stderr.strip() == (
