@@ -44,10 +44,10 @@ _gaps: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 @contextlib.contextmanager
 def batch_invariant(model) -> Iterator[None]:
     """Run `model` batch-invariantly inside the block; `NotInvariant` if it cannot be (see the module doc)."""
-    gap = coverage_gap(model)
+    _, gap, calls_sdpa = _probed(model)
     if gap is not None:
         raise NotInvariant(gap)
-    with _mode(model, catch_sdpa=_probed(model)[2]):
+    with _mode(model, catch_sdpa=calls_sdpa):
         yield
 
 
