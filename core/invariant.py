@@ -4,8 +4,9 @@
         batched = model(inputs_embeds=..., attention_mask=..., position_ids=...).logits
         ...  # each text's real rows torch.equal its logits run alone; model.generate(...) too
 
-Three sources make a row's logits depend on the rest of the batch, and the mode removes each for the duration:
-matmuls whose kernel depends on the call's height (`invariant_matmul`), attention over padded keys
+Four sources make a row's logits depend on the rest of the batch, and the mode removes each for the duration:
+matmuls whose kernel depends on the call's height (`invariant_matmul`), reductions over a row (a norm's mean)
+whose thread configuration depends on how many rows there are (`invariant_reduction`), attention over padded keys
 (`invariant_attention`) and element-wise functions whose vector tails round otherwise (`invariant_elementwise`).
 On the way out, even on an exception or Ctrl+C, the aten kernels, the attention interfaces, the model's
 attention implementation and the thread's function modes are what they were.
@@ -34,6 +35,7 @@ from .invariant_attention import (
 )
 from .invariant_elementwise import TailFreeElementwise
 from .invariant_matmul import RowInvariantMatmuls
+from .invariant_reduction import RowInvariantReductions
 from .structure import layer_count
 
 # model -> (its attention implementation, why the mode cannot cover it or None, whether it calls SDPA itself),
@@ -135,13 +137,14 @@ def _probed_gap(model) -> tuple[str | None, bool]:
 
 @contextlib.contextmanager
 def _mode(model, catch_sdpa: bool) -> Iterator[None]:
-    """The mechanics: row-invariant matmuls and element-wise functions, attention per row, the model routed to
-    it, and with `catch_sdpa` the SDPA calls it makes itself; all undone after."""
+    """The mechanics: row-invariant matmuls, reductions and element-wise functions, attention per row, the model
+    routed to it, and with `catch_sdpa` the SDPA calls it makes itself; all undone after."""
     configs = _configs(model) if _uses_interface(model) else []
     # A nested entry finds the model routed already: the outer entry keeps what to restore.
     saved = [(c, getattr(c, _attn_attribute(c))) for c in configs if getattr(c, _attn_attribute(c)) != NAME]
     with contextlib.ExitStack() as stack:
         stack.enter_context(RowInvariantMatmuls())
+        stack.enter_context(RowInvariantReductions())
         stack.enter_context(TailFreeElementwise())
         stack.enter_context(AttentionRegistration())
         stack.callback(_restore, saved)

@@ -4,107 +4,24 @@ A GEMM library blocks and threads a call by its shape: on CPU a call of a few ro
 one of hundreds, and on CUDA cuBLAS picks a kernel per shape. So a token's row of a linear layer can round
 differently inside a padded batch than alone. While `RowInvariantMatmuls` is entered, aten's mm, addmm, bmm,
 baddbmm and _grouped_mm (MoE experts) are re-registered so that every row meets one kernel and one reduction
-order whatever the call's height:
-- where this machine's library was measured to give a row the same bits in any call of h or more rows
-  (`_row_keeping_height`, per shape, dtype and layout: often h is 1 or 2, as only its one-row kernels differ),
-  a call of h or more rows goes to the library whole and a shorter one is padded with zero rows to h;
-- elsewhere (and always on CUDA, where cuBLAS picks kernels per shape) every row is computed in a call of
-  exactly `tile_rows(device)` rows: shorter calls padded, taller ones cut into tiles.
+order whatever the call's height (`invariant_rows.by_rows`: through the library where it was measured to keep
+rows, else in fixed-height tiles).
 The replacements call the `out=` overloads, which are separate operators: calling `torch.mm` from the mm
 override would call the override again.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
-
 import torch
 
+from .invariant_rows import DEVICE_KEYS, RowsFn, by_rows
 from .scopes import ScopedKernels
-
-# The dispatch keys the replacements are registered for: the mechanism is not CPU-specific.
-_DEVICE_KEYS = ("CPU", "CUDA")
-_CPU_TILE_ROWS = 16
-# Kernel launches cost more than padding on a GPU: taller tiles there.
-_GPU_TILE_ROWS = 64
-
-
-def tile_rows(device: torch.device) -> int:
-    """The fixed call height every row is computed in on `device`."""
-    return _CPU_TILE_ROWS if device.type == "cpu" else _GPU_TILE_ROWS
-
-
-# (op, dtype, shape and layout of everything but the rows, threads) -> the height from which the library keeps
-# rows
-_measured: dict[tuple, int | None] = {}
-_measured_lock = threading.Lock()
-
-RowsFn = Callable[[torch.Tensor], torch.Tensor]  # rows of the row operand -> those rows of the result
-
-
-def _padded(rows: torch.Tensor, height: int, dim: int) -> torch.Tensor:
-    missing = height - rows.shape[dim]
-    if missing == 0:
-        return rows
-    shape = list(rows.shape)
-    shape[dim] = missing
-    return torch.cat([rows, rows.new_zeros(shape)], dim=dim)
 
 
 def _by_rows(a: torch.Tensor, dim: int, key: tuple, compute: RowsFn) -> torch.Tensor:
-    """`compute(a)` with every row of `a` (along `dim`) getting the bits it gets in a call of one fixed height:
-    a shorter call padded to that height, a taller one through the library where it keeps rows (measured),
-    else in tiles of the fixed height."""
-    m = a.shape[dim]
-    if m == 0 or not RowInvariantMatmuls.active():  # another thread's call: the library's own
+    if not RowInvariantMatmuls.active():  # another thread's call: the library's own
         return compute(a)
-    floor = _row_keeping_height(a, dim, key, compute)
-    if floor is not None:
-        return compute(a) if m >= floor else compute(_padded(a, floor, dim)).narrow(dim, 0, m).clone()
-    height = tile_rows(a.device)
-    if m <= height:
-        return compute(_padded(a, height, dim)).narrow(dim, 0, m).clone()
-    tiles = [compute(_padded(a.narrow(dim, s, min(height, m - s)), height, dim)) for s in range(0, m, height)]
-    return torch.cat(tiles, dim=dim).narrow(dim, 0, m)
-
-
-# The call heights tried, smallest first: a library often takes other kernels for one row or a few.
-_FLOORS = (1, 2, 4, 8, 16)
-
-
-def _row_keeping_height(a: torch.Tensor, dim: int, key: tuple, compute: RowsFn) -> int | None:
-    """The smallest height h such that, measured once per key on random rows, the library gives every row of a
-    call of h or more rows the bits that row gets in a call of exactly h rows (wherever it sits); None when not
-    even 16 rows do, and always on CUDA, where cuBLAS picks kernels per shape (then: fixed-height tiles)."""
-    if a.device.type != "cpu":
-        return None
-    # The library blocks a call by its thread count too, and that count is per thread (the app's workers run
-    # with one core fewer than the main thread): a measurement holds for one count only.
-    threads = torch.get_num_threads()
-    key = (key, a.dtype, tuple(a.shape[:dim]), tuple(a.shape[dim + 1 :]), a.stride(-1) == 1, threads)
-    with _measured_lock:
-        if key in _measured:
-            return _measured[key]
-    shape = list(a.shape)
-    shape[dim] = 67
-    probe = torch.randn(shape, generator=torch.Generator().manual_seed(0)).to(a.dtype)
-    floor = next((h for h in _FLOORS if _keeps_rows_from(h, probe, dim, compute)), None)
-    with _measured_lock:
-        _measured[key] = floor
-    return floor
-
-
-def _keeps_rows_from(height: int, probe: torch.Tensor, dim: int, compute: RowsFn) -> bool:
-    """Do the first and the last `height` rows of calls of several heights above `height` get the bits of a
-    `height`-row call of just those rows?"""
-    for rows in sorted({height + 1, height + 2, 2 * height + 1, 3 * height + 2, 17, 40, probe.shape[dim]}):
-        whole = compute(probe.narrow(dim, 0, rows))
-        for start in (0, rows - height):
-            alone = compute(probe.narrow(dim, start, height))
-            if not torch.equal(whole.narrow(dim, start, height), alone):
-                return False
-    return True
+    return by_rows(a, dim, key, compute)
 
 
 def _mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -167,4 +84,4 @@ class RowInvariantMatmuls(ScopedKernels):
     """aten's matmuls replaced, on CPU and CUDA, while entered."""
 
     def kernels(self) -> dict:
-        return {(name, key): fn for name, fn in _REPLACEMENTS.items() for key in _DEVICE_KEYS}
+        return {(name, key): fn for name, fn in _REPLACEMENTS.items() for key in DEVICE_KEYS}

@@ -159,7 +159,8 @@ def test_leaving_the_mode_restores_every_kernel_and_the_attention(checkpoints):
     a, b = torch.randn(5, 33), torch.randn(33, 7)
     x = torch.randn(3, 37)
     before = torch.mm(a, b), torch.nn.functional.silu(x)
-    kernels = {op: torch._C._dispatch_dump(f"aten::{op}") for op in ("mm", "addmm", "bmm", "silu", "_grouped_mm")}
+    replaced = ("mm", "addmm", "bmm", "silu", "_grouped_mm", "mean", "sum", "linalg_vector_norm")
+    kernels = {op: torch._C._dispatch_dump(f"aten::{op}") for op in replaced}
     attention = model.config._attn_implementation
     for failure in (RuntimeError, KeyboardInterrupt):
         with pytest.raises(failure), batch_invariant(model):

@@ -6,21 +6,33 @@ library's small-call kernels differ (float32, one row against many)."""
 import pytest
 import torch
 
-from batchtui.core import invariant_matmul
+from batchtui.core import invariant_rows
 from batchtui.core.invariant_elementwise import TailFreeElementwise, tail_free_length
 from batchtui.core.invariant_matmul import RowInvariantMatmuls
+from batchtui.core.invariant_reduction import RowInvariantReductions
 
 HEIGHTS = (1, 2, 3, 5, 8, 15, 16, 17, 31, 33, 64, 100)
 
 
 @pytest.fixture(params=["measured", "tiles"])
-def matmuls(request, monkeypatch):
-    """The mode's matmuls as measured on this machine, or forced to fixed-height tiles (the CUDA path)."""
+def row_heights(request, monkeypatch):
+    """Row kernels as measured on this machine, or forced to fixed-height tiles (the CUDA path)."""
     if request.param == "tiles":
-        monkeypatch.setattr(invariant_matmul, "_FLOORS", ())
-    monkeypatch.setattr(invariant_matmul, "_measured", {})
+        monkeypatch.setattr(invariant_rows, "_FLOORS", ())
+    monkeypatch.setattr(invariant_rows, "_measured", {})
+    return request.param
+
+
+@pytest.fixture
+def matmuls(row_heights):
     with RowInvariantMatmuls():
-        yield request.param
+        yield row_heights
+
+
+@pytest.fixture
+def reductions(row_heights):
+    with RowInvariantReductions():
+        yield row_heights
 
 
 def _rows_alike(product, a) -> bool:
@@ -65,6 +77,62 @@ def test_odd_shapes_keep_their_values_and_layout(matmuls):
     assert inside.shape == (7, 5) and inside.is_contiguous()
     torch.testing.assert_close(inside, a.double().mm(b.double()).float())
     assert torch.mm(a[:0], b).shape == (0, 5)
+
+
+def _rms(x):
+    return x.float().pow(2).mean(-1, keepdim=True)
+
+
+ROW_REDUCTIONS = (
+    _rms,  # an RMSNorm's
+    lambda x: x.sum(-1),
+    lambda x: torch.linalg.vector_norm(x, dim=-1),
+    lambda x: x.mean((-2, -1)),  # over two trailing dims
+)
+
+
+@pytest.mark.parametrize("width", [1536, 40000])  # 40000: past the CPU's parallel grain for a row alone
+def test_reductions_over_a_row_do_not_depend_on_the_call_height(reductions, width):
+    torch.manual_seed(0)
+    a = torch.randn(100, width).to(torch.bfloat16)
+    for reduce in ROW_REDUCTIONS[:3]:
+        assert _rows_alike(reduce, a), reduce
+    assert _rows_alike(ROW_REDUCTIONS[3], a.view(100, 2, width // 2))
+
+
+def test_without_the_mode_a_row_s_sum_alone_differs():
+    """The property above can fail: a row over the parallel grain is summed in two passes alone and split
+    across threads among others."""
+    torch.manual_seed(0)
+    saved = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert not _rows_alike(lambda x: x.sum(-1), torch.randn(100, 40000))
+    finally:
+        torch.set_num_threads(saved)
+
+
+def test_other_reductions_and_shapes_are_the_library_s_own(row_heights):
+    torch.manual_seed(0)
+    x, ints = torch.randn(4, 3, 50), torch.arange(24, dtype=torch.int32).view(4, 6)
+    calls = (
+        lambda: x.sum(),
+        lambda: x.sum(0),  # over the batch
+        lambda: x.mean((0, 2)),
+        lambda: ints.sum(-1),
+        lambda: x.sum(-1, keepdim=True),
+        lambda: x.mean(-1, dtype=torch.float64),
+        lambda: x.norm(dim=-1, keepdim=True),
+        lambda: torch.linalg.vector_norm(x, ord=1, dim=(1, 2)),
+        lambda: torch.nn.functional.normalize(x, dim=-1),
+        lambda: x[:0].sum(-1),
+    )
+    outside = [call() for call in calls]
+    with RowInvariantReductions():
+        inside = [call() for call in calls]
+    for got, want in zip(inside, outside):
+        assert got.shape == want.shape and got.dtype == want.dtype
+        torch.testing.assert_close(got, want)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -117,7 +185,7 @@ def test_a_measurement_made_with_fewer_threads_is_not_used_with_more(monkeypatch
     the thread count: what was measured in a one-thread worker must not decide a two-thread call."""
     import threading
 
-    monkeypatch.setattr(invariant_matmul, "_measured", {})
+    monkeypatch.setattr(invariant_rows, "_measured", {})
     torch.manual_seed(0)
     a, weight, bias = torch.randn(100, 128), torch.randn(128, 128), torch.randn(128)
 
