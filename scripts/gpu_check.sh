@@ -1,67 +1,88 @@
 #!/usr/bin/env bash
-# The GPU check, for a lent GPU box with torch and transformers but no textual and no network.
-# Runs from the repository root in well under 5 minutes on one H100/H200 and writes its JSON under
-# $OUT (default ./gpu-check): the seed's a,b,c case and 32 texts x 128 tokens on
-# tiny-qwen2.5-1.5b-shape in bf16, with sdpa and eager, `check` (with --modules --decompose and the
-# remedies), `generate` (continuations batched vs alone), `sweep --generate` and `bench` (its generate row);
-# the batch-invariant mode: bitwise result (`--remedy invariant` in check and generate) and cost (bench ratios
-# invariant_vs_compare, invariant_generate_vs_generate); where vLLM is installed, `endpoint` against it.
+# The GPU check, for a lent GPU box with torch and transformers but no textual and no network:
+#   scripts/gpu_check.sh [invariant] [numbers] [bench] [endpoint]     (no section named: all four)
+# Runs from the repository root and writes its JSON under $OUT (default ./gpu-check), on
+# tiny-qwen2.5-1.5b-shape in bf16 with 32 texts of 128 tokens (`texts-32x128.txt`) and 32 of 16..128 tokens,
+# padded in a batch (`texts-32x16-128.txt`). Minutes as measured on one H200 (each command loads the model):
+# - invariant (~6): the batch-invariant mode's bitwise result step by step in `generate` (fixed-length and
+#   padded texts: ~2.7 minutes each) and with right and left padding in `check` (`--remedy invariant`, ~0.4 each);
+# - numbers (over 4; its sweeps and probe not yet timed): the seed's a,b,c case and 32x128 with sdpa and eager
+#   (`check --modules --decompose` and every remedy, ~1 minute each), `sweep` (logits and `--generate`), `probe`;
+# - bench (not yet timed): `bench` on the 1.5B shape with sdpa and eager (its ratios, invariant_vs_compare and
+#   invariant_generate_vs_generate among them) and its memory workload;
+# - endpoint: where vLLM is installed, `endpoint` against it (does load change its answers?).
 set -uo pipefail
 OUT="${OUT:-gpu-check}"
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 XDG_CACHE_HOME="${XDG_CACHE_HOME:-/tmp/batchtui-cache}"
-MODEL=tiny-qwen2.5-1.5b-shape
-run() { echo "+ $*"; "$@"; echo "exit $?"; }
+MODEL="${MODEL:-tiny-qwen2.5-1.5b-shape}"  # another built-in model for a quick run on a CPU
+SECTIONS="${*:-invariant numbers bench endpoint}"
+run() { echo "+ $*"; local start=$SECONDS; "$@"; echo "exit $? in $((SECONDS - start)) s"; }
+wants() { [[ " $SECTIONS " == *" $1 "* ]]; }
 
-python - <<'PY' > "$OUT/texts-32x128.txt"
+python - "$OUT" "$MODEL" <<'PY'
+import sys
 from core.bench import workload
 from core.models import load_model
 from core.settings import Settings
-for text in workload(load_model(Settings(model="tiny-qwen2.5-1.5b-shape", device="cpu")).tokenizer, 32, 128, 128):
-    print(text.replace("\n", " "))
+tokenizer = load_model(Settings(model=sys.argv[2], device="cpu")).tokenizer
+for name, shortest in (("texts-32x128.txt", 128), ("texts-32x16-128.txt", 16)):
+    with open(f"{sys.argv[1]}/{name}", "w") as file:
+        file.writelines(text.replace("\n", " ") + "\n" for text in workload(tokenizer, 32, shortest, 128))
 PY
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 python -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" | tee -a "$OUT/gpu.txt"
+FIXED="$OUT/texts-32x128.txt"
+PADDED="$OUT/texts-32x16-128.txt"
 
-for attn in sdpa eager; do
-  run python -m core check a b c --model $MODEL --dtype bfloat16 --attn $attn --positions arange \
-      --modules --decompose --reference --json "$OUT/check-abc-$attn.json"
-  run python -m core check --texts-file "$OUT/texts-32x128.txt" --model $MODEL --dtype bfloat16 --attn $attn \
-      --batch-size 8 --modules --decompose --json "$OUT/check-32x128-$attn.json" \
-      --remedy tf32-off --remedy reduced-precision-off --remedy deterministic --remedy float32 --remedy batch-invariant \
-      --remedy invariant
-done
-run python -m core generate --texts-file "$OUT/texts-32x128.txt" --model $MODEL --dtype bfloat16 \
-    --batch-size 8 --max-new-tokens 32 --remedy invariant --json "$OUT/generate-32x128.json"
-for padding in left right; do
-  run python -m core check --texts-file "$OUT/texts-32x128.txt" --model $MODEL --dtype bfloat16 --batch-size 8 \
-      --padding-side $padding --reference --remedy invariant --json "$OUT/check-invariant-$padding.json"
-done
-run python -m core sweep --generate --texts-file "$OUT/texts-32x128.txt" --model $MODEL --dtypes bfloat16 \
-    --batch-sizes 1,8,32 --max-new-tokens 32 --json "$OUT/sweep-generate.json"
-run python -m core sweep --texts-file "$OUT/texts-32x128.txt" --model $MODEL --dtypes bfloat16,float32 \
-    --batch-sizes 1,2,4,8,16,32 --attns sdpa,eager --padding-sides left --json "$OUT/sweep.json"
-run python -m core probe --repeats 3 --json "$OUT/probe.json"
-for attn in sdpa eager; do
-  run python -m core bench --model $MODEL --dtype bfloat16 --attn $attn --rounds 5 --json "$OUT/bench-$attn.json"
-  run python -m core bench --model $MODEL --dtype bfloat16 --attn $attn --texts 32 --min-tokens 256 \
-      --max-tokens 256 --batch-size 8 --rounds 2 --json "$OUT/bench-memory-$attn.json"
-done
-run python -m core bench --model tiny --rounds 10 --json "$OUT/bench-tiny.json"
+if wants invariant; then
+  for texts in FIXED PADDED; do
+    run python -m core generate --texts-file "${!texts}" --model $MODEL --dtype bfloat16 --batch-size 8 \
+        --max-new-tokens 32 --remedy invariant --json "$OUT/generate-invariant-${texts,,}.json"
+  done
+  for padding in right left; do
+    run python -m core check --texts-file "$PADDED" --model $MODEL --dtype bfloat16 --batch-size 8 \
+        --padding-side $padding --remedy invariant --json "$OUT/check-invariant-$padding.json"
+  done
+fi
+if wants numbers; then
+  for attn in sdpa eager; do
+    run python -m core check a b c --model $MODEL --dtype bfloat16 --attn $attn --positions arange \
+        --modules --decompose --reference --json "$OUT/check-abc-$attn.json"
+    run python -m core check --texts-file "$FIXED" --model $MODEL --dtype bfloat16 --attn $attn \
+        --batch-size 8 --modules --decompose --json "$OUT/check-32x128-$attn.json" \
+        --remedy tf32-off --remedy reduced-precision-off --remedy deterministic --remedy float32 \
+        --remedy batch-invariant --remedy invariant
+  done
+  run python -m core sweep --generate --texts-file "$FIXED" --model $MODEL --dtypes bfloat16 \
+      --batch-sizes 1,8,32 --max-new-tokens 32 --json "$OUT/sweep-generate.json"
+  run python -m core sweep --texts-file "$FIXED" --model $MODEL --dtypes bfloat16,float32 \
+      --batch-sizes 1,2,4,8,16,32 --attns sdpa,eager --padding-sides left --json "$OUT/sweep.json"
+  run python -m core probe --repeats 3 --json "$OUT/probe.json"
+fi
+if wants bench; then
+  for attn in sdpa eager; do
+    run python -m core bench --model $MODEL --dtype bfloat16 --attn $attn --rounds 5 --json "$OUT/bench-$attn.json"
+  done
+  run python -m core bench --model $MODEL --dtype bfloat16 --texts 32 --min-tokens 256 --max-tokens 256 \
+      --batch-size 8 --rounds 2 --json "$OUT/bench-memory.json"
+fi
 # `endpoint` against vLLM where vLLM is installed (it brings the openai client): does load change its answers?
-if python -c "import vllm" 2>/dev/null; then
-  SERVED=$(python -c "from core.builtin_models import builtin_path; print(builtin_path('$MODEL'))")
-  PORT=$(python -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
-  python -m vllm.entrypoints.openai.api_server --model "$SERVED" --host 127.0.0.1 --port "$PORT" \
-      --dtype bfloat16 > "$OUT/vllm.log" 2>&1 &
-  VLLM_PID=$!
-  for _ in $(seq 90); do python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$PORT/health')" \
-      2>/dev/null && break; sleep 2; done
-  run python -m core endpoint --url "http://127.0.0.1:$PORT/v1" --texts-file "$OUT/texts-32x128.txt" \
-      --max-new-tokens 32 --rounds 3 --json "$OUT/endpoint-vllm.json"
-  kill "$VLLM_PID"; wait "$VLLM_PID" 2>/dev/null
-else
-  echo "vllm is not installed: the endpoint check is skipped"
+if wants endpoint; then
+  if python -c "import vllm" 2>/dev/null; then
+    SERVED=$(python -c "from core.builtin_models import builtin_path; print(builtin_path('$MODEL'))")
+    PORT=$(python -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
+    python -m vllm.entrypoints.openai.api_server --model "$SERVED" --host 127.0.0.1 --port "$PORT" \
+        --dtype bfloat16 > "$OUT/vllm.log" 2>&1 &
+    VLLM_PID=$!
+    for _ in $(seq 90); do python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$PORT/health')" \
+        2>/dev/null && break; sleep 2; done
+    run python -m core endpoint --url "http://127.0.0.1:$PORT/v1" --texts-file "$FIXED" \
+        --max-new-tokens 32 --rounds 3 --json "$OUT/endpoint-vllm.json"
+    kill "$VLLM_PID"; wait "$VLLM_PID" 2>/dev/null
+  else
+    echo "vllm is not installed: the endpoint check is skipped"
+  fi
 fi
 python - "$OUT" <<'PY'
 import glob, json, sys
