@@ -35,9 +35,8 @@ class LayersPane(ChartPane):
         chart = self.query_one(PlotextPlot)
         plt = chart.plt
         plt.clear_figure()
-        legend = self.query_one("#layers-legend", Static)
         if comparison is None or not comparison.texts or not comparison.texts[text].layers:
-            legend.update("")
+            self._caption("layers-legend", "")
             chart.refresh()
             return
         curve = layer_curve(comparison.texts[text], modules)
@@ -66,7 +65,7 @@ class LayersPane(ChartPane):
         marks = MARK_LEGEND if modules else "log10 max|Δ| per layer"
         # No-break spaces inside an item: a narrow pane wraps the legend between items, never inside one.
         items = [start, *marks.split(" · "), "= bitwise equal", "m: layers/modules"]
-        legend.update(Text(" · ".join(item.replace(" ", "\u00a0") for item in items)))
+        self._caption("layers-legend", Text(" · ".join(item.replace(" ", "\u00a0") for item in items)))
         chart.refresh()
 
     @property

@@ -69,7 +69,7 @@ class TopkPane(ChartPane):
         values = Text("p single/batched: ", style="dim")
         for index, (label, row) in enumerate(zip(labels, shown)):
             values.append(("" if index == 0 else " · ") + f"{label}\u00a0{row.p_single:.3f}/{row.p_batched:.3f}")
-        self.query_one("#topk-values", Static).update(values)
+        self._caption("topk-values", values)
         which = "" if fits == len(rows) else f" · {fits} most probable of {len(rows)}"
         self.border_title = f"top-k · text {result.line} · position {position}{which}"
         chart.refresh()
