@@ -1,10 +1,10 @@
 """Reductions over a row's last dims (an RMSNorm's mean, a vector norm) whose result does not depend on how
 many rows share the call.
 
-CUDA's reduction kernel configures its threads by the number of outputs: with few rows (a decode step of one
-text against one of eight) it splits each row's sum across more threads, so a row's mean rounds otherwise
-alone than in a batch. On CPU a call over the parallel grain is split across threads, and one row alone
-(reduced in two passes) differently again. While `RowInvariantReductions` is entered, aten's sum, mean and
+CUDA's reduction kernel lays out its threads by the number of outputs (with few rows, more threads share a
+row, and a long row is split across blocks), so a row's sum can round otherwise alone (a decode step of one
+text) than among others. On CPU a call past the parallel grain is split across threads, and one row alone of
+that size (reduced in two passes) differently again. While `RowInvariantReductions` is entered, aten's sum, mean and
 linalg_vector_norm over trailing dims of floating tensors go through `invariant_rows.by_rows` on the rows they
 leave: every row meets one configuration whatever the call's height. Other reductions (over the batch, of
 integers, of everything) are the library's own.
