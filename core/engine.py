@@ -12,7 +12,7 @@ from .backend import PassOutput
 from .comparison import Comparison, TextResult
 from .errors import ModelLoadError
 from .extra_passes import decomposition, load_reference_model, reference_errors
-from .invariant import invariant_if
+from .invariant import invariant_if, outside_the_mode
 from .metrics import block_elements
 from .models import LoadedModel
 from .run_skeleton import (
@@ -120,7 +120,8 @@ def _chunk(chunk: Chunk, runner: Runner, settings: Settings, loaded: LoadedModel
         # most a block's worth of singles' logits held for long ones.
         rows_held = sum(len(m.token_ids) for m in group)
         if rows_held * loaded.vocab_size >= block_elements(single.logits.device) or row == len(chunk.texts) - 1:
-            stats = group_stats(group_rows(batched, [m.index - chunk.start for m in group], singles), settings)
-            results += group_results(group, stats, loaded, runner.recording, settings)
+            with outside_the_mode():
+                stats = group_stats(group_rows(batched, [m.index - chunk.start for m in group], singles), settings)
+                results += group_results(group, stats, loaded, runner.recording, settings)
             group, singles = [], []
     return results

@@ -19,7 +19,7 @@ from .backend import Backend, Decoded
 from .comparison import PositionColumns
 from .errors import InputError
 from .generation_result import DEFAULT_MAX_NEW_TOKENS, Continuation, GenerationComparison, TextGeneration
-from .invariant import invariant_if
+from .invariant import invariant_if, outside_the_mode
 from .metrics import position_stats
 from .models import LoadedModel
 from .run_skeleton import CancelledFn, Chunk, PassSteps, PreparedRun, ProgressFn, own_tokens, prepare_run
@@ -119,13 +119,14 @@ class _Generation:
         # Step i's logits choose new token i; the token read at step i is the prompt's last, then the
         # single run's own (the same as the batched run's up to the split).
         fed = [ids[-1], *single_run.token_ids[: compared - 1]]
-        stats = position_stats(
-            _model_logits(batched.logits[row, :compared], self.loaded),
-            _model_logits(single.logits[0, :compared], self.loaded),
-            self.settings.top_k,
-            self.settings.atol,
-            self.settings.rtol,
-        )
+        with outside_the_mode():
+            stats = position_stats(
+                _model_logits(batched.logits[row, :compared], self.loaded),
+                _model_logits(single.logits[0, :compared], self.loaded),
+                self.settings.top_k,
+                self.settings.atol,
+                self.settings.rtol,
+            )
         top_ids = torch.cat([stats.topk_batch_ids.flatten(), stats.topk_single_ids.flatten()]).tolist()
         chosen = [*batched_run.token_ids, *single_run.token_ids]  # the views show continuations token by token
         self.loaded.decode(sorted({*fed, *top_ids, *chosen}))

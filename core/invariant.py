@@ -53,6 +53,14 @@ def batch_invariant(model) -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def outside_the_mode() -> Iterator[None]:
+    """The library's own kernels for this thread inside the block, within `batch_invariant` too: the mode is for
+    the model's passes; measuring them (the metrics) takes the same kernels in and out of the mode, and no tiles."""
+    with RowInvariantMatmuls.paused(), RowInvariantReductions.paused(), TailFreeElementwise.paused():
+        yield
+
+
 def invariant_if(on: bool, model) -> contextlib.AbstractContextManager:
     """`batch_invariant(model)` when `on`, else a context that changes nothing."""
     return batch_invariant(model) if on else contextlib.nullcontext()

@@ -3,9 +3,10 @@ undoes them (entries may nest and come from several threads)."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -59,6 +60,17 @@ class ScopedKernels(SharedScope):
     def active(cls) -> bool:
         """Whether the calling thread is inside a block of this scope."""
         return getattr(cls._threads, "depth", 0) > 0
+
+    @classmethod
+    @contextlib.contextmanager
+    def paused(cls) -> Iterator[None]:
+        """The library's own results for the calling thread inside the block, even where it entered this scope."""
+        depth = getattr(cls._threads, "depth", 0)
+        cls._threads.depth = 0
+        try:
+            yield
+        finally:
+            cls._threads.depth = depth
 
     def kernels(self) -> dict[tuple[str, str], Callable]:
         raise NotImplementedError

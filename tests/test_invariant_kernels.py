@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from batchtui.core import invariant_rows
+from batchtui.core.invariant import outside_the_mode
 from batchtui.core.invariant_elementwise import TailFreeElementwise, tail_free_length
 from batchtui.core.invariant_matmul import RowInvariantMatmuls
 from batchtui.core.invariant_reduction import RowInvariantReductions
@@ -110,6 +111,33 @@ def test_without_the_mode_a_row_s_sum_alone_differs():
         assert not _rows_alike(lambda x: x.sum(-1), torch.randn(100, 40000))
     finally:
         torch.set_num_threads(saved)
+
+
+def test_measuring_inside_the_mode_takes_the_library_s_kernels_and_the_mode_comes_back():
+    """The metrics run inside the mode's block but measure with the library's kernels (`outside_the_mode`)."""
+    torch.manual_seed(0)
+    rows = torch.randn(40, 40000)
+    scopes = (RowInvariantMatmuls, RowInvariantReductions, TailFreeElementwise)
+
+    def one_by_one():
+        return torch.cat([rows[i : i + 1].sum(-1) for i in range(len(rows))])
+
+    saved = torch.get_num_threads()
+    torch.set_num_threads(2)  # a row this long alone is summed otherwise than among others (the test above)
+    try:
+        library = one_by_one()
+        with RowInvariantMatmuls(), RowInvariantReductions(), TailFreeElementwise():
+            inside = one_by_one()
+            with outside_the_mode():
+                paused = one_by_one()
+                assert not any(scope.active() for scope in scopes)
+            again = one_by_one()
+            assert all(scope.active() for scope in scopes)
+            among_others = rows.sum(-1)
+    finally:
+        torch.set_num_threads(saved)
+    assert torch.equal(paused, library) and torch.equal(again, inside) and torch.equal(inside, among_others)
+    assert not torch.equal(inside, library)
 
 
 def test_other_reductions_and_shapes_are_the_library_s_own(row_heights):
