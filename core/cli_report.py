@@ -27,8 +27,8 @@ class ReportKind:
 def report_command(args: argparse.Namespace, run: Callable, kind: Callable[[], ReportKind]) -> int:
     """`run(texts, settings, lines, sink)` on the arguments' texts and settings (with `--remedy`, once per remedy),
     then the table, notes, verdict and report, and with `--repro DIR` the pack (the baseline's logits, handed to
-    its run's `sink`). `kind` is called once the arguments are known good: the engine, and torch with it, load
-    only then."""
+    its run's `sink`). `kind` is called once the arguments are known good: the engine loads only then (torch is
+    in already: the thread set-up imports it once argparse has accepted the arguments)."""
     settings = settings_from_args(args)
     numbered = texts_from_args(args)
     check_report_destination(args.json)
