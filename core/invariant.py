@@ -38,6 +38,9 @@ from .invariant_matmul import RowInvariantMatmuls
 from .invariant_reduction import RowInvariantReductions
 from .structure import layer_count
 
+# The aten kernels the mode replaces while entered (and `outside_the_mode` pauses).
+_KERNEL_SCOPES = (RowInvariantMatmuls, RowInvariantReductions, TailFreeElementwise)
+
 # model -> (its attention implementation, why the mode cannot cover it or None, whether it calls SDPA itself),
 # found once per model and implementation
 _gaps: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -57,7 +60,9 @@ def batch_invariant(model) -> Iterator[None]:
 def outside_the_mode() -> Iterator[None]:
     """The library's own kernels for this thread inside the block, within `batch_invariant` too: the mode is for
     the model's passes; measuring them (the metrics) takes the same kernels in and out of the mode, and no tiles."""
-    with RowInvariantMatmuls.paused(), RowInvariantReductions.paused(), TailFreeElementwise.paused():
+    with contextlib.ExitStack() as stack:
+        for scope in _KERNEL_SCOPES:
+            stack.enter_context(scope.paused())
         yield
 
 
@@ -151,9 +156,8 @@ def _mode(model, catch_sdpa: bool) -> Iterator[None]:
     # A nested entry finds the model routed already: the outer entry keeps what to restore.
     saved = [(c, getattr(c, _attn_attribute(c))) for c in configs if getattr(c, _attn_attribute(c)) != NAME]
     with contextlib.ExitStack() as stack:
-        stack.enter_context(RowInvariantMatmuls())
-        stack.enter_context(RowInvariantReductions())
-        stack.enter_context(TailFreeElementwise())
+        for scope in _KERNEL_SCOPES:
+            stack.enter_context(scope())
         stack.enter_context(AttentionRegistration())
         stack.callback(_restore, saved)
         for config, old in saved:
