@@ -1,3 +1,4 @@
+import gc
 import os
 import tempfile
 
@@ -21,6 +22,10 @@ def pytest_configure(config):
     import textual._wait
 
     textual._wait.SLEEP_GRANULARITY = 0.005
+    # A test process holds torch, transformers and the caches of every app it ran (Textual keeps rendered lines of
+    # up to a thousand widgets in module-level caches): a full collection walks ~600k objects (~0.25 s), and at
+    # Python's default it ran every few seconds. A tenth as often; what the tests create is still collected.
+    gc.set_threshold(*gc.get_threshold()[:2], 100)
     # One fresh model cache per test session (subprocesses inherit it); never the network.
     os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="batchtui-test-cache-")
     os.environ["HF_HUB_OFFLINE"] = "1"
@@ -49,3 +54,10 @@ def broken(tmp_path, tiny_path):
         "not-causal": str(not_a_causal_lm(tmp_path / "bert")),
         "no-pad-no-eos": str(tokenizer_without_pad_or_eos(tiny_path, tmp_path / "nopad")),
     }
+
+
+def pytest_collection_finish(session):
+    # What is alive once the tests are collected (modules, classes) lives as long as the process: out of the
+    # collector's walks.
+    gc.collect()
+    gc.freeze()
