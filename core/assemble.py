@@ -146,12 +146,14 @@ def columns_by_text(stats, lengths: list[int]) -> list[dict[str, tuple]]:
     per_text = [{} for _ in lengths]
     for name in PositionColumns.measured():
         column = getattr(stats, name)
-        values = column.tolist()
+        width = column.shape[1] if column.dim() > 1 else 1  # top-k: a tuple of `width` per position
+        values = column.flatten().tolist()
         offset = 0
         for text, length in zip(per_text, lengths):
-            part = values[offset : offset + length]
-            text[name] = tuple(map(tuple, part)) if column.dim() > 1 else tuple(part)  # top-k: a tuple per position
-            offset += length
+            part = values[offset : offset + length * width]
+            # zip over one iterator, `width` times: the positions' tuples, built without a list each.
+            text[name] = tuple(zip(*[iter(part)] * width)) if column.dim() > 1 else tuple(part)
+            offset += length * width
     return per_text
 
 
