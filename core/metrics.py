@@ -8,6 +8,7 @@ Inputs are one text's logits at its real positions: `batched` = B_i and `single`
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -67,8 +68,7 @@ def _block_stats(batched, single, top_k, atol, rtol) -> dict[str, torch.Tensor]:
     log_ps = s.log_softmax(dim=-1)
     squared_single = torch.linalg.vector_norm(s, dim=-1).square_()
     k = min(max(top_k, 2), single.shape[-1])  # at least 2 for the margin
-    s_logits, s_ids = ordered_topk(single, k)
-    s_logits = s_logits.to(s.dtype)
+    s_logits, s_ids = ordered_topk(s, k)  # the same values as the model dtype's, faster to reduce
     margin = s_logits[:, 0] - s_logits[:, min(1, k - 1)]
     k = min(top_k, k)
     s_logits, s_ids = s_logits[:, :k], s_ids[:, :k]
@@ -233,13 +233,36 @@ def ordered_topk(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """
     if k >= x.shape[-1]:
         return _order(x, torch.arange(x.shape[-1], device=x.device).expand_as(x))
-    values, ids = x.topk(k + 1, dim=-1)
+    values, ids = _top(x, k + 1)
     ids = ids[..., :k].clone()
     # Only rows where the k-th value ties the next one need the exact cut: redo just those.
     tied_rows = (values[..., k - 1] == values[..., k]).nonzero().flatten()
     if tied_rows.numel():
         ids[tied_rows] = _tie_aware_cut(x[tied_rows], values[tied_rows, k - 1 : k], k)
     return _order(x, ids)
+
+
+def _top(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """x.topk(k) along the last dim: the same values, and the same ids wherever the k-th value is not tied.
+
+    torch's CPU top-k copies each row into a queue of (value, id) pairs first, which over a real vocabulary
+    costs several times a pass of the row. A row's k largest lie in its k blocks of largest maxima (an element
+    outside them is at most the least of those maxima, each of which is at least as large as it): the blocks'
+    maxima are one cheap reduction, and top-k then runs over the maxima and k blocks. NaN, the largest for
+    topk, is the largest maximum too. On the CPU only, where it was measured (CUDA's top-k is another kernel)."""
+    vocab = x.shape[-1]
+    width = 1 << max(0, round(math.log2(math.sqrt(vocab / k))))  # balances the two top-k calls' sizes
+    blocks = vocab // width
+    if x.device.type != "cpu" or width < 32 or blocks < 4 * k:
+        return x.topk(k, dim=-1)
+    maxima = x[..., : blocks * width].unflatten(-1, (blocks, width)).amax(dim=-1)
+    chosen = maxima.topk(k, dim=-1).indices
+    ids = (chosen[..., None] * width + torch.arange(width, device=x.device)).flatten(-2)
+    if blocks * width < vocab:  # the last, partial block is always a candidate
+        tail = torch.arange(blocks * width, vocab, device=x.device)
+        ids = torch.cat([ids, tail.expand(*ids.shape[:-1], -1)], dim=-1)
+    values, where = x.gather(-1, ids).topk(k, dim=-1)
+    return values, ids.gather(-1, where)
 
 
 def _tie_aware_cut(x: torch.Tensor, kth: torch.Tensor, k: int) -> torch.Tensor:

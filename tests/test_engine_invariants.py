@@ -150,3 +150,23 @@ def test_ordered_topk_breaks_ties_by_token_id():
         expected = sorted(range(40), key=lambda i: (-row[i].item(), i))[:5]
         assert ordered_topk(row.unsqueeze(0), 5)[1][0].tolist() == expected
         assert ordered_topk(row.bfloat16().unsqueeze(0), 5)[1][0].tolist() == expected  # as the metrics call it
+
+
+@pytest.mark.parametrize("vocab", [4096, 5000, 151936])
+def test_ordered_topk_over_a_real_vocabulary_is_the_sorted_order(vocab):
+    """Over a vocabulary of thousands the top k are picked among the blocks of largest maxima: the same ids as a
+    sort by (value descending, id ascending), with bf16 ties, a partial last block, rows of -inf and a NaN."""
+    import torch
+
+    from batchtui.core.metrics import ordered_topk
+
+    torch.manual_seed(0)
+    x = (torch.randn(12, vocab) * torch.tensor([3.0, 0.01] * 6)[:, None]).bfloat16().float()
+    x[0] = float("-inf")  # every value tied
+    x[1, 3:] = float("-inf")  # fewer finite values than k
+    x[2, vocab - 1] = 100.0  # the largest in the partial block (or the last full one)
+    expected = x.sort(dim=-1, descending=True, stable=True).indices  # a full sort; ties keep the id order
+    for k in (1, 5, 20):
+        assert torch.equal(ordered_topk(x, k)[1], expected[:, :k])
+    x[3, 17] = float("nan")  # the largest for topk and for sort
+    assert ordered_topk(x, 5)[1][3].tolist() == x[3].sort(descending=True, stable=True).indices[:5].tolist()
