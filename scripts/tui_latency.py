@@ -68,7 +68,9 @@ async def key_latencies(presses: int, n_texts: int, n_tokens: int) -> tuple[list
     from batchtui.core import Settings
     from batchtui.tui.app import BatchtuiApp
     from batchtui.tui.heatmap import HeatmapPlot
+    from batchtui.tui.launcher import fewer_full_collections
 
+    fewer_full_collections()  # as the app's process collects
     frames = []
     render = HeatmapPlot.render
 

@@ -264,3 +264,34 @@ async def test_resizing_to_80x24_refits_the_summary():
         await pilot.resize_terminal(120, 40)
         await pilot.pause(0.3)
         assert [str(c.label) for c in table.columns.values()][:3] == ["#", "text", "tok"]
+
+
+async def test_moving_over_positions_stops_the_ui_for_a_full_collection_once_at_most():
+    """A full garbage collection holds the UI for ~0.25 s. With the collector as the app's process sets it, 60 key
+    presses along the texts see one at most (Python's default: about one every 15)."""
+    import gc
+    import time
+
+    from batchtui.tui.launcher import fewer_full_collections
+
+    pauses: list[float] = []
+
+    def timed(phase: str, info: dict) -> None:
+        if info["generation"] == 2:
+            pauses.append(time.perf_counter() * (1 if phase == "stop" else -1))
+
+    saved = gc.get_threshold()
+    gc.set_threshold(700, 10, 10)  # Python's default, whatever the test process uses
+    fewer_full_collections()
+    app = make_app(texts=[f"text {i} " + "word " * (i % 7) for i in range(30)])
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(pilot, app)
+            gc.callbacks.append(timed)
+            for press in range(60):
+                await pilot.press("j" if press % 10 == 0 else "l")
+            gc.callbacks.remove(timed)
+            assert app.state.selected[0] == 6  # six texts down, moved along each
+    finally:
+        gc.set_threshold(*saved)
+    assert len(pauses) <= 2, f"{len(pauses) // 2} full collections"  # a start and a stop each

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from pathlib import Path
@@ -33,6 +34,16 @@ LIVE_SETTINGS = (
     "invariant",
 )
 ARG_OF_SETTING = {"modules": "layers"}
+# A full garbage collection walks every object the process holds (torch's and transformers' modules, Textual's
+# caches of rendered lines: ~600k objects) and holds the UI for ~0.25 s; at Python's default (every 10th
+# collection of the middle generation) one came every ~15 key presses.
+FULL_COLLECTION_EVERY = 100
+
+
+def fewer_full_collections() -> None:
+    """Full collections a tenth as often in the app's process; the young generations as they were."""
+    young, middle, _ = gc.get_threshold()
+    gc.set_threshold(young, middle, FULL_COLLECTION_EVERY)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,6 +97,7 @@ def run_app(argv: list[str]) -> int:
             file=sys.stderr,
         )
         return EXIT_BAD_INPUT
+    fewer_full_collections()
     try:
         app.run()
     finally:
