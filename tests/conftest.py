@@ -24,8 +24,10 @@ def pytest_configure(config):
     textual._wait.SLEEP_GRANULARITY = 0.005
     # A test process holds torch, transformers and the caches of every app it ran (Textual keeps rendered lines of
     # up to a thousand widgets in module-level caches): a full collection walks ~600k objects (~0.25 s), and at
-    # Python's default it ran every few seconds. A tenth as often; what the tests create is still collected.
-    gc.set_threshold(*gc.get_threshold()[:2], 100)
+    # Python's default it ran every few seconds. A tenth as often, as in the app's own process.
+    from batchtui.tui.launcher import fewer_full_collections
+
+    fewer_full_collections()
     # One fresh model cache per test session (subprocesses inherit it); never the network.
     os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="batchtui-test-cache-")
     os.environ["HF_HUB_OFFLINE"] = "1"
