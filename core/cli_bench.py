@@ -12,6 +12,7 @@ from .cli_options import (
     check_report_destination,
     human_output,
     settings_from_args,
+    start_torch,
 )
 from .errors import InputError
 from .generation_result import DEFAULT_MAX_NEW_TOKENS
@@ -58,6 +59,7 @@ def _bench(args: argparse.Namespace) -> int:
     # --max-tokens is the longest text of the workload here, not a cut.
     settings = settings_from_args(args, ignored=("max_tokens",))
     check_report_destination(args.json)
+    start_torch(args)
     from .bench import bench, workload
     from .models import load_model
 

@@ -61,10 +61,4 @@ def parsed_and_guarded(parser, argv: list[str], body: Callable) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exit_:
         return int(exit_.code or 0)
-    if hasattr(args, "threads"):
-        from .cpu_memory import keep_freed_memory
-        from .threads import use_threads  # torch loads here, once the arguments are known good
-
-        use_threads(args.threads)
-        keep_freed_memory()
     return guarded(lambda: body(args))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from .cli_exit import EXIT_DIVERGED, EXIT_OK
-from .cli_options import check_report_destination, human_output
+from .cli_options import check_report_destination, human_output, start_torch
 from .plain_text import format_columns, format_float
 from .report import number
 from .visible import literal
@@ -38,6 +38,7 @@ def check_from_pack(args: argparse.Namespace) -> int:
 
     pack = read_pack(args.from_pack)
     check_report_destination(args.json)
+    start_torch(args)
     kept = KeptLogits(cap_bytes=2**62)
     config = pack.report.get("config", {})
     if "generate" in pack.command[:4]:

@@ -116,6 +116,17 @@ def add_threads_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def start_torch(args: argparse.Namespace) -> None:
+    """Torch loaded and set up for the run: its kernel threads (`--threads`) and the allocator keeping freed blocks
+    for reuse. Each command calls it once its arguments are known good, so a bad value is refused without the
+    import (about two seconds)."""
+    from .cpu_memory import keep_freed_memory
+    from .threads import use_threads
+
+    use_threads(args.threads)
+    keep_freed_memory()
+
+
 def int_at_least(minimum: int):
     """An argparse type: a whole number of at least `minimum`, in one message either way."""
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .cli_exit import EXIT_DIVERGED, EXIT_OK
-from .cli_options import check_report_destination, human_output, settings_from_args, texts_from_args
+from .cli_options import check_report_destination, human_output, settings_from_args, start_torch, texts_from_args
 from .errors import InputError
 from .settings import Settings
 
@@ -27,12 +27,12 @@ class ReportKind:
 def report_command(args: argparse.Namespace, run: Callable, kind: Callable[[], ReportKind]) -> int:
     """`run(texts, settings, lines, sink)` on the arguments' texts and settings (with `--remedy`, once per remedy),
     then the table, notes, verdict and report, and with `--repro DIR` the pack (the baseline's logits, handed to
-    its run's `sink`). `kind` is called once the arguments are known good: the engine loads only then (torch is
-    in already: the thread set-up imports it once argparse has accepted the arguments)."""
+    its run's `sink`). Torch and the engine load only once the arguments are known good."""
     settings = settings_from_args(args)
     numbered = texts_from_args(args)
     check_report_destination(args.json)
     pack = _pack_destination(args)
+    start_torch(args)
     shown = kind()
     kept = None
     if pack is not None:

@@ -16,6 +16,7 @@ from .cli_options import (
     ints_argument,
     names_argument,
     settings_from_args,
+    start_torch,
     texts_from_args,
 )
 from .plain_text import GENERATE_SWEEP_HEADER, SWEEP_HEADER, format_columns, sweep_row
@@ -57,6 +58,7 @@ def _sweep(args: argparse.Namespace) -> int:
     grid = sweep_grid(settings, args.dtypes, args.batch_sizes, args.attns, padding_sides)
     for cell in grid:
         cell.validated()
+    start_torch(args)
     if args.generate:
         from .generation import generate_and_compare
 

@@ -135,6 +135,24 @@ def test_every_command_answers_help_without_loading_torch():
     assert done.stdout.strip().splitlines()[-1] == str([0] * len(COMMANDS))
 
 
+def test_a_bad_value_is_refused_without_loading_torch():
+    """A run's settings, texts and destinations are checked before torch loads: a mistyped value answers at once."""
+    runs = [
+        ["check", "--top-k", "0", "x"],
+        ["check", "--json", "/no/such/folder/report.json", "x"],
+        ["generate", "--atol", "nan", "x"],
+        ["sweep", "--batch-size", "0", "x"],
+        ["bench", "--batch-size", "0"],
+    ]
+    blocked = "import sys; sys.modules['torch'] = None"
+    script = f"{blocked}; from batchtui.core.cli import main; print([main(run) for run in {runs!r}])"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip().splitlines()[-1] == str([2] * len(runs)), done.stderr
+    errors = done.stderr.strip().splitlines()
+    assert len(errors) == len(runs) and all(line.startswith("batchtui: error: ") for line in errors), errors
+    assert "top-k must be at least 1, not 0" in errors[0] and "batch size must be at least 1, not 0" in errors[4]
+
+
 def test_console_script_exit_code():
     done = subprocess.run(["batchtui", "check", "--top-k", "-1", "x"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 2
