@@ -3,7 +3,7 @@ the panes (not every field), and the navigation keys move the selection from eve
 
 from __future__ import annotations
 
-from tui_helpers import make_app, settle
+from tui_helpers import make_app, settle, wait_for
 
 from batchtui.tui.heatmap import Heatmap
 from batchtui.tui.settings_panel import SettingsPanel
@@ -47,6 +47,23 @@ async def test_tab_cycles_three_panes_and_escape_returns_from_each():
             assert not isinstance(app.focused, Heatmap)
             await pilot.press("escape")
             assert isinstance(app.focused, Heatmap)
+
+
+async def test_tab_keeps_the_footer_s_keys_and_a_key_that_comes_is_shown():
+    """A focus change publishes the screen's bindings twice: the footer rebuilds its keys only when the keys it
+    shows change (each rebuild restyled every key, most of what a Tab press cost)."""
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        keys = list(app.screen.query("FooterKey"))
+        assert "Re-run" in [key.description for key in keys]
+        for _ in range(3):
+            await pilot.press("tab")
+        await pilot.pause()
+        assert list(app.screen.query("FooterKey")) == keys  # the same widgets, not rebuilt ones
+        app.bind("x", "bell", description="Ring")
+        app.refresh_bindings()
+        await wait_for(pilot, lambda: "Ring" in [key.description for key in app.screen.query("FooterKey")], "the key")
 
 
 async def test_navigation_keys_move_the_selection_from_the_summary_and_the_settings():

@@ -12,7 +12,7 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.timer import Timer
-from textual.widgets import DataTable, Footer, TextArea
+from textual.widgets import DataTable, TextArea
 from textual.worker import get_current_worker
 
 from ..core.cell_navigation import SUMMARY_ORDERS, clamp_cell, describe_outcome
@@ -39,6 +39,7 @@ from .pack_actions import PackActions
 from .setting_keys import SettingKeys, next_in
 from .settings_panel import SettingsPanel
 from .status_line import StatusLine
+from .steady_footer import SteadyFooter
 from .summary_table import SummaryTable
 from .texts_editor import TextsEditor
 from .topk_pane import TopkPane
@@ -130,7 +131,7 @@ class BatchtuiApp(
                 yield TopkPane(id="topk")
                 yield GenerationPane(id="generation")
         yield StatusLine(id="status")
-        yield Footer()
+        yield SteadyFooter()
 
     def on_mount(self) -> None:
         # Engine passes run on daemon threads: quitting mid-pass does not wait for the pass to end.

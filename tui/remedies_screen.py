@@ -7,12 +7,13 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, SelectionList, Static
+from textual.widgets import DataTable, SelectionList, Static
 from textual.worker import get_current_worker
 
 from ..core.plain_text import remedies_table
 from ..core.settings import Settings
 from .engine_calls import call_engine
+from .steady_footer import SteadyFooter
 
 
 class RemediesScreen(Screen[None]):
@@ -33,7 +34,7 @@ class RemediesScreen(Screen[None]):
         yield SelectionList[str](id="remedy-list")
         yield Static("", id="remedy-status")
         yield DataTable(id="remedy-table", cursor_type="row")
-        yield Footer()
+        yield SteadyFooter()
 
     def on_mount(self) -> None:
         from ..core.models import resolve_device

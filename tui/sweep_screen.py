@@ -11,7 +11,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Label, ProgressBar, Static
+from textual.widgets import DataTable, Input, Label, ProgressBar, Static
 from textual.worker import get_current_worker
 from textual_plotext import PlotextPlot
 
@@ -22,6 +22,7 @@ from ..core.settings import LOW_PRECISION_GRID, Settings
 from ..core.sweep import describe_cell, parse_batch_sizes, parse_names, sweep_summary
 from . import chart_colors
 from .engine_calls import call_engine
+from .steady_footer import SteadyFooter
 
 SWEEP_DTYPES = LOW_PRECISION_GRID
 SWEEP_BATCH_SIZES = (1, 2, 4, 8, 16)
@@ -55,7 +56,7 @@ class SweepScreen(Screen[None]):
         yield PlotextPlot(id="sweep-chart")
         yield Static(id="sweep-legend")
         yield DataTable(id="sweep-table", cursor_type="row")
-        yield Footer()
+        yield SteadyFooter()
 
     def _title(self, attn: str) -> str:
         s = self.settings
