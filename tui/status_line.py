@@ -105,4 +105,4 @@ class StatusLine(Static):
             line.append(part.text, style=styles.get(part.kind, ""))
         if left_out:
             line.append(SEPARATOR + MORE, style="dim")
-        self.update(line)
+        self.update(line, layout=False)  # one line whose size its place sets (#status): nothing to lay out again
