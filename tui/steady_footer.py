@@ -21,7 +21,11 @@ class SteadyFooter(Footer):
         await super().recompose()
 
     def _bindings_shown(self) -> tuple:
-        """What Footer.compose builds its keys from: the bindings it shows, in order, with whether each is enabled
-        and its tooltip (a focused widget's own hidden bindings come and go with the focus)."""
-        active = self.screen.active_bindings.values()
-        return tuple((binding, enabled, tooltip) for _, binding, enabled, tooltip in active if binding.show)
+        """What Footer.compose builds its keys from: the bindings it shows and the command palette's, in order, with
+        whether each is enabled and its tooltip (a focused widget's own hidden bindings come and go with the focus)."""
+        palette = self.app.COMMAND_PALETTE_BINDING
+        return tuple(
+            (binding, enabled, tooltip)
+            for key, (_, binding, enabled, tooltip) in self.screen.active_bindings.items()
+            if binding.show or key == palette
+        )
