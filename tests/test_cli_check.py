@@ -185,6 +185,10 @@ def test_threads_option_sets_the_cpu_threads_and_the_default_leaves_busy_cores(c
 
     assert run_check(["--threads", "1", "--model", "tiny", "hello"]) == 0
     assert torch.get_num_threads() == 1
+    for command in (["generate", "--max-new-tokens", "2"], ["sweep", "--dtypes", "float32", "--batch-sizes", "2"]):
+        torch.set_num_threads(2)
+        assert core_main([*command, "--threads", "1", "--model", "tiny", "hello"]) == 0
+        assert torch.get_num_threads() == 1, command
     assert run_check(["--threads", "0", "hello"]) == 2
     assert "--threads: must be a whole number of at least 1" in capsys.readouterr().err
     assert 1 <= use_threads(None) <= free_cores()
