@@ -53,6 +53,13 @@ class BatchedChunk:
         """
         return tensor[row][self.real_mask(row, tensor.device)]
 
+    def real_token_ids(self) -> list[list[int]]:
+        """Each row's tokens at its real positions, on the host: one copy for the chunk, not one per row."""
+        return [
+            [token for token, real in zip(ids, mask) if real]
+            for ids, mask in zip(self.input_ids.tolist(), self.attention_mask.tolist())
+        ]
+
     def real_mask(self, row: int, device: torch.device) -> torch.Tensor:
         """A boolean mask over T selecting row `row`'s real tokens, on `device`."""
         return self.attention_mask[row].bool().to(device)

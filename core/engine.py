@@ -86,12 +86,13 @@ def _chunk(chunk: Chunk, runner: Runner, settings: Settings, loaded: LoadedModel
     own = own_tokens(runner, chunk)
     batched = runner.batched(chunk.texts)
     steps.after()
+    batched_tokens = batched.real_token_ids()
     group: list[MeasuredText] = []  # texts measured together
     singles: list[PassOutput] = []
     for row, text in enumerate(chunk.texts):
         steps.before()
         token_ids, truncated = own[row]
-        if batched.real_rows(batched.input_ids, row).tolist() != token_ids:
+        if batched_tokens[row] != token_ids:
             raise ModelLoadError(f"text {chunk.lines[row]}: the tokenizer gives other tokens inside a batch than alone")
         single = runner.single(token_ids)
         steps.after()
