@@ -15,7 +15,15 @@ from dataclasses import dataclass
 import torch
 
 from .backend import BatchedChunk, PassOutput, Recording
-from .comparison import Decomposition, ModuleMetrics, PositionColumns, ReferenceErrors, RoutingChange, TextResult
+from .comparison import (
+    Decomposition,
+    DeferredColumns,
+    ModuleMetrics,
+    PositionColumns,
+    ReferenceErrors,
+    RoutingChange,
+    TextResult,
+)
 from .metrics import LayerStats, PositionStats, layer_stats, position_stats
 from .models import LoadedModel
 from .settings import Settings
@@ -128,7 +136,7 @@ def group_results(
                 top1_flips=sum(col["top1_flip"]),
                 worst_position=max_abs.index(max(max_abs)),
                 max_abs_diff_ulp=max(col["max_abs_diff_ulp"]),
-                columns=PositionColumns(token_ids=tuple(ids), token_texts=loaded.token_texts, **col),
+                columns=PositionColumns.deferring(token_ids=tuple(ids), token_texts=loaded.token_texts, **col),
                 layers=tuple(modules[i] for i in recording.layer_indices) + (logits,),
                 modules=modules if settings.modules else (),
                 routing_changes=measured.routing_changes,
@@ -141,19 +149,25 @@ def group_results(
     return results
 
 
-def columns_by_text(stats, lengths: list[int]) -> list[dict[str, tuple]]:
-    """Each stats column, converted to Python once for the chunk, then cut at the texts' lengths."""
+def columns_by_text(stats, lengths: list[int]) -> list[dict]:
+    """Each text's columns: the per-position numbers converted to Python once for the group and cut at the texts'
+    lengths, the top-k ones deferred (`DeferredColumns`) until read; keywords of `PositionColumns.deferring`."""
     per_text = [{} for _ in lengths]
+    top_k = {}
     for name in PositionColumns.measured():
         column = getattr(stats, name)
-        width = column.shape[1] if column.dim() > 1 else 1  # top-k: a tuple of `width` per position
-        values = column.flatten().tolist()
+        if column.dim() > 1:
+            top_k[name] = column
+            continue
+        values = column.tolist()
         offset = 0
         for text, length in zip(per_text, lengths):
-            part = values[offset : offset + length * width]
-            # zip over one iterator, `width` times: the positions' tuples, built without a list each.
-            text[name] = tuple(zip(*[iter(part)] * width)) if column.dim() > 1 else tuple(part)
-            offset += length * width
+            text[name] = tuple(values[offset : offset + length])
+            offset += length
+    offset = 0
+    for text, length in zip(per_text, lengths):
+        text["deferred"] = DeferredColumns(top_k, offset, offset + length)
+        offset += length
     return per_text
 
 

@@ -99,6 +99,20 @@ class ReferenceErrors:
     single: float  # max|S - R|
 
 
+class DeferredColumns:
+    """Columns converted to Python on their first read: rows [start, stop) of a group's [N, k] host arrays (anything
+    with `tolist`). A text's top-k columns (eight tuples per position) cost more to convert than all its other
+    numbers, and a check that reads only per-text figures, or a view of one position, never needs them all."""
+
+    __slots__ = ("arrays", "start", "stop")
+
+    def __init__(self, arrays: Mapping[str, object], start: int, stop: int) -> None:
+        self.arrays, self.start, self.stop = arrays, start, stop
+
+    def converted(self) -> dict[str, tuple]:
+        return {name: tuple(map(tuple, array[self.start : self.stop].tolist())) for name, array in self.arrays.items()}
+
+
 @dataclass(frozen=True)
 class PositionColumns:
     """A text's per-position numbers as columns, one entry per token, as the engine measured them: the one
@@ -130,6 +144,28 @@ class PositionColumns:
     def measured(cls) -> tuple[str, ...]:
         """The names of the measured columns (all but the tokens), as `metrics.PositionStats` names them."""
         return tuple(f.name for f in fields(cls) if f.name not in ("token_ids", "token_texts"))
+
+    @classmethod
+    def deferring(cls, deferred: DeferredColumns, **columns) -> PositionColumns:
+        """The columns given here, and `deferred`'s converted on their first read (any of them converts all)."""
+        missing = {f.name for f in fields(cls)} - columns.keys() - deferred.arrays.keys()
+        if missing:
+            raise TypeError(f"columns missing: {sorted(missing)}")
+        self = object.__new__(cls)
+        for name, value in columns.items():
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "_deferred", deferred)
+        return self
+
+    def __getattr__(self, name: str):
+        # Only asked for an attribute not set: a deferred column, converted with the others on its first read.
+        deferred = self.__dict__.get("_deferred")
+        if deferred is None or name not in deferred.arrays:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        for column, values in deferred.converted().items():
+            object.__setattr__(self, column, values)
+        del self.__dict__["_deferred"]  # the group's arrays are no longer held for this text
+        return self.__dict__[name]
 
     def rows(self) -> tuple[PositionMetrics, ...]:
         texts = self.token_texts

@@ -140,7 +140,7 @@ class _Generation:
             single=single_run,
             batched=batched_run,
             split_step=split,
-            steps=PositionColumns(token_ids=tuple(fed), token_texts=self.loaded.token_texts, **columns),
+            steps=PositionColumns.deferring(token_ids=tuple(fed), token_texts=self.loaded.token_texts, **columns),
         )
 
     def _continuation(self, new_tokens: torch.Tensor) -> Continuation:
