@@ -24,7 +24,7 @@ from .comparison import (
     RoutingChange,
     TextResult,
 )
-from .metrics import LayerStats, PositionStats, layer_stats, position_stats
+from .metrics import HiddenRows, LayerStats, PositionStats, layer_stats, position_stats
 from .models import LoadedModel
 from .settings import Settings
 
@@ -51,8 +51,7 @@ class GroupRows:
 
     batched_logits: torch.Tensor  # [N, V]
     single_logits: torch.Tensor
-    batched_hidden: list[torch.Tensor]  # one [N, H] per recorded module
-    single_hidden: list[torch.Tensor]
+    hidden: list[HiddenRows]  # the recorded modules' hidden states, stacked by width
     lengths: list[int]  # each text's real positions
 
 
@@ -74,10 +73,27 @@ def group_rows(chunk: BatchedChunk, rows: list[int], singles: list[PassOutput]) 
     return GroupRows(
         batched_logits=logits.flatten(0, 1).index_select(0, real),  # a copy faster than [real]'s
         single_logits=torch.cat([s.logits[0] for s in singles]),
-        batched_hidden=[h.flatten(0, 1).index_select(0, real) for h in chunk.output.hidden],
-        single_hidden=[torch.cat([s.hidden[m][0] for s in singles]) for m in range(len(chunk.output.hidden))],
+        hidden=_hidden_rows(chunk.output.hidden, real, singles),
         lengths=[s.logits.shape[1] for s in singles],
     )
+
+
+def _hidden_rows(batched: list[torch.Tensor], real: torch.Tensor, singles: list[PassOutput]) -> list[HiddenRows]:
+    """Each recorded module's real rows, batched and single, gathered straight into one [M, N, H] stack per width
+    and dtype (the metrics reduce each stack at once)."""
+    kinds: dict[tuple, list[int]] = {}
+    for index, hidden in enumerate(batched):
+        kinds.setdefault((hidden.shape[-1], hidden.dtype), []).append(index)
+    stacks = []
+    for modules in kinds.values():
+        first = batched[modules[0]]
+        in_batch = first.new_empty(len(modules), real.numel(), first.shape[-1])
+        alone = torch.empty_like(in_batch)
+        for slot, module in enumerate(modules):
+            torch.index_select(batched[module].flatten(0, 1), 0, real, out=in_batch[slot])
+            torch.cat([s.hidden[module][0] for s in singles], out=alone[slot])
+        stacks.append(HiddenRows(modules, in_batch, alone))
+    return stacks
 
 
 def group_stats(rows: GroupRows, settings: Settings) -> GroupStats:
@@ -85,7 +101,7 @@ def group_stats(rows: GroupRows, settings: Settings) -> GroupStats:
     positions = position_stats(rows.batched_logits, rows.single_logits, settings.top_k, settings.atol, settings.rtol)
     device = rows.batched_logits.device
     segments = torch.repeat_interleave(torch.arange(len(rows.lengths)), torch.tensor(rows.lengths)).to(device)
-    modules = layer_stats(rows.batched_hidden, rows.single_hidden, segments, len(rows.lengths))
+    modules = layer_stats(rows.hidden, segments, len(rows.lengths))
     return GroupStats(
         positions, modules, _per_text_rel_l2(positions.squared_diff, positions.squared_single, rows.lengths)
     )

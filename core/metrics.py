@@ -293,39 +293,37 @@ class LayerStats:
     bitwise_equal: torch.Tensor
 
 
-def layer_stats(
-    batched: list[torch.Tensor], single: list[torch.Tensor], segments: torch.Tensor, n_texts: int
-) -> LayerStats:
-    """Hidden states [N, H] per module, batched vs single, over the real positions of a chunk's texts.
+@dataclass
+class HiddenRows:
+    """The recorded hidden states of one width and dtype, over a group's real positions: [M, N, H] per run, and
+    which of the recorded modules (their indices, in run order) the M rows are."""
 
-    `segments` [N] names each row's text; every reduction is per (module, text). Modules of one width
-    are measured together (an MLP's inner projection is wider than the residual stream).
+    modules: list[int]
+    batched: torch.Tensor
+    single: torch.Tensor
+
+
+def layer_stats(stacks: list[HiddenRows], segments: torch.Tensor, n_texts: int) -> LayerStats:
+    """Hidden states per module, batched vs single, over the real positions of a group's texts.
+
+    `segments` [N] names each row's text; every reduction is per (module, text). Modules of one width are measured
+    together (an MLP's inner projection is wider than the residual stream).
     """
-    by_width: dict[int, list[int]] = {}
-    for index, hidden in enumerate(batched):
-        by_width.setdefault(hidden.shape[-1], []).append(index)
-    parts = {
-        tuple(indices): _same_width_stats(
-            [batched[i] for i in indices], [single[i] for i in indices], segments, n_texts
-        )
-        for indices in by_width.values()
-    }
-    order = [i for indices in parts for i in indices]
+    parts = [_same_width_stats(stack.batched, stack.single, segments, n_texts) for stack in stacks]
+    order = [i for stack in stacks for i in stack.modules]
     inverse = torch.empty(len(order), dtype=torch.long)
     inverse[torch.tensor(order)] = torch.arange(len(order))
-    merged = [torch.cat([getattr(stats, field) for stats in parts.values()])[inverse] for field in _LAYER_FIELDS]
+    merged = [torch.cat([getattr(stats, field) for stats in parts])[inverse] for field in _LAYER_FIELDS]
     return LayerStats(*merged)
 
 
 _LAYER_FIELDS = ("max_abs_diff", "rel_l2", "bitwise_equal")
 
 
-def _same_width_stats(batched, single, segments, n_texts) -> LayerStats:
-    # Stacked over modules and reduced per text with scatter ops, moved to the host once: a host sync per module
-    # would stall the device, and per-module ops cost more in dispatch than in math. Only the (module, position)
-    # rows that differ are subtracted: most are equal wherever the kernels agree, and add nothing.
-    hb = torch.stack(batched)  # [M, N, H]
-    hs = torch.stack(single)
+def _same_width_stats(hb: torch.Tensor, hs: torch.Tensor, segments, n_texts) -> LayerStats:
+    # [M, N, H], reduced per text with scatter ops, moved to the host once: a host sync per module would stall the
+    # device, and per-module ops cost more in dispatch than in math. Only the (module, position) rows that differ
+    # are subtracted: most are equal wherever the kernels agree, and add nothing.
     modules = hb.shape[0]
     unequal = hb != hs
     pairs = unequal.any(dim=-1).nonzero()  # [P, 2]: (module, position)
