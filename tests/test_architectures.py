@@ -58,6 +58,11 @@ def _batched_and_single(path, text_index, attn):
     return order, {n: out[text_index][real] for n, out in batched.items()}, {n: out[0] for n, out in single.items()}
 
 
+def _rel_l2(batched: torch.Tensor, single: torch.Tensor) -> float:
+    b, s = batched.double(), single.double()
+    return ((b - s).norm() / s.norm()).item()
+
+
 @pytest.mark.parametrize("name", list(ARCHITECTURES))
 def test_numbers_and_localization_match_independent_hooks(name, checkpoints, tiny_path):
     path, attn = checkpoints[name], ATTENTION.get(name)
@@ -66,6 +71,8 @@ def test_numbers_and_localization_match_independent_hooks(name, checkpoints, tin
     oracle = seed_compare(path, TEXTS, torch.float32, "left", positions="arange")
     assert [t.max_abs_diff for t in result.texts] == [o.max_abs_diff for o in oracle]
     assert [t.allclose for t in result.texts] == [o.allclose for o in oracle]
+    for t, o in zip(result.texts, oracle):  # the logits' relative L2, ||B - S|| / ||S|| over the text's positions
+        assert t.layers[-1].rel_l2 == pytest.approx(_rel_l2(o.batched, o.single), rel=1e-5, abs=1e-12)
 
     text = result.texts[0]  # "a", left-padded to 30 tokens with shifted positions: it diverges
     assert text.max_abs_diff > 0 and text.first_divergent_module is not None
@@ -83,6 +90,8 @@ def test_numbers_and_localization_match_independent_hooks(name, checkpoints, tin
             assert torch.equal(batched[module.name], single[module.name]), module.name
     assert not torch.equal(batched[first.name], single[first.name])
     assert (batched[first.name] - single[first.name]).abs().max().item() == first.max_abs_diff
+    for module in text.modules[first.index : -1]:
+        assert module.rel_l2 == pytest.approx(_rel_l2(batched[module.name], single[module.name]), rel=1e-5), module.name
     lines = format_localization(result).splitlines()
     for result_text in result.texts:  # never "bitwise equal" for a text whose logits differ
         said = next(line for line in lines if line.startswith(f"text {result_text.line}:"))
