@@ -99,12 +99,10 @@ def _hidden_rows(batched: list[torch.Tensor], real: torch.Tensor, singles: list[
 def group_stats(rows: GroupRows, settings: Settings) -> GroupStats:
     """A group's per-position and per-module numbers."""
     positions = position_stats(rows.batched_logits, rows.single_logits, settings.top_k, settings.atol, settings.rtol)
-    device = rows.batched_logits.device
-    segments = torch.repeat_interleave(torch.arange(len(rows.lengths)), torch.tensor(rows.lengths)).to(device)
-    modules = layer_stats(rows.hidden, segments, len(rows.lengths))
-    return GroupStats(
-        positions, modules, _per_text_rel_l2(positions.squared_diff, positions.squared_single, rows.lengths)
-    )
+    n_texts = len(rows.lengths)
+    segments = torch.repeat_interleave(torch.arange(n_texts), torch.tensor(rows.lengths))  # each row's text
+    modules = layer_stats(rows.hidden, segments.to(rows.batched_logits.device), n_texts)
+    return GroupStats(positions, modules, _per_text_rel_l2(positions, segments, n_texts))
 
 
 def group_results(
@@ -187,10 +185,10 @@ def columns_by_text(stats, lengths: list[int]) -> list[dict]:
     return per_text
 
 
-def _per_text_rel_l2(squared_diff: torch.Tensor, squared_single: torch.Tensor, lengths: list[int]) -> list[float]:
-    """||B - S|| / ||S|| of each text's logits, from per-position sums of squares."""
-    diff = torch.stack([part.sum() for part in squared_diff.split(lengths)])
-    single = torch.stack([part.sum() for part in squared_single.split(lengths)])
+def _per_text_rel_l2(positions: PositionStats, segments: torch.Tensor, n_texts: int) -> list[float]:
+    """||B - S|| / ||S|| of each text's logits, from the per-position sums of squares, summed per text in float64."""
+    squares = torch.stack([positions.squared_diff, positions.squared_single]).double()
+    diff, single = squares.new_zeros(2, n_texts).index_add_(1, segments, squares)
     return torch.where(single > 0, (diff / single).sqrt(), 0.0).tolist()
 
 

@@ -119,7 +119,7 @@ def _differing_stats(batched, single, log_ps, s_ids, atol, rtol) -> dict[str, to
     kl = kl_divergence(delta, log_ps, max_abs.dtype, max_abs)
     del delta
     k = s_ids.shape[-1]
-    lse_b = b.logsumexp(dim=-1, keepdim=True)  # B's probabilities are wanted at its top-k tokens only
+    log_pb = b.log_softmax(dim=-1)
     b_logits, b_ids = ordered_topk(b, k)
     return {
         "max_abs_diff": max_abs,
@@ -131,9 +131,9 @@ def _differing_stats(batched, single, log_ps, s_ids, atol, rtol) -> dict[str, to
         "allclose": allclose,
         "topk_batch_ids": b_ids,
         "topk_batch_logits": b_logits,
-        "topk_batch_probs": (b_logits - lse_b).exp(),
+        "topk_batch_probs": log_pb.gather(-1, b_ids).exp(),
         "topk_batch_probs_in_single": log_ps.gather(-1, b_ids).exp(),
-        "topk_single_probs_in_batch": (b.gather(-1, s_ids) - lse_b).exp(),
+        "topk_single_probs_in_batch": log_pb.gather(-1, s_ids).exp(),
         "squared_diff": squared_diff,
     }
 
