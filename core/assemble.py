@@ -91,7 +91,7 @@ def _hidden_rows(batched: list[torch.Tensor], real: torch.Tensor, singles: list[
         alone = torch.empty_like(in_batch)
         for slot, module in enumerate(modules):
             torch.index_select(batched[module].flatten(0, 1), 0, real, out=in_batch[slot])
-            torch.cat([s.hidden[module][0] for s in singles], out=alone[slot])
+            torch.cat([s.hidden[module] for s in singles], dim=1, out=alone[slot : slot + 1])  # [1, T, H] each
         stacks.append(HiddenRows(modules, in_batch, alone))
     return stacks
 

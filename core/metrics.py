@@ -30,7 +30,8 @@ def _widened(tensor: torch.Tensor) -> torch.Tensor:
 @dataclass
 class PositionStats:
     """Per-position results on the host; each tensor has n rows. The names are `PositionColumns`' (the
-    schema's one declaration), plus two sums the logits' relative L2 is made of."""
+    schema's one declaration), plus two sums the logits' relative L2 is made of. Read-only: columns may share
+    one tensor (where no row differs, the batched run's top-k are the single run's)."""
 
     max_abs_diff: torch.Tensor  # [n] float32
     max_abs_diff_ulp: torch.Tensor
@@ -58,7 +59,9 @@ def position_stats(batched: torch.Tensor, single: torch.Tensor, top_k: int, atol
         _block_stats(batched[start : start + rows], single[start : start + rows], top_k, atol, rtol)
         for start in range(0, n, rows)
     ]
-    return PositionStats(**{name: torch.cat([block[name] for block in blocks]).cpu() for name in blocks[0]})
+    if len(blocks) > 1:
+        blocks = [{name: torch.cat([block[name] for block in blocks]) for name in blocks[0]}]
+    return PositionStats(**{name: values.cpu() for name, values in blocks[0].items()})
 
 
 def _block_stats(batched, single, top_k, atol, rtol) -> dict[str, torch.Tensor]:

@@ -30,6 +30,11 @@ def position_ids(attention_mask: torch.Tensor, mode: str) -> torch.Tensor:
     return ids.masked_fill(attention_mask == 0, 1)
 
 
+def _placed(hidden: torch.Tensor, device: torch.device, shape: torch.Size) -> bool:
+    """Whether a hidden state is already [b, T, H] on `device` (most are: two ops per module and pass saved)."""
+    return hidden.device == device and hidden.dim() == 3 and hidden.shape[:2] == shape
+
+
 # Tokens kept past the cut in a bounded prefix, so that the tokens before the cut are the whole text's (a
 # tokenizer merges characters near the end of a prefix otherwise than inside the text).
 _CUT_MARGIN = 64
@@ -157,7 +162,7 @@ class Runner:
         # (a no-op on one device). Sub-modules may see tokens flattened to [b*T, H]: back to [b, T, H].
         shape = input_ids.shape
         hidden = ([embeds] + [captured[name] for name in self.names[1:]]) if self.names else []  # none: logits only
-        hidden = [h.to(logits.device).reshape(*shape, -1) for h in hidden]
+        hidden = [h if _placed(h, logits.device, shape) else h.to(logits.device).reshape(*shape, -1) for h in hidden]
         routes = [captured[("route", name)].to(logits.device).reshape(*shape, -1) for _, name in self.recording.routers]
         return PassOutput(logits, hidden, routes)
 
