@@ -256,9 +256,11 @@ def _top(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     maxima are one cheap reduction, and top-k then runs over the maxima and k blocks. NaN, the largest for
     topk, is the largest maximum too. On the CPU only, where it was measured (CUDA's top-k is another kernel)."""
     vocab = x.shape[-1]
-    width = 1 << max(0, round(math.log2(math.sqrt(vocab / k))))  # balances the two top-k calls' sizes
+    # The width balances the two top-k calls' sizes, and is at least 64: a row of 64·k candidates or more takes
+    # ATen's partial-sort path, several times faster than its nth_element path on a row this short.
+    width = max(64, 1 << round(math.log2(math.sqrt(vocab / k))))
     blocks = vocab // width
-    if x.device.type != "cpu" or width < 32 or blocks < 4 * k:
+    if x.device.type != "cpu" or blocks < 4 * k:
         return x.topk(k, dim=-1)
     maxima = x[..., : blocks * width].unflatten(-1, (blocks, width)).amax(dim=-1)
     chosen = maxima.topk(k, dim=-1).indices
