@@ -76,5 +76,5 @@ def clamp_cell(comparison: Comparison, text: int, position: int) -> tuple[int, i
     if not comparison.texts:
         return 0, 0
     text = min(max(text, 0), len(comparison.texts) - 1)
-    length = len(comparison.texts[text].positions)
+    length = len(comparison.texts[text].token_ids)
     return text, min(max(position, 0), max(length - 1, 0))

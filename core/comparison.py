@@ -168,35 +168,35 @@ class PositionColumns:
         return self.__dict__[name]
 
     def rows(self) -> tuple[PositionMetrics, ...]:
-        texts = self.token_texts
-        return tuple(
-            PositionMetrics(
-                index=t,
-                token_id=token_id,
-                token=texts[token_id],
-                max_abs_diff=self.max_abs_diff[t],
-                max_abs_diff_ulp=self.max_abs_diff_ulp[t],
-                mean_abs_diff=self.mean_abs_diff[t],
-                kl=self.kl[t],
-                top1_flip=self.top1_flip[t],
-                margin=self.margin[t],
-                allclose=self.allclose[t],
-                topk_batch=self._top(
-                    self.topk_batch_ids[t],
-                    self.topk_single_ids[t],
-                    self.topk_batch_logits[t],
-                    self.topk_batch_probs[t],
-                    self.topk_batch_probs_in_single[t],
-                ),
-                topk_single=self._top(
-                    self.topk_single_ids[t],
-                    self.topk_batch_ids[t],
-                    self.topk_single_logits[t],
-                    self.topk_single_probs[t],
-                    self.topk_single_probs_in_batch[t],
-                ),
-            )
-            for t, token_id in enumerate(self.token_ids)
+        return tuple(self.row(t) for t in range(len(self.token_ids)))
+
+    def row(self, t: int) -> PositionMetrics:
+        """Position t's numbers as one row, built without the others'."""
+        return PositionMetrics(
+            index=t,
+            token_id=self.token_ids[t],
+            token=self.token_texts[self.token_ids[t]],
+            max_abs_diff=self.max_abs_diff[t],
+            max_abs_diff_ulp=self.max_abs_diff_ulp[t],
+            mean_abs_diff=self.mean_abs_diff[t],
+            kl=self.kl[t],
+            top1_flip=self.top1_flip[t],
+            margin=self.margin[t],
+            allclose=self.allclose[t],
+            topk_batch=self._top(
+                self.topk_batch_ids[t],
+                self.topk_single_ids[t],
+                self.topk_batch_logits[t],
+                self.topk_batch_probs[t],
+                self.topk_batch_probs_in_single[t],
+            ),
+            topk_single=self._top(
+                self.topk_single_ids[t],
+                self.topk_batch_ids[t],
+                self.topk_single_logits[t],
+                self.topk_single_probs[t],
+                self.topk_single_probs_in_batch[t],
+            ),
         )
 
     def _top(self, ids, other_ids, logits, probs, probs_in_other) -> tuple[TopToken, ...]:
@@ -233,6 +233,11 @@ class TextResult:
     @cached_property
     def positions(self) -> tuple[PositionMetrics, ...]:
         return self.columns.rows()
+
+    def position(self, t: int) -> PositionMetrics:
+        """Position t's row, without building the text's others (a view shows one position at a time)."""
+        positions = self.__dict__.get("positions")
+        return positions[t] if positions is not None else self.columns.row(t)
 
     @property
     def first_divergent_layer(self) -> ModuleMetrics | None:

@@ -48,6 +48,8 @@ async def test_worst_flip_key_and_the_top_k_chart_of_both_runs():
         text, position = app.state.selected
         assert f"text {app.state.comparison.texts[text].line} · position {position}" in pane.border_title
         chart = _chart_text(pane.query_one(PlotextPlot))
+        # The views read one position at a time: they built no text's rows (an object per position, for every text).
+        assert not any("positions" in vars(t) for t in app.state.comparison.texts)
         rows = topk_union(app.state.comparison.texts[text].positions[position])
         shown = [shown_token(row.token, 5)[:4] for row in rows[:3]]
         assert all(label in chart for label in shown), (shown, chart)  # the tokens label the axis

@@ -45,7 +45,7 @@ class DetailPane(Vertical):
         result = comparison.texts[text]
         self._batched_with_others = min(comparison.config["batch_size"], len(comparison.texts)) > 1
         self.border_title = detail_title(result.line, position)
-        metrics = result.positions[position]
+        metrics = result.position(position)
         content = self._numbers(metrics) + self._causes(result, position)
         # Moving the selection must not re-lay-out the screen: sizes change only with the content's shape.
         lines = len(content.split())

@@ -49,7 +49,7 @@ class TopkPane(ChartPane):
             return
         comparison, (text, position) = self._shown
         result = comparison.texts[text]
-        rows = topk_union(result.positions[position])
+        rows = topk_union(result.position(position))
         # As many tokens as keep their labels readable, most probable first; the title says how many.
         room = max(chart.size.width - AXIS_WIDTH, 1)
         fits = max(1, min(len(rows), room // (MIN_LABEL + 1)))
