@@ -330,8 +330,8 @@ def _same_width_stats(hb: torch.Tensor, hs: torch.Tensor, segments, n_texts) -> 
     # device, and per-module ops cost more in dispatch than in math. Only the (module, position) rows that differ
     # are subtracted: most are equal wherever the kernels agree, and add nothing.
     modules = hb.shape[0]
-    unequal = hb != hs
-    pairs = unequal.any(dim=-1).nonzero()  # [P, 2]: (module, position)
+    # Bitwise, as the logits' rows are: identical NaNs are alike, 0.0 and -0.0 are not.
+    pairs = rows_differ(hb.flatten(0, 1), hs.flatten(0, 1)).view(modules, -1).nonzero()  # [P, 2]: (module, position)
     single_norm = torch.linalg.vector_norm(_widened(hs), dim=-1)  # [M, N]
     slots = torch.arange(modules, device=hs.device)[:, None] * n_texts + segments  # [M, N]: (module, text)
     single_sq = single_norm.new_zeros(modules * n_texts).index_add_(0, slots.flatten(), single_norm.flatten().square())

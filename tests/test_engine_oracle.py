@@ -175,3 +175,27 @@ def test_rows_alike_bitwise_and_rows_that_differ_get_the_numbers_of_their_defini
 
 def _first_by_value_then_id(x: torch.Tensor, k: int) -> list[int]:
     return sorted(range(len(x)), key=lambda i: (-x[i].item(), i))[:k]
+
+
+def test_hidden_states_are_compared_bitwise_and_measured_where_they_differ():
+    """Per (module, text), as DESIGN.md has it: bitwise equal or not (identical NaNs are alike; 0.0 and -0.0 are not,
+    though nothing else differs), and where values differ max|hB - hS| and ||hB - hS|| / ||hS|| over the text's
+    positions, worked out here in float64."""
+    from batchtui.core.metrics import HiddenRows, layer_stats
+
+    generator = torch.Generator().manual_seed(5)
+    single = torch.randn(3, 5, 8, generator=generator).bfloat16()  # 3 modules, 5 positions: text 0 has 2, text 1 has 3
+    segments = torch.tensor([0, 0, 1, 1, 1])
+    single[0, 1, 2] = float("nan")
+    single[1, 3, 4] = 0.0
+    batched = single.clone()
+    batched[1, 3, 4] = -0.0
+    batched[2, 1] += 0.25
+    batched[2, 4, 0] -= 1.0
+    stats = layer_stats([HiddenRows([0, 1, 2], batched, single)], segments, n_texts=2)
+    assert stats.bitwise_equal.tolist() == [[True, True], [True, False], [False, False]]
+    assert stats.max_abs_diff[:2].tolist() == [[0.0, 0.0], [0.0, 0.0]]
+    for text, rows in enumerate(([0, 1], [2, 3, 4])):
+        b, s = batched[2, rows].double(), single[2, rows].double()
+        assert stats.max_abs_diff[2, text].item() == (b - s).abs().max().item()
+        assert stats.rel_l2[2, text].item() == pytest.approx(((b - s).norm() / s.norm()).item(), rel=1e-6)
