@@ -151,11 +151,11 @@ class PositionColumns:
         missing = {f.name for f in fields(cls)} - columns.keys() - deferred.arrays.keys()
         if missing:
             raise TypeError(f"columns missing: {sorted(missing)}")
-        self = object.__new__(cls)
+        made = object.__new__(cls)
         for name, value in columns.items():
-            object.__setattr__(self, name, value)
-        object.__setattr__(self, "_deferred", deferred)
-        return self
+            object.__setattr__(made, name, value)
+        object.__setattr__(made, "_deferred", deferred)
+        return made
 
     def __getattr__(self, name: str):
         # Only asked for an attribute not set: a deferred column, converted with the others on its first read.
