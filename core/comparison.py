@@ -236,8 +236,7 @@ class TextResult:
 
     def position(self, t: int) -> PositionMetrics:
         """Position t's row, without building the text's others (a view shows one position at a time)."""
-        positions = self.__dict__.get("positions")
-        return positions[t] if positions is not None else self.columns.row(t)
+        return self.columns.row(t)
 
     @property
     def first_divergent_layer(self) -> ModuleMetrics | None:
