@@ -238,16 +238,39 @@ def ordered_topk(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """
     if k >= x.shape[-1]:
         return _order(x, torch.arange(x.shape[-1], device=x.device).expand_as(x))
-    values, ids = _top(x, k + 1)
-    ids = ids[..., :k].clone()
+    top = _top(x, k + 1)
+    ids = top.ids[..., :k].clone()
     # Only rows where the k-th value ties the next one need the exact cut: redo just those.
-    tied_rows = (values[..., k - 1] == values[..., k]).nonzero().flatten()
+    tied_rows = (top.values[..., k - 1] == top.values[..., k]).nonzero().flatten()
     if tied_rows.numel():
-        ids[tied_rows] = _tie_aware_cut(x[tied_rows], values[tied_rows, k - 1 : k], k)
+        kth = top.values[tied_rows, k - 1 : k]
+        # Every token above the k-th value is a candidate; so is every token equal to it unless a block left out
+        # reaches it: the cut is then made among the candidates, not over the whole row.
+        among = torch.zeros_like(tied_rows, dtype=torch.bool)
+        if top.candidates is not None:
+            among = top.beyond[tied_rows] < kth[:, 0]
+        in_candidates, in_rows = tied_rows[among], tied_rows[~among]
+        if in_candidates.numel():
+            candidates = top.candidates[in_candidates]
+            values = x[in_candidates[:, None], candidates]
+            ids[in_candidates] = _tie_aware_cut(values, kth[among], k, candidates, x.shape[-1])
+        if in_rows.numel():
+            ids[in_rows] = _tie_aware_cut(x[in_rows], kth[~among], k)
     return _order(x, ids)
 
 
-def _top(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+@dataclass
+class _Top:
+    """x.topk(k)'s values and ids, and where they were picked from: the candidates' ids ([n, C], None where the whole
+    row was) and the largest value outside them ([n])."""
+
+    values: torch.Tensor
+    ids: torch.Tensor
+    candidates: torch.Tensor | None = None
+    beyond: torch.Tensor | None = None
+
+
+def _top(x: torch.Tensor, k: int) -> _Top:
     """x.topk(k) along the last dim: the same values, and the same ids wherever the k-th value is not tied.
 
     torch's CPU top-k copies each row into a queue of (value, id) pairs first, which over a real vocabulary
@@ -261,25 +284,33 @@ def _top(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     width = max(64, 1 << round(math.log2(math.sqrt(vocab / k))))
     blocks = vocab // width
     if x.device.type != "cpu" or blocks < 4 * k:
-        return x.topk(k, dim=-1)
+        return _Top(*x.topk(k, dim=-1))
     maxima = x[..., : blocks * width].unflatten(-1, (blocks, width)).amax(dim=-1)
-    chosen = maxima.topk(k, dim=-1).indices
+    largest = maxima.topk(k + 1, dim=-1)  # the (k+1)-th: the largest value outside the chosen blocks
+    chosen = largest.indices[..., :k]
     ids = (chosen[..., None] * width + torch.arange(width, device=x.device)).flatten(-2)
     if blocks * width < vocab:  # the last, partial block is always a candidate
         tail = torch.arange(blocks * width, vocab, device=x.device)
         ids = torch.cat([ids, tail.expand(*ids.shape[:-1], -1)], dim=-1)
     values, where = x.gather(-1, ids).topk(k, dim=-1)
-    return values, ids.gather(-1, where)
+    return _Top(values, ids.gather(-1, where), ids, largest.values[..., k])
 
 
-def _tie_aware_cut(x: torch.Tensor, kth: torch.Tensor, k: int) -> torch.Tensor:
+def _tie_aware_cut(
+    x: torch.Tensor, kth: torch.Tensor, k: int, ids: torch.Tensor | None = None, vocab: int = 0
+) -> torch.Tensor:
     """The ids of the top k of rows whose k-th value `kth` ([r, 1]) is tied: those above it, then the smallest ids
-    among those equal to it. One int32 key per token ranks them so (NaN above all, as topk has it)."""
+    among those equal to it. One int32 key per token ranks them so (NaN above all, as topk has it). `x`: whole rows,
+    or the values of the tokens `ids` ([r, C]) of a vocabulary of `vocab`."""
     x, kth = _widened(x), _widened(kth)  # float32 compares run faster than bf16's
-    vocab = x.shape[-1]
-    by_id = torch.arange(vocab - 1, -1, -1, dtype=torch.int32, device=x.device)  # the smaller id, the larger key
+    if ids is None:
+        vocab = x.shape[-1]
+        by_id = torch.arange(vocab - 1, -1, -1, dtype=torch.int32, device=x.device)  # the smaller id, the larger key
+    else:
+        by_id = (vocab - 1 - ids).to(torch.int32)
     key = (x <= kth).to(torch.int32).mul_(-vocab).add_(vocab).add_(by_id)
-    return key.masked_fill_(x < kth, -1).topk(k, dim=-1).indices
+    chosen = key.masked_fill_(x < kth, -1).topk(k, dim=-1).indices
+    return chosen if ids is None else ids.gather(-1, chosen)
 
 
 def _order(x: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
