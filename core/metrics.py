@@ -70,11 +70,14 @@ def _block_stats(batched, single, top_k, atol, rtol) -> dict[str, torch.Tensor]:
     # only the single run's side: their differences are 0, their top-k and probabilities the single run's. The
     # rest are measured in full.
     s = _widened(single)
-    log_ps = s.log_softmax(dim=-1)
     squared_single = torch.linalg.vector_norm(s, dim=-1).square_()
     k = min(max(top_k, 2), single.shape[-1])  # at least 2 for the margin
     s_logits, s_ids = ordered_topk(s, k)  # the same values as the model dtype's, faster to reduce
     margin = s_logits[:, 0] - s_logits[:, min(1, k - 1)]
+    # The widened copy is not read again: on the CPU its log softmax overwrites it (the same numbers, one [rows, V]
+    # block less to allocate and fill).
+    in_place = s is not single and s.device.type == "cpu"
+    log_ps = torch.log_softmax(s, dim=-1, out=s) if in_place else s.log_softmax(dim=-1)
     k = min(top_k, k)
     s_logits, s_ids = s_logits[:, :k], s_ids[:, :k]
     s_probs = log_ps.gather(-1, s_ids).exp()

@@ -199,3 +199,20 @@ def test_hidden_states_are_compared_bitwise_and_measured_where_they_differ():
         b, s = batched[2, rows].double(), single[2, rows].double()
         assert stats.max_abs_diff[2, text].item() == (b - s).abs().max().item()
         assert stats.rel_l2[2, text].item() == pytest.approx(((b - s).norm() / s.norm()).item(), rel=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
+def test_position_stats_leave_their_inputs_as_they_were(dtype):
+    """The metrics work in place on copies of their own only: the logits handed in are the caller's."""
+    from batchtui.core.metrics import position_stats
+
+    generator = torch.Generator().manual_seed(7)
+    single = (torch.randn(6, 300, generator=generator) * 4).to(dtype)
+    batched = single.clone()
+    batched[1:3] += 0.5
+    kept = single.clone(), batched.clone()
+    stats = position_stats(batched, single, top_k=3, atol=1e-5, rtol=1e-3)
+    assert torch.equal(single, kept[0]) and torch.equal(batched, kept[1])
+    probs = single.double().softmax(-1)
+    expected = probs.gather(-1, stats.topk_single_ids)
+    assert stats.topk_single_probs.double().flatten().tolist() == pytest.approx(expected.flatten().tolist(), rel=1e-6)
