@@ -2,11 +2,14 @@
 help, the command palette."""
 
 import json
+import time
 
+from textual.command import CommandList, CommandPalette
 from textual.widgets import Input
 from tui_helpers import MIXED, detail_title, make_app, settle, wait_for
 
 from batchtui.core.cell_navigation import next_divergent
+from batchtui.tui.app import EDIT_DEBOUNCE_S
 from batchtui.tui.heatmap import Heatmap
 from batchtui.tui.help_screen import HelpScreen
 from batchtui.tui.messages import ComparisonReady
@@ -40,6 +43,20 @@ async def test_first_frame_comes_before_results_then_results_appear():
         assert app.state.comparison.config["dtype"] == "bfloat16"
 
 
+def _debounce_restarts(app) -> list[float]:
+    """When the app restarts its edit debounce, as it runs: one time per edit that will re-run the texts."""
+    restarts = []
+    set_timer = app.set_timer
+
+    def recorded(delay, callback, *args, **kwargs):
+        if callback == app.action_rerun:
+            restarts.append(time.monotonic())
+        return set_timer(delay, callback, *args, **kwargs)
+
+    app.set_timer = recorded
+    return restarts
+
+
 async def test_editing_a_text_reruns_and_changes_the_table():
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
@@ -48,10 +65,15 @@ async def test_editing_a_text_reruns_and_changes_the_table():
         await pilot.press("e")
         assert app.focused.id == "editor"
         app.focused.move_cursor(app.focused.document.end)
+        restarts = _debounce_restarts(app)
         await pilot.press("enter", "enter", *"new text here")
-        await pilot.pause(0.7)  # past the 0.5 s debounce
+        await pilot.pause(EDIT_DEBOUNCE_S + 0.2)
         await settle(pilot, app)
-        assert app.state.run_number == before + 1  # one re-run for the whole burst of keys
+        # One re-run for the whole burst of keys. A loaded machine may take longer than the debounce between two
+        # keys' edits (the app's own times, not the test's): each such pause may start one run more, no other.
+        long_pauses = sum(b - a >= EDIT_DEBOUNCE_S for a, b in zip(restarts, restarts[1:]))
+        assert len(restarts) == len("new text here") + 2
+        assert 1 <= app.state.run_number - before <= 1 + long_pauses, (long_pauses, restarts)
         assert app.query_one(SummaryTable).row_count == len(MIXED) + 1
         assert app.state.comparison.texts[-1].text == "new text here"
         assert "1 blank line skipped" in app.query_one("#status").full_text()
@@ -181,9 +203,15 @@ async def test_command_palette_runs_app_actions():
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot, app)
         await pilot.press("ctrl+p")
-        await pilot.pause(0.2)
+        await wait_for(pilot, lambda: isinstance(app.screen, CommandPalette), "the command palette")
         await pilot.press(*"Next divergent")
-        await pilot.pause(0.5)
+        # The palette searches as it is typed into: wait for its first match, however loaded the machine.
+        matches = app.screen.query_one(CommandList)
+        await wait_for(
+            pilot,
+            lambda: matches.highlighted == 0 and "Next divergent" in str(matches.get_option_at_index(0).prompt),
+            "the match",
+        )
         await pilot.press("enter")
-        await pilot.pause(0.2)
-        assert app.state.selected == next_divergent(app.state.comparison, 0, 0)
+        expected = next_divergent(app.state.comparison, 0, 0)
+        await wait_for(pilot, lambda: app.state.selected == expected, f"the selection to move to {expected}")
