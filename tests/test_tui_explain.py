@@ -26,7 +26,7 @@ async def test_decompose_checkbox_shows_both_effects_in_the_detail():
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot, app)
         app.query_one("#decompose", Checkbox).value = True
-        await pilot.pause(0.1)
+        await wait_for(pilot, lambda: app.state.settings.decompose, "the setting to start a run")
         await settle(pilot, app)
         assert app.state.settings.decompose and app.state.comparison.texts[0].decomposition is not None
         await pilot.press("]", "]")

@@ -1,7 +1,7 @@
 """Moving over the results in the app (tui/navigation_keys.py and the summary): positions, texts, divergences,
 flips, sorting, and what the status line says on the way."""
 
-from tui_helpers import detail_title, make_app, settle
+from tui_helpers import detail_title, make_app, settle, wait_for
 
 from batchtui.core.cell_navigation import flip_cells, next_divergent, next_flip
 from batchtui.core.heatmap_view import divergent_cells
@@ -255,15 +255,14 @@ async def test_resizing_to_80x24_refits_the_summary():
         table = app.query_one(SummaryTable)
         assert [str(c.label) for c in table.columns.values()][:3] == ["#", "text", "tok"]
         await pilot.resize_terminal(80, 24)
-        await pilot.pause(0.3)
-        labels = [str(c.label) for c in table.columns.values()]
-        assert labels == ["#", "max|Δ|", "KL", "flips", "allclose"]
+        narrow = ["#", "max|Δ|", "KL", "flips", "allclose"]
+        await wait_for(pilot, lambda: [str(c.label) for c in table.columns.values()] == narrow, f"columns {narrow}")
         assert table.row_count == len(FLIPPING)
         assert str(table.get_row_at(1)[3]) == str(app.state.comparison.texts[1].top1_flips)  # the flips column
         assert table.virtual_size.width <= table.content_size.width  # nothing past the edge
         await pilot.resize_terminal(120, 40)
-        await pilot.pause(0.3)
-        assert [str(c.label) for c in table.columns.values()][:3] == ["#", "text", "tok"]
+        wide = ["#", "text", "tok"]
+        await wait_for(pilot, lambda: [str(c.label) for c in table.columns.values()][:3] == wide, f"columns {wide}")
 
 
 async def test_moving_over_positions_stops_the_ui_for_a_full_collection_once_at_most():
