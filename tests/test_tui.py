@@ -67,7 +67,8 @@ async def test_editing_a_text_reruns_and_changes_the_table():
         app.focused.move_cursor(app.focused.document.end)
         restarts = _debounce_restarts(app)
         await pilot.press("enter", "enter", *"new text here")
-        await pilot.pause(EDIT_DEBOUNCE_S + 0.2)
+        editor = app.query_one("#editor")
+        await wait_for(pilot, lambda: app.state.run_text == editor.text, "a run of the edited texts")
         await settle(pilot, app)
         # One re-run for the whole burst of keys. A loaded machine may take longer than the debounce between two
         # keys' edits (the app's own times, not the test's): each such pause may start one run more, no other.
