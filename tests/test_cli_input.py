@@ -2,6 +2,7 @@
 line, never 3 or a traceback, and before the work rather than after it; what is cut is flagged."""
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -85,7 +86,7 @@ def test_hub_unreachable_message_suggests_a_local_path(monkeypatch, capsys):
     assert "'nobody/nothing' is not in the local cache and the hub cannot be reached" in capsys.readouterr().err
 
 
-def test_long_texts_are_cut_and_flagged(capsys):
+def test_long_texts_are_cut_and_flagged(capsys, tmp_path, tiny_path):
     result = compare(["short", "x" * 40], Settings(model="tiny", max_tokens=16))
     short, long = result.texts
     assert not short.truncated and long.truncated and len(long.token_ids) == 16
@@ -94,7 +95,14 @@ def test_long_texts_are_cut_and_flagged(capsys):
     assert '"truncated": true' in out.out and "16 cut" in out.err
     context = load_model(Settings(model="tiny")).max_tokens
     assert context == 8192  # the tiny model's max_position_embeddings
-    assert compare(["y" * 8200], Settings(model="tiny", batch_size=1)).texts[0].truncated
+    # Without --max-tokens a text is cut at the model's context: the tiny model with a context of 48 positions
+    # (a run at 8192 would take seconds for the same check).
+    short_context = tmp_path / "tiny-48"
+    shutil.copytree(tiny_path, short_context)
+    config = json.loads((short_context / "config.json").read_text())
+    (short_context / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 48}))
+    cut = compare(["y" * 60, "short"], Settings(model=str(short_context), batch_size=1)).texts
+    assert cut[0].truncated and len(cut[0].token_ids) == 48 and not cut[1].truncated
 
 
 def test_out_of_memory_stops_the_run_and_the_next_one_works():
@@ -198,7 +206,7 @@ def test_cpu_out_of_memory_gets_the_same_advice_as_cuda(capsys):
 def test_check_into_a_closed_pipe_exits_quietly():
     """`batchtui check | head`: the reader is gone before the table comes; no traceback, no exit 3."""
     child = subprocess.Popen(
-        [sys.executable, "-m", "batchtui.core", "check", "--batch-size", "1", *(["some text"] * 40)],
+        [sys.executable, "-m", "batchtui.core", "check", "--model", "tiny", "some text"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
