@@ -16,12 +16,6 @@ from batchtui.core.plain_text import format_localization
 TEXTS = ["a", "The quick brown fox jumps over it", "hello world"]
 
 
-@pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory, tiny_path):
-    folder = tmp_path_factory.mktemp("architectures")
-    return {name: build(name, folder / name, tiny_path) for name in [*ARCHITECTURES, "mixtral-near-tie"]}
-
-
 def _every_module_output(model, ids, mask, positions):
     """Our own hooks on every module: (the order they finished, name -> output reshaped to [b, T, -1])."""
     order, outputs = [], {}

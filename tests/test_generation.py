@@ -9,7 +9,6 @@ import math
 
 import pytest
 import torch
-from architectures import build
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from tui_helpers import batch_variant
 
@@ -75,15 +74,9 @@ def test_continuations_and_splits_match_generate_called_directly(tiny_path, dtyp
             assert t.near_tie == (t.split.margin <= 2 * t.split.max_abs_diff)
 
 
-@pytest.fixture(scope="module")
-def other_architectures(tmp_path_factory, tiny_path):
-    folder = tmp_path_factory.mktemp("generation-architectures")
-    return {name: build(name, folder / name, tiny_path) for name in ("gpt2", "mixtral")}
-
-
 @pytest.mark.parametrize("name", ["gpt2", "mixtral"])
-def test_other_architectures_match_generate_called_directly(other_architectures, name):
-    path = other_architectures[name]
+def test_other_architectures_match_generate_called_directly(checkpoints, name):
+    path = checkpoints[name]
     for dtype in ("float32", "bfloat16"):
         _, ours = _ours(path, TEXTS, dtype, batch_size=4)
         assert ours == hf_continuations(path, TEXTS, dtype, batch_size=4), dtype

@@ -9,7 +9,7 @@ import inspect
 import pytest
 import torch
 import transformers
-from architectures import ARCHITECTURES, ATTENTION, build
+from architectures import ARCHITECTURES, ATTENTION
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from batchtui.core import NotInvariant, batch_invariant
@@ -32,10 +32,9 @@ DTYPES = (torch.bfloat16, torch.float32)
 
 
 @pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory, tiny_path):
-    folder = tmp_path_factory.mktemp("invariant")
-    built = {name: build(name, folder / name, tiny_path) for name in [*ARCHITECTURES, "mixtral-near-tie"]}
-    return {**built, **{name: builtin_path(name) for name in BUILT_INS}}
+def models(checkpoints):
+    """The matrix's checkpoints and the built-in models, by name."""
+    return {**checkpoints, **{name: builtin_path(name) for name in BUILT_INS}}
 
 
 def _load(path, name, dtype):
@@ -72,9 +71,9 @@ def _worst(batched, singles) -> float:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", MODELS)
-def test_batched_logits_equal_single_runs_bitwise(checkpoints, name):
+def test_batched_logits_equal_single_runs_bitwise(models, name):
     for dtype in DTYPES:
-        model, tokenizer = _load(checkpoints[name], name, dtype)
+        model, tokenizer = _load(models[name], name, dtype)
         with torch.inference_mode():
             with batch_invariant(model):
                 singles = [_single(model, tokenizer, text) for text in TEXTS]
@@ -88,8 +87,8 @@ def test_batched_logits_equal_single_runs_bitwise(checkpoints, name):
 
 
 @pytest.mark.parametrize("name", ["qwen2-english-4m", "llama"])
-def test_every_batch_size_from_1_to_8(checkpoints, name):
-    model, tokenizer = _load(checkpoints[name], name, torch.float32)
+def test_every_batch_size_from_1_to_8(models, name):
+    model, tokenizer = _load(models[name], name, torch.float32)
     with torch.inference_mode(), batch_invariant(model):
         singles = [_single(model, tokenizer, text) for text in TEXTS]
         for size in range(1, 9):
@@ -116,10 +115,10 @@ def _greedy(model, tokenizer, texts):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", MODELS)
-def test_greedy_generation_is_the_same_step_by_step(checkpoints, name):
+def test_greedy_generation_is_the_same_step_by_step(models, name):
     texts = TEXTS[:4]
     for dtype in DTYPES:
-        model, tokenizer = _load(checkpoints[name], name, dtype)
+        model, tokenizer = _load(models[name], name, dtype)
         with torch.inference_mode(), batch_invariant(model):
             tokens, logits = _greedy(model, tokenizer, texts)
             for i, text in enumerate(texts):
@@ -128,9 +127,9 @@ def test_greedy_generation_is_the_same_step_by_step(checkpoints, name):
                 assert torch.equal(logits[i], alone_logits[0]), f"{name} {dtype} text {i}: a step's logits"
 
 
-def test_without_the_mode_generation_steps_differ(checkpoints):
+def test_without_the_mode_generation_steps_differ(models):
     """The generation test above can fail: the same workload's step logits differ without the mode."""
-    model, tokenizer = _load(checkpoints["qwen2-english-4m"], "qwen2-english-4m", torch.float32)
+    model, tokenizer = _load(models["qwen2-english-4m"], "qwen2-english-4m", torch.float32)
     with torch.inference_mode():
         _, logits = _greedy(model, tokenizer, TEXTS[:4])
         differs = []
@@ -154,8 +153,8 @@ def test_the_documented_example_prints_true_for_every_text(capsys):
     assert capsys.readouterr().out.split() == ["True", "True", "True"]
 
 
-def test_leaving_the_mode_restores_every_kernel_and_the_attention(checkpoints):
-    model, tokenizer = _load(checkpoints["gemma2"], "gemma2", torch.float32)
+def test_leaving_the_mode_restores_every_kernel_and_the_attention(models):
+    model, tokenizer = _load(models["gemma2"], "gemma2", torch.float32)
     a, b = torch.randn(5, 33), torch.randn(33, 7)
     x = torch.randn(3, 37)
     before = torch.mm(a, b), torch.nn.functional.silu(x)
@@ -173,9 +172,9 @@ def test_leaving_the_mode_restores_every_kernel_and_the_attention(checkpoints):
     assert not torch.overrides._get_current_function_mode_stack()
 
 
-def test_nested_entries_share_one_registration_and_keep_the_model_s_own_attention(checkpoints):
+def test_nested_entries_share_one_registration_and_keep_the_model_s_own_attention(models):
     """Gemma2's eager attention soft-caps its scores (SDPA does not): a nested entry must still run it per row."""
-    model, tokenizer = _load(checkpoints["gemma2"], "gemma2", torch.float32)
+    model, tokenizer = _load(models["gemma2"], "gemma2", torch.float32)
     dump = torch._C._dispatch_dump("aten::mm")
     with torch.inference_mode(), batch_invariant(model):
         outer = _batched_rows(model, tokenizer, TEXTS[:3], "left")
