@@ -84,13 +84,19 @@ def test_ctrl_c_under_load_ends_at_once_not_when_the_requests_in_flight_time_out
         try:
             deadline = time.monotonic() + 60
             while len(posts) < 4:  # the request under load is in flight
-                assert time.monotonic() < deadline and process.poll() is None
+                if process.poll() is not None:
+                    raise AssertionError(f"ended before the request under load: {process.communicate()}")
+                assert time.monotonic() < deadline, f"{len(posts)} requests in 60 s"
                 time.sleep(0.05)
             process.send_signal(signal.SIGINT)
             _, err = process.communicate(timeout=20)  # far less than the request's 120 s
         finally:
             process.kill()
-    assert process.returncode == 130 and err.decode().strip().endswith("batchtui: interrupted")
+    assert process.returncode == 130 and err.decode().strip().endswith("batchtui: interrupted"), (
+        process.returncode,
+        err.decode(),
+        [request.split(b"\r\n")[0] for request in received],
+    )
 
 
 def test_a_plain_server_at_an_https_url_is_a_tls_failure(capsys):
