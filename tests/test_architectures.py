@@ -3,7 +3,7 @@ an independent computation written here (the seed's method, and hooks of our own
 
 import pytest
 import torch
-from architectures import ARCHITECTURES, ATTENTION, build, build_encoder
+from architectures import ARCHITECTURES, ATTENTION, build_encoder
 from oracle import seed_compare
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -221,7 +221,7 @@ def test_a_checkpoint_missing_weights_is_refused_in_one_line(tmp_path, tiny_path
     assert err.count("\n") == 0 and "lacks 2 weights the model needs" in err and "lm_head.weight" in err
 
 
-def test_a_model_that_ignores_position_ids_says_so(tmp_path, tiny_path):
+def test_a_model_that_ignores_position_ids_says_so(tmp_path, tiny_path, checkpoints):
     """Falcon with ALiBi takes its positions from the mask, not from position_ids: the report says that
     --positions changes nothing for it; a rotary model (Llama) gets no such note."""
     import transformers
@@ -235,7 +235,7 @@ def test_a_model_that_ignores_position_ids_says_so(tmp_path, tiny_path):
     tokenizer.save_pretrained(tmp_path / "alibi")
     result = compare(["hello world"], Settings(model=str(tmp_path / "alibi")))
     assert any("ignores position_ids" in note and "--positions changes nothing" in note for note in result.notes)
-    llama = compare(["hello world"], Settings(model=str(build("llama", tmp_path / "llama", tiny_path))))
+    llama = compare(["hello world"], Settings(model=str(checkpoints["llama"])))
     assert not any("position_ids" in note for note in llama.notes)
 
 
