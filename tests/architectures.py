@@ -46,6 +46,8 @@ ARCHITECTURES = {
         "mlp.gate",
     ),
 }
+# Every checkpoint `build` writes: the matrix, and Mixtral with routers on the edge of a tie.
+CHECKPOINTS = (*ARCHITECTURES, "mixtral-near-tie")
 # Gemma2 is run with eager attention (its soft-capping is eager's).
 ATTENTION = {"gemma2": "eager"}
 

@@ -51,19 +51,18 @@ def tiny_path():
 def checkpoints(tmp_path_factory, tiny_path, worker_id):
     """The tiny seeded checkpoint of every architecture of the matrix, by name: written once for the whole run,
     the parallel workers sharing their run's folder (the first to take the lock writes them)."""
-    from architectures import ARCHITECTURES, build
+    from architectures import CHECKPOINTS, build
     from filelock import FileLock
 
-    names = [*ARCHITECTURES, "mixtral-near-tie"]
     # Each worker's base folder sits in the run's own; a run without workers has only its base folder.
     root = tmp_path_factory.getbasetemp() if worker_id == "master" else tmp_path_factory.getbasetemp().parent
     folder = root / "architectures"
     with FileLock(str(root / "architectures.lock")):
         if not (folder / "written").exists():
-            for name in names:
+            for name in CHECKPOINTS:
                 build(name, folder / name, tiny_path)
             (folder / "written").touch()
-    return {name: folder / name for name in names}
+    return {name: folder / name for name in CHECKPOINTS}
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import inspect
 import pytest
 import torch
 import transformers
-from architectures import ARCHITECTURES, ATTENTION
+from architectures import ATTENTION, CHECKPOINTS
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from batchtui.core import NotInvariant, batch_invariant
@@ -27,7 +27,7 @@ TEXTS = [
     "The presence of annotations does not change the meaning of a function. " * 3 + "z" * 20,
 ]
 BUILT_INS = ("tiny", "qwen2-english-4m")
-MODELS = (*ARCHITECTURES, "mixtral-near-tie", *BUILT_INS)
+MODELS = (*CHECKPOINTS, *BUILT_INS)
 DTYPES = (torch.bfloat16, torch.float32)
 
 
