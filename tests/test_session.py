@@ -6,6 +6,7 @@ import signal
 
 from terminal import pause, start_app, wait_exit, wait_for
 from tui_helpers import settle
+from tui_helpers import wait_for as wait_in_app
 
 from batchtui.core import session as session_file
 from batchtui.core.settings import Settings
@@ -45,6 +46,10 @@ def test_unusable_session_values_are_dropped_one_by_one(tmp_path):
 async def test_app_restores_texts_and_settings_and_saves_each_edit(tmp_path):
     path = tmp_path / "session.json"
     session_file.save(path, "kept text\nsecond", Settings(model="tiny", dtype="float32", padding_side="right"))
+
+    def saved() -> dict:
+        return json.loads(path.read_text())
+
     app = build_app(["--session", str(path)])
     assert app.initial_texts == ["kept text", "second"]
     assert (app.state.settings.dtype, app.state.settings.padding_side) == ("float32", "right")
@@ -52,10 +57,13 @@ async def test_app_restores_texts_and_settings_and_saves_each_edit(tmp_path):
         await settle(pilot, app)
         await pilot.press("e")
         app.focused.move_cursor(app.focused.document.end)
+        run = app.state.run_number
         await pilot.press(*"!!")
-        assert json.loads(path.read_text())["text"] == "kept text\nsecond!!"  # saved before any re-run
+        # The keys' edit reaches the app a message or two after the pilot returns on a busy machine: wait for it.
+        await wait_in_app(pilot, lambda: saved()["text"] == "kept text\nsecond!!", "the edit saved")
+        assert app.state.run_number == run  # saved at the edit, before the re-run it schedules
         await pilot.press("escape", "p")
-        assert json.loads(path.read_text())["settings"]["padding_side"] == "left"
+        await wait_in_app(pilot, lambda: saved()["settings"]["padding_side"] == "left", "the setting saved")
     explicit = build_app(["--session", str(path), "--dtype", "bfloat16"])
     assert explicit.state.settings.dtype == "bfloat16" and explicit.state.settings.padding_side == "left"
     given = build_app(["--session", str(path), "other"])
