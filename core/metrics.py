@@ -61,7 +61,21 @@ def position_stats(batched: torch.Tensor, single: torch.Tensor, top_k: int, atol
     ]
     if len(blocks) > 1:
         blocks = [{name: torch.cat([block[name] for block in blocks]) for name in blocks[0]}]
-    return PositionStats(**{name: values.cpu() for name, values in blocks[0].items()})
+    return PositionStats(**on_host(blocks[0]))
+
+
+def on_host(columns: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Columns of n rows ([n] or [n, k]) copied to the host in one copy per dtype: from a GPU each copy waits for
+    the device, and a block's seventeen columns would wait seventeen times."""
+    packed: dict[torch.dtype, list[str]] = {}
+    for name, values in columns.items():
+        packed.setdefault(values.dtype, []).append(name)
+    host = {}
+    for names in packed.values():
+        parts = [columns[name] if columns[name].dim() == 2 else columns[name][:, None] for name in names]
+        moved = torch.cat(parts, dim=1).cpu().split([part.shape[1] for part in parts], dim=1)
+        host |= {name: part.view(columns[name].shape) for name, part in zip(names, moved, strict=True)}
+    return host
 
 
 def _block_stats(batched, single, top_k, atol, rtol) -> dict[str, torch.Tensor]:
@@ -78,6 +92,7 @@ def _block_stats(batched, single, top_k, atol, rtol) -> dict[str, torch.Tensor]:
     # block less to allocate and fill).
     in_place = s is not single and s.device.type == "cpu"
     log_ps = torch.log_softmax(s, dim=-1, out=s) if in_place else s.log_softmax(dim=-1)
+    widened_single = None if in_place else s  # S widened, where it is still there to read
     k = min(top_k, k)
     s_logits, s_ids = s_logits[:, :k], s_ids[:, :k]
     s_probs = log_ps.gather(-1, s_ids).exp()
@@ -103,17 +118,21 @@ def _block_stats(batched, single, top_k, atol, rtol) -> dict[str, torch.Tensor]:
     }
     # A row with a NaN can be bitwise alike and still not close: non-finite rows are measured in full.
     rows = (rows_differ(batched, single) | ~torch.isfinite(squared_single)).nonzero().flatten()
-    if rows.numel():
-        differing = _differing_stats(batched[rows], single[rows], log_ps[rows], s_ids[rows], atol, rtol)
+    if rows.numel() == single.shape[0]:  # every row differs (a padded batch on a GPU, say): no copies of rows
+        stats.update(_differing_stats(batched, single, widened_single, log_ps, s_ids, atol, rtol))
+    elif rows.numel():
+        s_rows = None if widened_single is None else widened_single[rows]
+        differing = _differing_stats(batched[rows], single[rows], s_rows, log_ps[rows], s_ids[rows], atol, rtol)
         for name, values in differing.items():
             stats[name] = stats[name].index_put((rows,), values)  # a new tensor: equal rows' share theirs
     return stats
 
 
-def _differing_stats(batched, single, log_ps, s_ids, atol, rtol) -> dict[str, torch.Tensor]:
-    """The statistics of rows that differ, with the single run's log softmax and top-k ids already known."""
+def _differing_stats(batched, single, s, log_ps, s_ids, atol, rtol) -> dict[str, torch.Tensor]:
+    """The statistics of rows that differ, with the single run's log softmax and top-k ids already known (and
+    its logits widened, `s`, where still at hand: None has them widened again)."""
     b = _widened(batched)
-    s = _widened(single)
+    s = _widened(single) if s is None else s
     delta = b - s
     diff = delta.abs()
     max_abs = diff.amax(dim=-1)
@@ -233,33 +252,42 @@ def max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return (_widened(a) - _widened(b)).abs().max().item() if a.numel() else 0.0
 
 
-def ordered_topk(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+def ordered_topk(x: torch.Tensor, k: int, spare: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Top-k along the last dim of [n, V], by value descending and then token id ascending.
 
     torch.topk leaves the order of tied values (common in bf16 logits) unspecified, and with
     it which tied token makes the cut; that would show rank changes that are not there.
+    `spare`: how many more than k are picked to settle a tie at the cut (by default the device's).
     """
     if k >= x.shape[-1]:
         return _order(x, torch.arange(x.shape[-1], device=x.device).expand_as(x))
-    top = _top(x, k + 1)
-    ids = top.ids[..., :k].clone()
-    # Only rows where the k-th value ties the next one need the exact cut: redo just those.
-    tied_rows = (top.values[..., k - 1] == top.values[..., k]).nonzero().flatten()
+    # A few more than k, ordered: a tie at the cut that ends inside them is settled there. On a GPU, where each
+    # top-k and cut is a dozen kernel launches and a block of 151,936-token rows has a tie at the cut nearly every
+    # time, the window is wide enough to hold such ties; on the CPU one more than k shows whether there is one.
+    if spare is None:
+        spare = 16 if x.device.type != "cpu" else 1
+    window = min(k + spare, x.shape[-1])
+    top = _top(x, window)
+    values, ids = (part[..., :k] for part in _order(x, top.ids))
+    if window == x.shape[-1]:
+        return values, ids
+    # Only rows where the ties at the k-th value run to the window's end need the exact cut: redo just those.
+    tied_rows = (top.values[..., -1] == values[..., k - 1]).nonzero().flatten()
     if tied_rows.numel():
-        kth = top.values[tied_rows, k - 1 : k]
+        kth = values[tied_rows, k - 1 : k]
         # Every token above the k-th value is a candidate; so is every token equal to it unless a block left out
         # reaches it: the cut is then made among the candidates, not over the whole row.
         among = torch.zeros_like(tied_rows, dtype=torch.bool)
         if top.candidates is not None:
             among = top.beyond[tied_rows] < kth[:, 0]
-        in_candidates, in_rows = tied_rows[among], tied_rows[~among]
-        if in_candidates.numel():
-            candidates = top.candidates[in_candidates]
-            values = x[in_candidates[:, None], candidates]
-            ids[in_candidates] = _tie_aware_cut(values, kth[among], k, candidates, x.shape[-1])
-        if in_rows.numel():
-            ids[in_rows] = _tie_aware_cut(x[in_rows], kth[~among], k)
-    return _order(x, ids)
+        cut = ids[tied_rows]
+        if among.any():
+            candidates = top.candidates[tied_rows[among]]
+            cut[among] = _tie_aware_cut(x[tied_rows[among, None], candidates], kth[among], k, candidates, x.shape[-1])
+        if not among.all():
+            cut[~among] = _tie_aware_cut(x[tied_rows[~among]], kth[~among], k)
+        values[tied_rows], ids[tied_rows] = _order(x, cut, tied_rows)
+    return values, ids
 
 
 @dataclass
@@ -316,10 +344,12 @@ def _tie_aware_cut(
     return chosen if ids is None else ids.gather(-1, chosen)
 
 
-def _order(x: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The chosen ids sorted by value descending, ties by id ascending (a stable sort of sorted ids)."""
+def _order(x: torch.Tensor, ids: torch.Tensor, rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The chosen ids sorted by value descending, ties by id ascending (a stable sort of sorted ids). `rows`: the
+    rows of x the ids are of, where not all."""
     ids = ids.sort(dim=-1).values
-    values, order = x.gather(-1, ids).sort(dim=-1, descending=True, stable=True)
+    chosen = x.gather(-1, ids) if rows is None else x[rows[:, None], ids]
+    values, order = chosen.sort(dim=-1, descending=True, stable=True)
     return values, ids.gather(-1, order)
 
 
@@ -380,7 +410,11 @@ def _same_width_stats(hb: torch.Tensor, hs: torch.Tensor, segments, n_texts) -> 
         delta_sq.index_add_(0, at, delta.square().sum(dim=-1))
         equal[at] = False
     rel_l2 = torch.where(single_sq > 0, delta_sq.sqrt() / single_sq.sqrt(), 0.0)
-    shape = (modules, n_texts)
-    return LayerStats(
-        max_abs_diff=max_abs.view(shape).cpu(), rel_l2=rel_l2.view(shape).cpu(), bitwise_equal=equal.view(shape).cpu()
+    moved = on_host(
+        {
+            "max_abs_diff": max_abs.view(modules, n_texts),
+            "rel_l2": rel_l2.view(modules, n_texts),
+            "bitwise_equal": equal.view(modules, n_texts),
+        }
     )
+    return LayerStats(**moved)

@@ -143,19 +143,23 @@ def test_ordered_topk_breaks_ties_by_token_id():
     from batchtui.core.metrics import ordered_topk
 
     x = torch.tensor([[1.0, 3.0, 2.0, 3.0, 2.0, 2.0, 0.5], [5.0, 5.0, 5.0, 5.0, 5.0, 1.0, 9.0]])
-    values, ids = ordered_topk(x, 4)
-    assert ids.tolist() == [[1, 3, 2, 4], [6, 0, 1, 2]]
-    assert values.tolist() == [[3.0, 3.0, 2.0, 2.0], [9.0, 5.0, 5.0, 5.0]]
-    for row in torch.randn(50, 40).to(torch.bfloat16).float():  # bf16 rounding makes many ties
-        expected = sorted(range(40), key=lambda i: (-row[i].item(), i))[:5]
-        assert ordered_topk(row.unsqueeze(0), 5)[1][0].tolist() == expected
-        assert ordered_topk(row.bfloat16().unsqueeze(0), 5)[1][0].tolist() == expected  # as the metrics call it
+    rows = torch.randn(50, 40).to(torch.bfloat16).float()  # bf16 rounding makes many ties
+    for spare in (1, 2, 16):  # the tie ends inside the picked ones, runs past them, or all of a row is picked
+        values, ids = ordered_topk(x, 4, spare)
+        assert ids.tolist() == [[1, 3, 2, 4], [6, 0, 1, 2]]
+        assert values.tolist() == [[3.0, 3.0, 2.0, 2.0], [9.0, 5.0, 5.0, 5.0]]
+        for row in rows:
+            expected = sorted(range(40), key=lambda i: (-row[i].item(), i))[:5]
+            assert ordered_topk(row.unsqueeze(0), 5, spare)[1][0].tolist() == expected
+            assert ordered_topk(row.bfloat16().unsqueeze(0), 5, spare)[1][0].tolist() == expected  # as metrics call it
 
 
+@pytest.mark.parametrize("spare", [1, 16])
 @pytest.mark.parametrize("vocab", [4096, 5000, 151936])
-def test_ordered_topk_over_a_real_vocabulary_is_the_sorted_order(vocab):
+def test_ordered_topk_over_a_real_vocabulary_is_the_sorted_order(vocab, spare):
     """Over a vocabulary of thousands the top k are picked among the blocks of largest maxima: the same ids as a
-    sort by (value descending, id ascending), with bf16 ties, a partial last block, rows of -inf and a NaN."""
+    sort by (value descending, id ascending), with bf16 ties, a partial last block, rows of -inf and a NaN, whether
+    a tie at the cut is settled among one more than k (the CPU's default) or among 16 more (a GPU's)."""
     import torch
 
     from batchtui.core.metrics import ordered_topk
@@ -167,6 +171,8 @@ def test_ordered_topk_over_a_real_vocabulary_is_the_sorted_order(vocab):
     x[2, vocab - 1] = 100.0  # the largest in the partial block (or the last full one)
     expected = x.sort(dim=-1, descending=True, stable=True).indices  # a full sort; ties keep the id order
     for k in (1, 5, 20):
-        assert torch.equal(ordered_topk(x, k)[1], expected[:, :k])
+        values, ids = ordered_topk(x, k, spare)
+        assert torch.equal(ids, expected[:, :k])
+        assert torch.equal(values, x.gather(-1, expected[:, :k]))
     x[3, 17] = float("nan")  # the largest for topk and for sort
-    assert ordered_topk(x, 5)[1][3].tolist() == x[3].sort(descending=True, stable=True).indices[:5].tolist()
+    assert ordered_topk(x, 5, spare)[1][3].tolist() == x[3].sort(descending=True, stable=True).indices[:5].tolist()

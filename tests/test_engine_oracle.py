@@ -216,3 +216,21 @@ def test_position_stats_leave_their_inputs_as_they_were(dtype):
     probs = single.double().softmax(-1)
     expected = probs.gather(-1, stats.topk_single_ids)
     assert stats.topk_single_probs.double().flatten().tolist() == pytest.approx(expected.flatten().tolist(), rel=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64])
+def test_a_block_whose_rows_all_differ_gets_the_numbers_those_rows_get_beside_an_alike_one(dtype):
+    """Where every row of a block differs, its rows are measured where they lie, not gathered first: the same
+    numbers, bit for bit, as the same rows get in a block that also holds a row alike in both runs."""
+    from dataclasses import fields
+
+    from batchtui.core.metrics import position_stats
+
+    generator = torch.Generator().manual_seed(5)
+    single = (torch.randn(4, 300, generator=generator) * 4).to(dtype)
+    batched = (single.double() + 0.01 * torch.randn(4, 300, generator=generator, dtype=torch.float64)).to(dtype)
+    alone = position_stats(batched, single, top_k=3, atol=1e-5, rtol=1e-3)
+    beside = position_stats(torch.cat([single[:1], batched]), torch.cat([single[:1], single]), 3, 1e-5, 1e-3)
+    assert not alone.allclose.any() and beside.max_abs_diff[0] == 0
+    for field in fields(alone):
+        assert torch.equal(getattr(alone, field.name), getattr(beside, field.name)[1:]), field.name
