@@ -101,7 +101,7 @@ def group_stats(rows: GroupRows, settings: Settings) -> GroupStats:
     positions = position_stats(rows.batched_logits, rows.single_logits, settings.top_k, settings.atol, settings.rtol)
     n_texts = len(rows.lengths)
     segments = torch.repeat_interleave(torch.arange(n_texts), torch.tensor(rows.lengths))  # each row's text
-    modules = layer_stats(rows.hidden, segments.to(rows.batched_logits.device), n_texts)
+    modules = layer_stats(rows.hidden, rows.lengths)
     return GroupStats(positions, modules, _per_text_rel_l2(positions, segments, n_texts))
 
 

@@ -372,13 +372,19 @@ class HiddenRows:
     single: torch.Tensor
 
 
-def layer_stats(stacks: list[HiddenRows], segments: torch.Tensor, n_texts: int) -> LayerStats:
+def layer_stats(stacks: list[HiddenRows], lengths: list[int]) -> LayerStats:
     """Hidden states per module, batched vs single, over the real positions of a group's texts.
 
-    `segments` [N] names each row's text; every reduction is per (module, text). Modules of one width are measured
-    together (an MLP's inner projection is wider than the residual stream).
+    `lengths`: each text's positions, the rows being the texts' in turn; every reduction is per (module, text).
+    Modules of one width are measured together (an MLP's inner projection is wider than the residual stream).
     """
-    parts = [_same_width_stats(stack.batched, stack.single, segments, n_texts) for stack in stacks]
+    longest = max(lengths)
+    # Row r of text i goes to place i * longest + r of a [texts, longest] grid: each text's reduction is then one
+    # row's, the same sum in the same order every run (a scatter-add on a GPU adds in whatever order its threads
+    # finish, and a report would change in its last digits from run to run).
+    places = torch.cat([torch.arange(i * longest, i * longest + n) for i, n in enumerate(lengths)])
+    places = places.to(stacks[0].single.device)
+    parts = [_same_width_stats(stack.batched, stack.single, places, len(lengths), longest) for stack in stacks]
     order = [i for stack in stacks for i in stack.modules]
     inverse = torch.empty(len(order), dtype=torch.long)
     inverse[torch.tensor(order)] = torch.arange(len(order))
@@ -389,32 +395,33 @@ def layer_stats(stacks: list[HiddenRows], segments: torch.Tensor, n_texts: int) 
 _LAYER_FIELDS = ("max_abs_diff", "rel_l2", "bitwise_equal")
 
 
-def _same_width_stats(hb: torch.Tensor, hs: torch.Tensor, segments, n_texts) -> LayerStats:
-    # [M, N, H], reduced per text with scatter ops, moved to the host once: a host sync per module would stall the
-    # device, and per-module ops cost more in dispatch than in math. Only the (module, position) rows that differ
-    # are subtracted: most are equal wherever the kernels agree, and add nothing.
+def _same_width_stats(hb: torch.Tensor, hs: torch.Tensor, places: torch.Tensor, n_texts: int, longest: int):
+    # [M, N, H] reduced per text at once, moved to the host once: a host sync per module would stall the device, and
+    # per-module ops cost more in dispatch than in math. Only the (module, position) rows that differ are
+    # subtracted: most are equal wherever the kernels agree, and add nothing.
     modules = hb.shape[0]
+
+    def per_text(values: torch.Tensor) -> torch.Tensor:  # [M, N] -> [M, texts, longest], 0 (False) past a text's end
+        grid = values.new_zeros(modules, n_texts * longest)
+        grid[:, places] = values
+        return grid.view(modules, n_texts, longest)
+
     # Bitwise, as the logits' rows are: identical NaNs are alike, 0.0 and -0.0 are not.
-    pairs = rows_differ(hb.flatten(0, 1), hs.flatten(0, 1)).view(modules, -1).nonzero()  # [P, 2]: (module, position)
+    differ = rows_differ(hb.flatten(0, 1), hs.flatten(0, 1)).view(modules, -1)  # [M, N]
+    pairs = differ.nonzero()  # [P, 2]: (module, position)
     single_norm = torch.linalg.vector_norm(_widened(hs), dim=-1)  # [M, N]
-    slots = torch.arange(modules, device=hs.device)[:, None] * n_texts + segments  # [M, N]: (module, text)
-    single_sq = single_norm.new_zeros(modules * n_texts).index_add_(0, slots.flatten(), single_norm.flatten().square())
-    max_abs = single_norm.new_zeros(modules * n_texts)
-    delta_sq = single_norm.new_zeros(modules * n_texts)
-    equal = torch.ones(modules * n_texts, dtype=torch.bool, device=hs.device)
+    max_abs, delta_sq = torch.zeros_like(single_norm), torch.zeros_like(single_norm)
     if pairs.numel():
         module, position = pairs[:, 0], pairs[:, 1]
         delta = _widened(hb[module, position]) - _widened(hs[module, position])
-        at = slots[module, position]
-        max_abs.scatter_reduce_(0, at, delta.abs().amax(dim=-1), reduce="amax", include_self=True)
-        delta_sq.index_add_(0, at, delta.square().sum(dim=-1))
-        equal[at] = False
-    rel_l2 = torch.where(single_sq > 0, delta_sq.sqrt() / single_sq.sqrt(), 0.0)
+        max_abs[module, position] = delta.abs().amax(dim=-1)
+        delta_sq[module, position] = delta.square().sum(dim=-1)
+    single_sq, delta_sq = per_text(single_norm.square()).sum(dim=-1), per_text(delta_sq).sum(dim=-1)
     moved = on_host(
         {
-            "max_abs_diff": max_abs.view(modules, n_texts),
-            "rel_l2": rel_l2.view(modules, n_texts),
-            "bitwise_equal": equal.view(modules, n_texts),
+            "max_abs_diff": per_text(max_abs).amax(dim=-1),
+            "rel_l2": torch.where(single_sq > 0, delta_sq.sqrt() / single_sq.sqrt(), 0.0),
+            "bitwise_equal": ~per_text(differ).any(dim=-1),
         }
     )
     return LayerStats(**moved)

@@ -185,14 +185,13 @@ def test_hidden_states_are_compared_bitwise_and_measured_where_they_differ():
 
     generator = torch.Generator().manual_seed(5)
     single = torch.randn(3, 5, 8, generator=generator).bfloat16()  # 3 modules, 5 positions: text 0 has 2, text 1 has 3
-    segments = torch.tensor([0, 0, 1, 1, 1])
     single[0, 1, 2] = float("nan")
     single[1, 3, 4] = 0.0
     batched = single.clone()
     batched[1, 3, 4] = -0.0
     batched[2, 1] += 0.25
     batched[2, 4, 0] -= 1.0
-    stats = layer_stats([HiddenRows([0, 1, 2], batched, single)], segments, n_texts=2)
+    stats = layer_stats([HiddenRows([0, 1, 2], batched, single)], [2, 3])
     assert stats.bitwise_equal.tolist() == [[True, True], [True, False], [False, False]]
     assert stats.max_abs_diff[:2].tolist() == [[0.0, 0.0], [0.0, 0.0]]
     for text, rows in enumerate(([0, 1], [2, 3, 4])):
