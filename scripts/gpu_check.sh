@@ -1,22 +1,25 @@
 #!/usr/bin/env bash
 # The GPU check, for a lent GPU box with torch and transformers but no textual and no network:
-#   scripts/gpu_check.sh [invariant] [numbers] [bench] [endpoint]     (no section named: all four)
+#   scripts/gpu_check.sh [invariant] [repeat] [numbers] [bench] [endpoint]     (no section named: all five)
 # Runs from the repository root and writes its JSON under $OUT (default ./gpu-check), on
 # tiny-qwen2.5-1.5b-shape in bf16 with 32 texts of 128 tokens (`texts-32x128.txt`) and 32 of 16..128 tokens,
 # padded in a batch (`texts-32x16-128.txt`). Minutes as measured on one H200 (each command loads the model):
-# - invariant (~6): the batch-invariant mode's bitwise result step by step in `generate` (fixed-length and
-#   padded texts: ~2.7 minutes each) and with right and left padding in `check` (`--remedy invariant`, ~0.4 each);
+# - invariant (~5): the batch-invariant mode's bitwise result step by step in `generate` (fixed-length and
+#   padded texts: 1.8 to 2.7 minutes each, the model's load included) and with right and left padding in `check`
+#   (`--remedy invariant`, ~0.4 each);
+# - repeat (~1): the same comparison twice in one process: is the report the same, digit for digit?
 # - numbers (over 4; its sweeps and probe not yet timed): the seed's a,b,c case and 32x128 with sdpa and eager
 #   (`check --modules --decompose` and every remedy, ~1 minute each), `sweep` (logits and `--generate`), `probe`;
-# - bench (not yet timed): `bench` on the 1.5B shape with sdpa and eager (its ratios, invariant_vs_compare and
-#   invariant_generate_vs_generate among them) and its memory workload;
+# - bench (over 3): `bench` on the 1.5B shape with sdpa and eager (its ratios, invariant_vs_compare and
+#   invariant_generate_vs_generate among them; ~1.5 minutes each at --rounds 3 --max-new-tokens 8, more as run
+#   here) and its memory workload;
 # - endpoint: where vLLM is installed, `endpoint` against it (does load change its answers?).
 set -uo pipefail
 OUT="${OUT:-gpu-check}"
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 XDG_CACHE_HOME="${XDG_CACHE_HOME:-/tmp/batchtui-cache}"
 MODEL="${MODEL:-tiny-qwen2.5-1.5b-shape}"  # another built-in model for a quick run on a CPU
-SECTIONS="${*:-invariant numbers bench endpoint}"
+SECTIONS="${*:-invariant repeat numbers bench endpoint}"
 run() { echo "+ $*"; local start=$SECONDS; "$@"; echo "exit $? in $((SECONDS - start)) s"; }
 wants() { [[ " $SECTIONS " == *" $1 "* ]]; }
 
@@ -44,6 +47,18 @@ if wants invariant; then
     run python -m core check --texts-file "$PADDED" --model $MODEL --dtype bfloat16 --batch-size 8 \
         --padding-side $padding --remedy invariant --json "$OUT/check-invariant-$padding.json"
   done
+fi
+if wants repeat; then
+  run python - "$MODEL" "$PADDED" <<'PY'
+import json, sys
+from core.engine import compare
+from core.report import to_json_dict
+from core.settings import Settings
+texts = open(sys.argv[2]).read().splitlines()
+settings = Settings(model=sys.argv[1], dtype="bfloat16", batch_size=8)
+first, second = ({k: v for k, v in to_json_dict(compare(texts, settings)).items() if k != "elapsed_s"} for _ in "ab")
+print("the same report twice:", json.dumps(first, sort_keys=True) == json.dumps(second, sort_keys=True))
+PY
 fi
 if wants numbers; then
   for attn in sdpa eager; do
