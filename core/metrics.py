@@ -262,7 +262,7 @@ def ordered_topk(x: torch.Tensor, k: int, spare: int | None = None) -> tuple[tor
     if k >= x.shape[-1]:
         return _order(x, torch.arange(x.shape[-1], device=x.device).expand_as(x))
     # A few more than k, ordered: a tie at the cut that ends inside them is settled there. On a GPU, where each
-    # top-k and cut is a dozen kernel launches and a block of 151,936-token rows has a tie at the cut nearly every
+    # top-k and cut is some twenty kernel launches and a block of 151,936-token rows has a tie at the cut nearly every
     # time, the window is wide enough to hold such ties; on the CPU one more than k shows whether there is one.
     if spare is None:
         spare = 16 if x.device.type != "cpu" else 1
