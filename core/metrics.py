@@ -381,7 +381,7 @@ def layer_stats(stacks: list[HiddenRows], lengths: list[int]) -> LayerStats:
     longest = max(lengths)
     # Row r of text i goes to place i * longest + r of a [texts, longest] grid: each text's reduction is then one
     # row's, the same sum in the same order every run (a scatter-add on a GPU adds in whatever order its threads
-    # finish, and a report would change in its last digits from run to run).
+    # finish, and a report could change in its last digits from run to run).
     places = torch.cat([torch.arange(i * longest, i * longest + n) for i, n in enumerate(lengths)])
     places = places.to(stacks[0].single.device)
     parts = [_same_width_stats(stack.batched, stack.single, places, len(lengths), longest) for stack in stacks]
