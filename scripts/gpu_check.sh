@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU check, for a lent GPU box with torch and transformers but no textual and no network:
-#   scripts/gpu_check.sh [invariant] [repeat] [numbers] [bench] [endpoint]     (no section named: all five)
+#   scripts/gpu_check.sh [invariant] [repeat] [numbers] [bench] [endpoint] [profile]   (none named: all six)
 # Runs from the repository root and writes its JSON under $OUT (default ./gpu-check), on
 # tiny-qwen2.5-1.5b-shape in bf16 with 32 texts of 128 tokens (`texts-32x128.txt`) and 32 of 16..128 tokens,
 # padded in a batch (`texts-32x16-128.txt`). Minutes as measured on one H200 (each command loads the model):
@@ -13,13 +13,15 @@
 # - bench (over 3): `bench` on the 1.5B shape with sdpa and eager (its ratios, invariant_vs_compare and
 #   invariant_generate_vs_generate among them; ~1.5 minutes each at --rounds 3 --max-new-tokens 8, more as run
 #   here) and its memory workload;
-# - endpoint: where vLLM is installed, `endpoint` against it (does load change its answers?).
+# - endpoint: where vLLM is installed, `endpoint` against it (does load change its answers?);
+# - profile (not yet timed; about 1.5 minutes each as measured by hand): `scripts/profile_compare.py`, in and out
+#   of the batch-invariant mode: each stage of a comparison, its milliseconds, kernel launches and waits.
 set -uo pipefail
 OUT="${OUT:-gpu-check}"
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 XDG_CACHE_HOME="${XDG_CACHE_HOME:-/tmp/batchtui-cache}"
 MODEL="${MODEL:-tiny-qwen2.5-1.5b-shape}"  # another built-in model for a quick run on a CPU
-SECTIONS="${*:-invariant repeat numbers bench endpoint}"
+SECTIONS="${*:-invariant repeat numbers bench endpoint profile}"
 run() { echo "+ $*"; local start=$SECONDS; "$@"; echo "exit $? in $((SECONDS - start)) s"; }
 wants() { [[ " $SECTIONS " == *" $1 "* ]]; }
 
@@ -98,6 +100,10 @@ if wants endpoint; then
   else
     echo "vllm is not installed: the endpoint check is skipped"
   fi
+fi
+if wants profile; then
+  run python scripts/profile_compare.py --model $MODEL --dtype bfloat16
+  run python scripts/profile_compare.py --model $MODEL --dtype bfloat16 --invariant
 fi
 python - "$OUT" <<'PY'
 import glob, json, sys

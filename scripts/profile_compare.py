@@ -1,0 +1,147 @@
+"""Where a comparison's time goes beyond its forward passes, stage by stage, on the CPU or a GPU.
+
+    python scripts/profile_compare.py [--model tiny-qwen2.5-1.5b-shape] [--dtype bfloat16] [--invariant]
+
+Runs from the repository root (as `python -m core` does on a box without textual) on `bench`'s workload (16 texts
+of 32..128 tokens, batch size 8). Prints the floor (the bare passes) and compare, best of interleaved rounds; then,
+for one more comparison under the profiler, each stage's calls, milliseconds (the device synchronized around it;
+the profiler slows every op) and what it asked of the device: kernel launches and waits for the device (a GPU), or
+the torch ops it called (the CPU); a pass's count holds its hooks' (`_capture`). On a GPU a model of this size
+leaves the device idle while the host launches kernels, so launches and waits, not arithmetic, are what a stage
+costs there. Last, on a GPU, compare's peak memory above the floor's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root: `core` as a package
+
+from core import assemble, engine  # noqa: E402
+from core.bench import floor_passes, workload  # noqa: E402
+from core.cpu_memory import keep_freed_memory  # noqa: E402
+from core.models import load_model  # noqa: E402
+from core.runner import Runner  # noqa: E402
+from core.settings import Settings  # noqa: E402
+
+STAGES = (  # (owner, attribute): what a comparison does besides its passes, and the passes themselves
+    (Runner, "batched"),
+    (Runner, "single"),
+    (Runner, "_capture"),
+    (engine, "group_rows"),
+    (assemble, "position_stats"),
+    (assemble, "layer_stats"),
+    (engine, "group_results"),
+)
+LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernelEx")
+WAITS = ("cudaStreamSynchronize", "cudaDeviceSynchronize")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="tiny-qwen2.5-1.5b-shape")
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--invariant", action="store_true", help="compare in the batch-invariant mode (not the floor)")
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    keep_freed_memory()
+    settings = Settings(model=args.model, dtype=args.dtype, invariant=args.invariant)
+    loaded = load_model(settings)
+    texts = workload(loaded.tokenizer, 16, 32, 128)
+    cuda = loaded.device.startswith("cuda")
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    methods = {
+        "floor": lambda: floor_passes(loaded, texts, settings),
+        "compare": lambda: engine.compare(texts, settings),
+    }
+    times: dict[str, list[float]] = {name: [] for name in methods}
+    for round_ in range(args.rounds + 1):  # the first is a warm-up
+        for name in list(methods)[round_ % 2 :] + list(methods)[: round_ % 2]:
+            sync()
+            started = time.perf_counter()
+            methods[name]()
+            sync()
+            if round_:
+                times[name].append(time.perf_counter() - started)
+    best = {name: min(values) for name, values in times.items()}
+    mode = " (invariant)" if args.invariant else ""
+    floor, compare = 1e3 * best["floor"], 1e3 * best["compare"]
+    print(
+        f"{args.model} {loaded.dtype} on {loaded.device}{mode}: floor {floor:.1f} ms, compare {compare:.1f} ms, "
+        f"ratio {compare / floor:.3f}"
+    )
+
+    spent: dict[str, list[float]] = {name: [] for _, name in STAGES}
+    for owner, name in STAGES:
+        setattr(owner, name, _timed(getattr(owner, name), name, spent[name], sync))
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        methods["compare"]()
+        sync()
+    print(f"{'stage':16} {'calls':>6} {'ms':>8} {'launches' if cuda else 'torch ops':>10} {'waits' if cuda else '':>6}")
+    for _, name in STAGES:
+        asked, waits = _asked(prof, name, cuda)
+        print(f"{name:16} {len(spent[name]):6d} {1e3 * sum(spent[name]):8.1f} {asked:10d} {waits if cuda else '':>6}")
+    if cuda:
+        peaks = {}
+        for name, fn in methods.items():
+            sync()
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+            fn()
+            sync()
+            peaks[name] = torch.cuda.max_memory_allocated() - base
+        floor, compare = (peaks[name] / 2**20 for name in ("floor", "compare"))
+        print(f"peak memory above the weights: floor {floor:.0f} MiB, compare {compare:.0f} MiB")
+
+
+def _timed(fn, name: str, spent: list[float], sync):
+    def timed(*args, **kwargs):
+        sync()
+        started = time.perf_counter()
+        with record_function(f"stage:{name}"):
+            result = fn(*args, **kwargs)
+            sync()
+        spent.append(time.perf_counter() - started)
+        return result
+
+    return timed
+
+
+def _asked(prof, name: str, cuda: bool) -> tuple[int, int]:
+    """(launches, waits) on a GPU, (torch ops, 0) on the CPU, under every range of the stage, nested ones once."""
+    counted: set[int] = set()
+
+    def walk(event) -> tuple[int, int]:
+        if id(event) in counted:
+            return 0, 0
+        counted.add(id(event))
+        launches = waits = 0
+        if cuda:
+            launches, waits = int(event.name in LAUNCHES), int(event.name in WAITS)
+        elif event.name.startswith("aten::") and (
+            event.cpu_parent is None or not event.cpu_parent.name.startswith("aten::")
+        ):
+            launches = 1  # an op the stage called, not one inside another op
+        for child in event.cpu_children:
+            more = walk(child)
+            launches, waits = launches + more[0], waits + more[1]
+        return launches, waits
+
+    totals = [0, 0]
+    for event in prof.events():
+        if event.name == f"stage:{name}":
+            launches, waits = walk(event)
+            totals[0] += launches
+            totals[1] += waits
+    return totals[0], totals[1]
+
+
+if __name__ == "__main__":
+    main()
