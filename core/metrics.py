@@ -8,10 +8,11 @@ Inputs are one text's logits at its real positions: `batched` = B_i and `single`
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
+
+from .topk import ordered_topk
 
 
 def block_elements(device: torch.device | str) -> int:
@@ -250,107 +251,6 @@ def ulp(magnitude: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 def max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     """max |a - b| in float32 (float64 stays float64) over all elements."""
     return (_widened(a) - _widened(b)).abs().max().item() if a.numel() else 0.0
-
-
-def ordered_topk(x: torch.Tensor, k: int, spare: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Top-k along the last dim of [n, V], by value descending and then token id ascending.
-
-    torch.topk leaves the order of tied values (common in bf16 logits) unspecified, and with
-    it which tied token makes the cut; that would show rank changes that are not there.
-    `spare`: how many more than k are picked to settle a tie at the cut (by default the device's).
-    """
-    if k >= x.shape[-1]:
-        return _order(x, torch.arange(x.shape[-1], device=x.device).expand_as(x))
-    # A few more than k, ordered: a tie at the cut that ends inside them is settled there. On a GPU, where each
-    # top-k and cut is some twenty kernel launches and a block of 151,936-token rows has a tie at the cut nearly every
-    # time, the window is wide enough to hold such ties; on the CPU one more than k shows whether there is one.
-    if spare is None:
-        spare = 16 if x.device.type != "cpu" else 1
-    window = min(k + spare, x.shape[-1])
-    top = _top(x, window)
-    values, ids = (part[..., :k] for part in _order(x, top.ids))
-    if window == x.shape[-1]:
-        return values, ids
-    # Only rows where the ties at the k-th value run to the window's end need the exact cut: redo just those.
-    tied_rows = (top.values[..., -1] == values[..., k - 1]).nonzero().flatten()
-    if tied_rows.numel():
-        kth = values[tied_rows, k - 1 : k]
-        # Every token above the k-th value is a candidate; so is every token equal to it unless a block left out
-        # reaches it: the cut is then made among the candidates, not over the whole row.
-        among = torch.zeros_like(tied_rows, dtype=torch.bool)
-        if top.candidates is not None:
-            among = top.beyond[tied_rows] < kth[:, 0]
-        cut = ids[tied_rows]
-        if among.any():
-            candidates = top.candidates[tied_rows[among]]
-            cut[among] = _tie_aware_cut(x[tied_rows[among, None], candidates], kth[among], k, candidates, x.shape[-1])
-        if not among.all():
-            cut[~among] = _tie_aware_cut(x[tied_rows[~among]], kth[~among], k)
-        values[tied_rows], ids[tied_rows] = _order(x, cut, tied_rows)
-    return values, ids
-
-
-@dataclass
-class _Top:
-    """x.topk(k)'s values and ids, and where they were picked from: the candidates' ids ([n, C], None where the whole
-    row was) and the largest value outside them ([n])."""
-
-    values: torch.Tensor
-    ids: torch.Tensor
-    candidates: torch.Tensor | None = None
-    beyond: torch.Tensor | None = None
-
-
-def _top(x: torch.Tensor, k: int) -> _Top:
-    """x.topk(k) along the last dim: the same values, and the same ids wherever the k-th value is not tied.
-
-    torch's CPU top-k copies each row into a queue of (value, id) pairs first, which over a real vocabulary
-    costs several times a pass of the row. A row's k largest lie in its k blocks of largest maxima (an element
-    outside them is at most the least of those maxima, each of which is at least as large as it): the blocks'
-    maxima are one cheap reduction, and top-k then runs over the maxima and k blocks. NaN, the largest for
-    topk, is the largest maximum too. On the CPU only, where it was measured (CUDA's top-k is another kernel)."""
-    vocab = x.shape[-1]
-    # The width balances the two top-k calls' sizes, and is at least 64: a row of 64·k candidates or more takes
-    # ATen's partial-sort path, several times faster than its nth_element path on a row this short.
-    width = max(64, 1 << round(math.log2(math.sqrt(vocab / k))))
-    blocks = vocab // width
-    if x.device.type != "cpu" or blocks < 4 * k:
-        return _Top(*x.topk(k, dim=-1))
-    maxima = x[..., : blocks * width].unflatten(-1, (blocks, width)).amax(dim=-1)
-    largest = maxima.topk(k + 1, dim=-1)  # the (k+1)-th: the largest value outside the chosen blocks
-    chosen = largest.indices[..., :k]
-    ids = (chosen[..., None] * width + torch.arange(width, device=x.device)).flatten(-2)
-    if blocks * width < vocab:  # the last, partial block is always a candidate
-        tail = torch.arange(blocks * width, vocab, device=x.device)
-        ids = torch.cat([ids, tail.expand(*ids.shape[:-1], -1)], dim=-1)
-    values, where = x.gather(-1, ids).topk(k, dim=-1)
-    return _Top(values, ids.gather(-1, where), ids, largest.values[..., k])
-
-
-def _tie_aware_cut(
-    x: torch.Tensor, kth: torch.Tensor, k: int, ids: torch.Tensor | None = None, vocab: int = 0
-) -> torch.Tensor:
-    """The ids of the top k of rows whose k-th value `kth` ([r, 1]) is tied: those above it, then the smallest ids
-    among those equal to it. One int32 key per token ranks them so (NaN above all, as topk has it). `x`: whole rows,
-    or the values of the tokens `ids` ([r, C]) of a vocabulary of `vocab`."""
-    x, kth = _widened(x), _widened(kth)  # float32 compares run faster than bf16's
-    if ids is None:
-        vocab = x.shape[-1]
-        by_id = torch.arange(vocab - 1, -1, -1, dtype=torch.int32, device=x.device)  # the smaller id, the larger key
-    else:
-        by_id = (vocab - 1 - ids).to(torch.int32)
-    key = (x <= kth).to(torch.int32).mul_(-vocab).add_(vocab).add_(by_id)
-    chosen = key.masked_fill_(x < kth, -1).topk(k, dim=-1).indices
-    return chosen if ids is None else ids.gather(-1, chosen)
-
-
-def _order(x: torch.Tensor, ids: torch.Tensor, rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The chosen ids sorted by value descending, ties by id ascending (a stable sort of sorted ids). `rows`: the
-    rows of x the ids are of, where not all."""
-    ids = ids.sort(dim=-1).values
-    chosen = x.gather(-1, ids) if rows is None else x[rows[:, None], ids]
-    values, order = chosen.sort(dim=-1, descending=True, stable=True)
-    return values, ids.gather(-1, order)
 
 
 @dataclass
