@@ -7,7 +7,8 @@
 # - invariant (~5): the batch-invariant mode's bitwise result step by step in `generate` (fixed-length and
 #   padded texts: 1.8 to 2.7 minutes each, the model's load included) and with right and left padding in `check`
 #   (`--remedy invariant`, ~0.4 each);
-# - repeat (~1): the same comparison twice in one process: is the report the same, digit for digit?
+# - repeat (not yet timed; two comparisons of the padded texts): the same comparison twice in one process: is the
+#   report the same, digit for digit? (where not, the first field that differs);
 # - numbers (over 4; its sweeps and probe not yet timed): the seed's a,b,c case and 32x128 with sdpa and eager
 #   (`check --modules --decompose` and every remedy, ~1 minute each), `sweep` (logits and `--generate`), `probe`;
 # - bench (over 3): `bench` on the 1.5B shape with sdpa and eager (its ratios, invariant_vs_compare and
@@ -60,6 +61,18 @@ texts = open(sys.argv[2]).read().splitlines()
 settings = Settings(model=sys.argv[1], dtype="bfloat16", batch_size=8)
 first, second = ({k: v for k, v in to_json_dict(compare(texts, settings)).items() if k != "elapsed_s"} for _ in "ab")
 print("the same report twice:", json.dumps(first, sort_keys=True) == json.dumps(second, sort_keys=True))
+
+
+def first_difference(a, b, path=""):
+    if isinstance(a, dict) and isinstance(b, dict):
+        keys = sorted(set(a) | set(b))
+        return next((d for k in keys if (d := first_difference(a.get(k), b.get(k), f"{path}.{k}"))), None)
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return next((d for i, (x, y) in enumerate(zip(a, b)) if (d := first_difference(x, y, f"{path}[{i}]"))), None)
+    return None if a == b else f"{path}: {a!r} then {b!r}"
+
+
+print("first difference:", first_difference(first, second))
 PY
 fi
 if wants numbers; then
