@@ -8,7 +8,8 @@ for one more comparison under the profiler, each stage's calls, milliseconds (th
 the profiler slows every op) and what it asked of the device: kernel launches and waits for the device (a GPU), or
 the torch ops it called (the CPU); a pass's count holds its hooks' (`_capture`). On a GPU a model of this size
 leaves the device idle while the host launches kernels, so launches and waits, not arithmetic, are what a stage
-costs there. Last, on a GPU, compare's peak memory above the floor's.
+costs there. Last, the peak memory of each (as `bench` measures it: the device's allocator, or the CPU's resident
+set).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root: `core` as a package
 
 from core import assemble, engine  # noqa: E402
-from core.bench import floor_passes, workload  # noqa: E402
+from core.bench import floor_passes, peak_memory, workload  # noqa: E402
 from core.cpu_memory import keep_freed_memory  # noqa: E402
 from core.models import load_model  # noqa: E402
 from core.runner import Runner  # noqa: E402
@@ -88,17 +89,8 @@ def main() -> None:
     for _, name in STAGES:
         asked, waits = _asked(prof, name, cuda)
         print(f"{name:16} {len(spent[name]):6d} {1e3 * sum(spent[name]):8.1f} {asked:10d} {waits if cuda else '':>6}")
-    if cuda:
-        peaks = {}
-        for name, fn in methods.items():
-            sync()
-            torch.cuda.reset_peak_memory_stats()
-            base = torch.cuda.memory_allocated()
-            fn()
-            sync()
-            peaks[name] = torch.cuda.max_memory_allocated() - base
-        floor, compare = (peaks[name] / 2**20 for name in ("floor", "compare"))
-        print(f"peak memory above the weights: floor {floor:.0f} MiB, compare {compare:.0f} MiB")
+    floor, compare = (peak_memory(methods[name], loaded.device) / 2**20 for name in ("floor", "compare"))
+    print(f"peak memory above the weights: floor {floor:.0f} MiB, compare {compare:.0f} MiB")
 
 
 def _timed(fn, name: str, spent: list[float], sync):
@@ -115,13 +107,9 @@ def _timed(fn, name: str, spent: list[float], sync):
 
 
 def _asked(prof, name: str, cuda: bool) -> tuple[int, int]:
-    """(launches, waits) on a GPU, (torch ops, 0) on the CPU, under every range of the stage, nested ones once."""
-    counted: set[int] = set()
+    """(launches, waits) on a GPU, (torch ops, 0) on the CPU, under every range of the stage."""
 
     def walk(event) -> tuple[int, int]:
-        if id(event) in counted:
-            return 0, 0
-        counted.add(id(event))
         launches = waits = 0
         if cuda:
             launches, waits = int(event.name in LAUNCHES), int(event.name in WAITS)
