@@ -145,5 +145,8 @@ def _read_request(connection: socket.socket) -> bytes:
 
 
 def http_json(body: bytes) -> bytes:
-    """An HTTP 200 answer carrying `body` as JSON."""
-    return b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    """An HTTP 200 answer carrying `body` as JSON, saying the connection closes after it (as `raw_socket_server`
+    closes it): a client may otherwise send its next request down the closed connection, and on a busy machine
+    it can be sent before the close is seen, failing as "closed before answering" instead of the fault under test."""
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
+    return head % len(body) + body
