@@ -154,12 +154,12 @@ def test_ordered_topk_breaks_ties_by_token_id():
             assert ordered_topk(row.bfloat16().unsqueeze(0), 5, spare)[1][0].tolist() == expected  # as metrics call it
 
 
-@pytest.mark.parametrize("spare", [1, 16])
+@pytest.mark.parametrize("spare", [1, 3, 16])
 @pytest.mark.parametrize("vocab", [4096, 5000, 151936])
 def test_ordered_topk_over_a_real_vocabulary_is_the_sorted_order(vocab, spare):
     """Over a vocabulary of thousands the top k are picked among the blocks of largest maxima: the same ids as a
     sort by (value descending, id ascending), with bf16 ties, a partial last block, rows of -inf and a NaN, whether
-    a tie at the cut is settled among one more than k (the CPU's default) or among 16 more (a GPU's)."""
+    a tie at the cut is settled among one more than k, three more (the CPU's default) or 16 more (a GPU's)."""
     import torch
 
     from batchtui.core.topk import ordered_topk
