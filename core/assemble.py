@@ -111,7 +111,8 @@ def group_results(
     """One `TextResult` per text of the group, from its numbers, with every token they name decoded."""
     positions = stats.positions
     ids = torch.cat([torch.tensor([i for m in group for i in m.token_ids]), positions.topk_batch_ids.flatten()])
-    loaded.decode(torch.unique(torch.cat([ids, positions.topk_single_ids.flatten()])).tolist())
+    # The distinct ids, from a count per id (several times faster than torch.unique's sort here).
+    loaded.decode(torch.bincount(torch.cat([ids, positions.topk_single_ids.flatten()])).nonzero().flatten().tolist())
     columns = columns_by_text(positions, [len(m.token_ids) for m in group])
     layer_columns = [
         c.tolist() for c in (stats.modules.max_abs_diff, stats.modules.rel_l2, stats.modules.bitwise_equal)
