@@ -24,8 +24,12 @@ def block_elements(device: torch.device | str) -> int:
     return 1 << 24 if str(device).startswith("cuda") else 1 << 22
 
 
+def _wide(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
 def _widened(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor if tensor.dtype == torch.float64 else tensor.float()
+    return tensor.to(_wide(tensor.dtype))
 
 
 @dataclass
@@ -84,19 +88,29 @@ def _block_stats(batched, single, top_k, atol, rtol) -> dict[str, torch.Tensor]:
     # as the forward passes. Rows the two runs give bitwise alike (most rows, wherever the kernels agree) need
     # only the single run's side: their differences are 0, their top-k and probabilities the single run's. The
     # rest are measured in full.
-    s = _widened(single)
+    n, vocab = single.shape
+    # The single run's rows, then the batched run's rows that differ, widened into one block: one top-k and one log
+    # softmax serve both runs (each is a set of ops whatever its rows). Room is kept for every batched row, as all
+    # differ in a padded batch on a GPU; rows not written are never touched.
+    widened = single.new_empty(2 * n, vocab, dtype=_wide(single.dtype))
+    s = widened[:n].copy_(single)
     squared_single = torch.linalg.vector_norm(s, dim=-1).square_()
-    k = min(max(top_k, 2), single.shape[-1])  # at least 2 for the margin
-    s_logits, s_ids = ordered_topk(s, k)  # the same values as the model dtype's, faster to reduce
-    margin = s_logits[:, 0] - s_logits[:, min(1, k - 1)]
-    # The widened copy is not read again: on the CPU its log softmax overwrites it (the same numbers, one [rows, V]
-    # block less to allocate and fill).
-    in_place = s is not single and s.device.type == "cpu"
-    log_ps = torch.log_softmax(s, dim=-1, out=s) if in_place else s.log_softmax(dim=-1)
-    widened_single = None if in_place else s  # S widened, where it is still there to read
+    # A row with a NaN can be bitwise alike and still not close: non-finite rows are measured in full.
+    rows = (rows_differ(batched, single) | ~torch.isfinite(squared_single)).nonzero().flatten()
+    every = rows.numel() == n  # every row differs (a padded batch on a GPU, say): no copies of rows
+    b = widened[n : n + rows.numel()].copy_(batched if every else batched[rows])
+    block = widened[: n + rows.numel()]
+    k = min(max(top_k, 2), vocab)  # at least 2 for the margin
+    top_logits, top_ids = ordered_topk(block, k)  # the same values as the model dtype's, faster to reduce
+    margin = top_logits[:n, 0] - top_logits[:n, min(1, k - 1)]
     k = min(top_k, k)
-    s_logits, s_ids = s_logits[:, :k], s_ids[:, :k]
-    s_probs = log_ps.gather(-1, s_ids).exp()
+    top_logits, top_ids = top_logits[:, :k], top_ids[:, :k]
+    differing = _difference_stats(batched, single, rows, every, b, s, atol, rtol) if rows.numel() else {}
+    # The widened values are not read again: on the CPU their log softmax overwrites them (the same numbers, a
+    # block less to allocate and fill).
+    log_p = torch.log_softmax(block, dim=-1, out=block) if block.device.type == "cpu" else block.log_softmax(dim=-1)
+    top_probs = log_p.gather(-1, top_ids).exp()
+    s_logits, s_ids, s_probs = top_logits[:n], top_ids[:n], top_probs[:n]
     zeros = torch.zeros_like(squared_single)
     stats = {
         "max_abs_diff": zeros,
@@ -117,50 +131,43 @@ def _block_stats(batched, single, top_k, atol, rtol) -> dict[str, torch.Tensor]:
         "squared_diff": zeros,
         "squared_single": squared_single,
     }
-    # A row with a NaN can be bitwise alike and still not close: non-finite rows are measured in full.
-    rows = (rows_differ(batched, single) | ~torch.isfinite(squared_single)).nonzero().flatten()
-    if rows.numel() == single.shape[0]:  # every row differs (a padded batch on a GPU, say): no copies of rows
-        stats.update(_differing_stats(batched, single, widened_single, log_ps, s_ids, atol, rtol))
-    elif rows.numel():
-        s_rows = None if widened_single is None else widened_single[rows]
-        differing = _differing_stats(batched[rows], single[rows], s_rows, log_ps[rows], s_ids[rows], atol, rtol)
-        for name, values in differing.items():
-            stats[name] = stats[name].index_put((rows,), values)  # a new tensor: equal rows' share theirs
+    if not rows.numel():
+        return stats
+    log_ps, log_pb, b_ids = log_p[:n], log_p[n:], top_ids[n:]
+    if not every:
+        log_ps, s_ids = log_ps[rows], s_ids[rows]
+    differing |= {
+        "kl": kl_divergence(differing.pop("delta"), log_ps, zeros.dtype, differing["max_abs_diff"]),
+        # Top-1 by value, ties to the smallest id: the same token argmax picks.
+        "top1_flip": b_ids[:, 0] != s_ids[:, 0],
+        "topk_batch_ids": b_ids,
+        "topk_batch_logits": top_logits[n:],
+        "topk_batch_probs": top_probs[n:],
+        "topk_batch_probs_in_single": log_ps.gather(-1, b_ids).exp(),
+        "topk_single_probs_in_batch": log_pb.gather(-1, s_ids).exp(),
+    }
+    if every:
+        return stats | differing
+    for name, values in differing.items():
+        stats[name] = stats[name].index_put((rows,), values)  # a new tensor: equal rows' share theirs
     return stats
 
 
-def _differing_stats(batched, single, s, log_ps, s_ids, atol, rtol) -> dict[str, torch.Tensor]:
-    """The statistics of rows that differ, with the single run's log softmax and top-k ids already known (and
-    its logits widened, `s`, where still at hand: None has them widened again)."""
-    b = _widened(batched)
-    s = _widened(single) if s is None else s
+def _difference_stats(batched, single, rows, every: bool, b, s, atol, rtol) -> dict[str, torch.Tensor]:
+    """The differences of the `rows` that differ (`every`: all rows): `b` their batched logits widened, `s` all the
+    single run's. Their Δ = B - S goes with them, as `delta`, for the KL."""
+    s = s if every else s[rows]
     delta = b - s
     diff = delta.abs()
     max_abs = diff.amax(dim=-1)
-    mean_abs = diff.mean(dim=-1)
-    squared_diff = torch.linalg.vector_norm(delta, dim=-1).square_()
     largest = torch.maximum(s.amax(dim=-1), s.amin(dim=-1).neg_())  # max |S| per row
-    allclose = allclose_rows(batched, single, diff, s, max_abs, largest, atol, rtol)
-    del diff
-    kl = kl_divergence(delta, log_ps, max_abs.dtype, max_abs)
-    del delta
-    k = s_ids.shape[-1]
-    log_pb = b.log_softmax(dim=-1)
-    b_logits, b_ids = ordered_topk(b, k)
     return {
         "max_abs_diff": max_abs,
         "max_abs_diff_ulp": max_abs / ulp(largest, batched.dtype),
-        "mean_abs_diff": mean_abs,
-        "kl": kl,
-        # Top-1 by value, ties to the smallest id: the same token argmax picks.
-        "top1_flip": b_ids[:, 0] != s_ids[:, 0],
-        "allclose": allclose,
-        "topk_batch_ids": b_ids,
-        "topk_batch_logits": b_logits,
-        "topk_batch_probs": log_pb.gather(-1, b_ids).exp(),
-        "topk_batch_probs_in_single": log_ps.gather(-1, b_ids).exp(),
-        "topk_single_probs_in_batch": log_pb.gather(-1, s_ids).exp(),
-        "squared_diff": squared_diff,
+        "mean_abs_diff": diff.mean(dim=-1),
+        "allclose": allclose_rows(batched, single, None if every else rows, diff, s, max_abs, largest, atol, rtol),
+        "squared_diff": torch.linalg.vector_norm(delta, dim=-1).square_(),
+        "delta": delta,
     }
 
 
@@ -170,13 +177,16 @@ def rows_differ(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     row_bytes = a.shape[-1] * a.element_size()
     # The largest power of two dividing a row's bytes is at least the element size, a power of two itself.
     word = next(w for w in (torch.int64, torch.int32, torch.int16, torch.uint8) if row_bytes % w.itemsize == 0)
-    return (a.contiguous().view(word) != b.contiguous().view(word)).any(dim=-1)
+    unequal = a.contiguous().view(word) != b.contiguous().view(word)
+    if unequal.shape[-1] % 8 == 0:  # eight flags to a word: `any` over an eighth as many elements
+        unequal = unequal.view(torch.int64)
+    return unequal.any(dim=-1)
 
 
-def allclose_rows(batched, single, diff, s, max_abs, largest, atol: float, rtol: float) -> torch.Tensor:
-    """Exactly `torch.isclose(batched, single, rtol, atol).all(-1)` (torch.allclose per row, in the model's own
-    dtype) at a fraction of its cost. `diff` = |B - S| and `s` = S widened, `max_abs` and `largest` their row
-    maxima. Most rows are decided from the maxima alone (max|Δ| well within atol: close; well above atol +
+def allclose_rows(batched, single, rows, diff, s, max_abs, largest, atol: float, rtol: float) -> torch.Tensor:
+    """Exactly `torch.isclose(batched[rows], single[rows], rtol, atol).all(-1)` (torch.allclose per row, in the
+    model's own dtype; `rows` None: all) at a fraction of its cost. `diff` = |B - S| and `s` = S widened over those
+    rows, `max_abs` and `largest` their row maxima. Most rows are decided from the maxima alone (max|Δ| well within atol: close; well above atol +
     rtol·max|S|: not); of the rest, every row whose worst ratio of error to allowance is off 1 by more than the
     model dtype's rounding can move it; what is left (and any non-finite row) is asked of torch.isclose."""
     margin = 16 * torch.finfo(batched.dtype).eps  # the roundings of each side in the model dtype (subnormals too)
@@ -188,7 +198,8 @@ def allclose_rows(batched, single, diff, s, max_abs, largest, atol: float, rtol:
         close[rows] = worst <= 1 - margin
         unsure = rows[(worst > 1 - margin) & ~((worst >= 1 + margin) & torch.isfinite(worst))]
         if unsure.numel():
-            close[unsure] = torch.isclose(batched[unsure], single[unsure], rtol=rtol, atol=atol).all(dim=-1)
+            picked = unsure if rows is None else rows[unsure]
+            close[unsure] = torch.isclose(batched[picked], single[picked], rtol=rtol, atol=atol).all(dim=-1)
     return close
 
 
