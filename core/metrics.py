@@ -89,17 +89,9 @@ def _block_stats(batched, single, top_k, atol, rtol) -> dict[str, torch.Tensor]:
     # only the single run's side: their differences are 0, their top-k and probabilities the single run's. The
     # rest are measured in full.
     n, vocab = single.shape
-    # The single run's rows, then the batched run's rows that differ, widened into one block: one top-k and one log
-    # softmax serve both runs (each is a set of ops whatever its rows). Room is kept for every batched row, as all
-    # differ in a padded batch on a GPU; rows not written are never touched.
-    widened = single.new_empty(2 * n, vocab, dtype=_wide(single.dtype))
-    s = widened[:n].copy_(single)
-    squared_single = torch.linalg.vector_norm(s, dim=-1).square_()
-    # A row with a NaN can be bitwise alike and still not close: non-finite rows are measured in full.
-    rows = (rows_differ(batched, single) | ~torch.isfinite(squared_single)).nonzero().flatten()
+    block, rows, squared_single = _widened_rows(batched, single)
     every = rows.numel() == n  # every row differs (a padded batch on a GPU, say): no copies of rows
-    b = widened[n : n + rows.numel()].copy_(batched if every else batched[rows])
-    block = widened[: n + rows.numel()]
+    s, b = block[:n], block[n:]
     k = min(max(top_k, 2), vocab)  # at least 2 for the margin
     top_logits, top_ids = ordered_topk(block, k)  # the same values as the model dtype's, faster to reduce
     margin = top_logits[:n, 0] - top_logits[:n, min(1, k - 1)]
@@ -151,6 +143,26 @@ def _block_stats(batched, single, top_k, atol, rtol) -> dict[str, torch.Tensor]:
     for name, values in differing.items():
         stats[name] = stats[name].index_put((rows,), values)  # a new tensor: equal rows' share theirs
     return stats
+
+
+def _widened_rows(batched, single) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The single run's rows, then the batched run's rows that differ, widened into one block (one top-k and one
+    log softmax then serve both runs: each is a set of ops whatever its rows); the differing rows' indices; the
+    single run's squared norms."""
+    n, vocab = single.shape
+    differ = rows_differ(batched, single)
+    rows = differ.nonzero().flatten()
+    block = single.new_empty(n + rows.numel(), vocab, dtype=_wide(single.dtype))
+    squared_single = torch.linalg.vector_norm(block[:n].copy_(single), dim=-1).square_()
+    # A row with a NaN can be bitwise alike and still not close: non-finite rows are measured in full. (Never the
+    # case on a GPU's padded batch, whose rows all differ: no wait for the device to say so.)
+    if rows.numel() < n:
+        alike_nonfinite = ~torch.isfinite(squared_single) & ~differ
+        if alike_nonfinite.any():
+            rows = (differ | alike_nonfinite).nonzero().flatten()
+            block = torch.cat([block[:n], block.new_empty(rows.numel(), vocab)])
+    block[n:].copy_(batched if rows.numel() == n else batched[rows])
+    return block, rows, squared_single
 
 
 def _difference_stats(batched, single, rows, every: bool, b, s, atol, rtol) -> dict[str, torch.Tensor]:
