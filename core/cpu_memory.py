@@ -13,7 +13,7 @@ import ctypes
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
-_MMAP_THRESHOLD_MAX = 32 << 20  # glibc's upper bound on 64-bit
+MMAP_THRESHOLD_MAX = 32 << 20  # glibc's upper bound on 64-bit: blocks this large or more are never kept
 _TRIM_THRESHOLD = 1 << 30
 
 
@@ -25,4 +25,4 @@ def keep_freed_memory() -> bool:
         mallopt = libc.mallopt
     except (OSError, AttributeError):
         return False
-    return bool(mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX)) and bool(mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD))
+    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_MAX)) and bool(mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD))

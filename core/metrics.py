@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .cpu_memory import MMAP_THRESHOLD_MAX
 from .topk import ordered_topk
 
 
@@ -64,9 +65,11 @@ def position_stats(batched: torch.Tensor, single: torch.Tensor, top_k: int, atol
         _block_stats(batched[start : start + rows], single[start : start + rows], top_k, atol, rtol)
         for start in range(0, n, rows)
     ]
-    if len(blocks) > 1:
-        blocks = [{name: torch.cat([block[name] for block in blocks]) for name in blocks[0]}]
-    return PositionStats(**on_host(blocks[0]))
+    return PositionStats(**on_host(_joined(blocks)))
+
+
+def _joined(blocks: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    return blocks[0] if len(blocks) == 1 else {name: torch.cat([block[name] for block in blocks]) for name in blocks[0]}
 
 
 def on_host(columns: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -89,7 +92,11 @@ def _block_stats(batched, single, top_k, atol, rtol) -> dict[str, torch.Tensor]:
     # only the single run's side: their differences are 0, their top-k and probabilities the single run's. The
     # rest are measured in full.
     n, vocab = single.shape
-    block, rows, squared_single = _widened_rows(batched, single)
+    widened = _widened_rows(batched, single)
+    if widened is None:  # too large for the CPU's heap to keep: two halves (only where most rows differ)
+        halves = ((batched[: n // 2], single[: n // 2]), (batched[n // 2 :], single[n // 2 :]))
+        return _joined([_block_stats(b, s, top_k, atol, rtol) for b, s in halves])
+    block, rows, squared_single = widened
     every = rows.numel() == n  # every row differs (a padded batch on a GPU, say): no copies of rows
     s, b = block[:n], block[n:]
     k = min(max(top_k, 2), vocab)  # at least 2 for the margin
@@ -145,14 +152,18 @@ def _block_stats(batched, single, top_k, atol, rtol) -> dict[str, torch.Tensor]:
     return stats
 
 
-def _widened_rows(batched, single) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _widened_rows(batched, single) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
     """The single run's rows, then the batched run's rows that differ, widened into one block (one top-k and one
     log softmax then serve both runs: each is a set of ops whatever its rows); the differing rows' indices; the
-    single run's squared norms."""
+    single run's squared norms. None where, on the CPU, that block would be glibc's mmap threshold or more: page-
+    faulted in afresh each time, it would cost more than measuring the rows in two blocks."""
     n, vocab = single.shape
     differ = rows_differ(batched, single)
     rows = differ.nonzero().flatten()
-    block = single.new_empty(n + rows.numel(), vocab, dtype=_wide(single.dtype))
+    wide = _wide(single.dtype)
+    if single.device.type == "cpu" and n > 1 and (n + rows.numel()) * vocab * wide.itemsize >= MMAP_THRESHOLD_MAX:
+        return None
+    block = single.new_empty(n + rows.numel(), vocab, dtype=wide)
     squared_single = torch.linalg.vector_norm(block[:n].copy_(single), dim=-1).square_()
     # A row with a NaN can be bitwise alike and still not close: non-finite rows are measured in full. (Never the
     # case on a GPU's padded batch, whose rows all differ: no wait for the device to say so.)

@@ -233,3 +233,22 @@ def test_a_block_whose_rows_all_differ_gets_the_numbers_those_rows_get_beside_an
     assert not alone.allclose.any() and beside.max_abs_diff[0] == 0
     for field in fields(alone):
         assert torch.equal(getattr(alone, field.name), getattr(beside, field.name)[1:]), field.name
+
+
+def test_a_block_too_large_for_the_heap_to_keep_is_measured_in_halves_with_the_same_numbers():
+    """On the CPU a block's widened rows (the single run's and the differing batched ones) stay under glibc's mmap
+    threshold, 32 MiB: 1,024 positions over 4,096 tokens, all differing, would fill 32 MiB and are measured as two
+    halves, each row with the numbers it gets in a block of its own."""
+    from dataclasses import fields
+
+    from batchtui.core.metrics import position_stats
+
+    generator = torch.Generator().manual_seed(11)
+    single = (torch.randn(1024, 4096, generator=generator) * 4).bfloat16()
+    batched = (single.float() + 0.05 * torch.randn(1024, 4096, generator=generator)).bfloat16()
+    whole = position_stats(batched, single, top_k=3, atol=1e-5, rtol=1e-3)
+    pieces = [position_stats(batched[i : i + 100], single[i : i + 100], 3, 1e-5, 1e-3) for i in range(0, 1024, 100)]
+    assert not whole.allclose.any()
+    for field in fields(whole):
+        joined = torch.cat([getattr(piece, field.name) for piece in pieces])
+        assert torch.equal(getattr(whole, field.name), joined), field.name
