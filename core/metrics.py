@@ -350,7 +350,12 @@ def _same_width_stats(hb: torch.Tensor, hs: torch.Tensor, places: torch.Tensor, 
         delta = _widened(hb[module, position]) - _widened(hs[module, position])
         max_abs[module, position] = delta.abs().amax(dim=-1)
         delta_sq[module, position] = delta.square().sum(dim=-1)
-    single_sq, delta_sq = per_text(single_norm.square()).sum(dim=-1), per_text(delta_sq).sum(dim=-1)
+    # Summed in float64 and rounded once: a text's sums then do not depend on the longest text it is grouped with
+    # (a row's length sets a float32 sum's order, and with it the last digits).
+    single_sq, delta_sq = (
+        per_text(values).sum(dim=-1, dtype=torch.float64).to(values.dtype)
+        for values in (single_norm.square(), delta_sq)
+    )
     moved = on_host(
         {
             "max_abs_diff": per_text(max_abs).amax(dim=-1),

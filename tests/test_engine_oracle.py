@@ -200,6 +200,26 @@ def test_hidden_states_are_compared_bitwise_and_measured_where_they_differ():
         assert stats.rel_l2[2, text].item() == pytest.approx(((b - s).norm() / s.norm()).item(), rel=1e-6)
 
 
+
+def test_a_texts_hidden_state_numbers_do_not_depend_on_the_texts_measured_with_it():
+    """Texts are measured in groups (as many as fill a metrics block): a text's per-module numbers are the
+    same, digit for digit, beside a short text or a long one."""
+    from batchtui.core.metrics import HiddenRows, layer_stats
+
+    generator = torch.Generator().manual_seed(3)
+
+    def states(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        single = torch.randn(2, n, 64, generator=generator) * torch.logspace(-3, 3, n)[None, :, None]
+        return single + 1e-3 * torch.randn(2, n, 64, generator=generator), single
+
+    text, short, long = states(37), states(3), states(300)
+    numbers = []
+    for other in (short, long):
+        batched, single = (torch.cat([part, more], dim=1) for part, more in zip(text, other))
+        stats = layer_stats([HiddenRows([0, 1], batched, single)], [37, other[0].shape[1]])
+        numbers.append((stats.max_abs_diff[:, 0].tolist(), stats.rel_l2[:, 0].tolist()))
+    assert numbers[0] == numbers[1]
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
 def test_position_stats_leave_their_inputs_as_they_were(dtype):
     """The metrics work in place on copies of their own only: the logits handed in are the caller's."""
