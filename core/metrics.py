@@ -209,9 +209,10 @@ def rows_differ(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def allclose_rows(batched, single, rows, diff, s, max_abs, largest, atol: float, rtol: float) -> torch.Tensor:
     """Exactly `torch.isclose(batched[rows], single[rows], rtol, atol).all(-1)` (torch.allclose per row, in the
     model's own dtype; `rows` None: all) at a fraction of its cost. `diff` = |B - S| and `s` = S widened over those
-    rows, `max_abs` and `largest` their row maxima. Most rows are decided from the maxima alone (max|Δ| well within atol: close; well above atol +
-    rtol·max|S|: not); of the rest, every row whose worst ratio of error to allowance is off 1 by more than the
-    model dtype's rounding can move it; what is left (and any non-finite row) is asked of torch.isclose."""
+    rows, `max_abs` and `largest` their row maxima. Most rows are decided from the maxima alone (max|Δ| well within
+    atol: close; well above atol + rtol·max|S|: not); of the rest, every row whose worst ratio of error to allowance
+    is off 1 by more than the model dtype's rounding can move it; what is left (and any non-finite row) is asked of
+    torch.isclose."""
     margin = 16 * torch.finfo(batched.dtype).eps  # the roundings of each side in the model dtype (subnormals too)
     close = max_abs <= atol * (1 - margin)
     far = (max_abs >= (atol + rtol * largest) * (1 + margin)) & torch.isfinite(max_abs)
