@@ -1,11 +1,11 @@
-"""Measured logits and hidden states of a group of a chunk's texts, turned into one `TextResult` each, in
-three steps: `group_rows` gathers the group's real rows, `group_stats` computes their numbers and
+"""Measured logits and hidden states of a group of texts (of one chunk or several), turned into one `TextResult`
+each, in three steps: `group_rows` gathers the group's real rows, `group_stats` computes their numbers and
 `group_results` builds the results.
 
 The texts of a group are measured together: their real rows are concatenated, so each metric is one
 set of device ops per group instead of per text, and results reach the host in one copy. The engine
-closes a group once its rows fill a metrics block, so short texts share ops while long texts over a
-large vocabulary never hold more than one text's extra logits at a time.
+closes a group once its rows fill a metrics block, so short texts share ops (across chunks too) while long texts
+over a large vocabulary never hold more than one text's extra logits at a time.
 """
 
 from __future__ import annotations
@@ -64,33 +64,43 @@ class GroupStats:
     logits_rel_l2: list[float]
 
 
-def group_rows(chunk: BatchedChunk, rows: list[int], singles: list[PassOutput]) -> GroupRows:
-    """The real positions of the chunk's `rows` and of their single runs, one gather per tensor."""
-    logits = chunk.output.logits
-    chosen = torch.zeros(chunk.attention_mask.shape[0], dtype=torch.bool, device=chunk.attention_mask.device)
-    chosen[rows] = True
-    real = (chunk.attention_mask.bool() & chosen[:, None]).flatten().nonzero().flatten().to(logits.device)
+def group_rows(parts: list[tuple[BatchedChunk, list[int]]], singles: list[PassOutput]) -> GroupRows:
+    """The real positions of the group's batched rows (each chunk's `rows` of it, in text order) and of their single
+    runs, one gather per tensor and chunk."""
+    real = [_real_positions(chunk, rows) for chunk, rows in parts]
+    logits = [chunk.output.logits.flatten(0, 1).index_select(0, r) for (chunk, _), r in zip(parts, real)]  # copies
     return GroupRows(
-        batched_logits=logits.flatten(0, 1).index_select(0, real),  # a copy faster than [real]'s
+        batched_logits=logits[0] if len(logits) == 1 else torch.cat(logits),
         single_logits=torch.cat([s.logits[0] for s in singles]),
-        hidden=_hidden_rows(chunk.output.hidden, real, singles),
+        hidden=_hidden_rows([chunk.output.hidden for chunk, _ in parts], real, singles),
         lengths=[s.logits.shape[1] for s in singles],
     )
 
 
-def _hidden_rows(batched: list[torch.Tensor], real: torch.Tensor, singles: list[PassOutput]) -> list[HiddenRows]:
-    """Each recorded module's real rows, batched and single, gathered straight into one [M, N, H] stack per width
-    and dtype (the metrics reduce each stack at once)."""
+def _real_positions(chunk: BatchedChunk, rows: list[int]) -> torch.Tensor:
+    """Where the real positions of the chunk's `rows` lie in its [b * T] flattened rows."""
+    chosen = torch.zeros(chunk.attention_mask.shape[0], dtype=torch.bool, device=chunk.attention_mask.device)
+    chosen[rows] = True
+    real = (chunk.attention_mask.bool() & chosen[:, None]).flatten().nonzero().flatten()
+    return real.to(chunk.output.logits.device)
+
+
+def _hidden_rows(batched: list[list[torch.Tensor]], real: list[torch.Tensor], singles: list[PassOutput]):
+    """Each recorded module's real rows, batched (from each chunk's hidden states, `batched[part][module]`) and
+    single, gathered straight into one [M, N, H] stack per width and dtype (the metrics reduce each stack at once)."""
     kinds: dict[tuple, list[int]] = {}
-    for index, hidden in enumerate(batched):
+    for index, hidden in enumerate(batched[0]):
         kinds.setdefault((hidden.shape[-1], hidden.dtype), []).append(index)
+    ends = torch.tensor([r.numel() for r in real]).cumsum(0).tolist()
     stacks = []
     for modules in kinds.values():
-        first = batched[modules[0]]
-        in_batch = first.new_empty(len(modules), real.numel(), first.shape[-1])
+        first = batched[0][modules[0]]
+        in_batch = first.new_empty(len(modules), ends[-1], first.shape[-1])
         alone = torch.empty_like(in_batch)
         for slot, module in enumerate(modules):
-            torch.index_select(batched[module].flatten(0, 1), 0, real, out=in_batch[slot])
+            for part, (positions, end) in enumerate(zip(real, ends)):
+                out = in_batch[slot, end - positions.numel() : end]
+                torch.index_select(batched[part][module].flatten(0, 1), 0, positions, out=out)
             torch.cat([s.hidden[module] for s in singles], dim=1, out=alone[slot : slot + 1])  # [1, T, H] each
         stacks.append(HiddenRows(modules, in_batch, alone))
     return stacks

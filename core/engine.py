@@ -8,7 +8,7 @@ from collections.abc import Callable
 import torch
 
 from .assemble import MeasuredText, group_results, group_rows, group_stats, routing_changes
-from .backend import PassOutput
+from .backend import BatchedChunk, PassOutput
 from .comparison import Comparison, TextResult
 from .errors import ModelLoadError
 from .extra_passes import decomposition, load_reference_model, reference_errors
@@ -75,20 +75,59 @@ def _run(run: PreparedRun, reference, steps: PassSteps, sink: LogitsSink | None)
     )
     results: list[TextResult] = []
     with torch.inference_mode(), invariant_if(settings.invariant, loaded.model), runner:
+        group = _Group(runner, settings, loaded)
         for chunk in run.chunks():
-            results += _chunk(chunk, runner, settings, loaded, reference, steps, sink)
+            results += _chunk(chunk, runner, settings, loaded, reference, steps, sink, group)
+        results += group.measured()
     return results
 
 
-def _chunk(chunk: Chunk, runner: Runner, settings: Settings, loaded: LoadedModel, reference, steps: PassSteps, sink):
+class _Group:
+    """Texts measured together, across chunks: each metric is then one set of ops for all of them. It is measured
+    once its positions' logits fill a metrics block (or the run ends): short texts share ops, and long ones over a
+    large vocabulary never hold more than a block's worth of logits (and their chunks' batched outputs) at a time."""
+
+    def __init__(self, runner: Runner, settings: Settings, loaded: LoadedModel) -> None:
+        self.runner, self.settings, self.loaded = runner, settings, loaded
+        self._reset()
+
+    def _reset(self) -> None:
+        self.texts: list[MeasuredText] = []
+        self.singles: list[PassOutput] = []
+        self.parts: list[tuple[BatchedChunk, list[int]]] = []  # each chunk's rows among the texts, in text order
+        self.rows_held = 0
+
+    def add(self, measured: MeasuredText, single: PassOutput, batched: BatchedChunk, row: int) -> list[TextResult]:
+        """Hold one more text; its results and those held before it, once they fill a block."""
+        if not self.parts or self.parts[-1][0] is not batched:
+            self.parts.append((batched, []))
+        self.parts[-1][1].append(row)
+        self.texts.append(measured)
+        self.singles.append(single)
+        self.rows_held += len(measured.token_ids)
+        full = self.rows_held * single.logits.shape[-1] >= block_elements(single.logits.device)
+        return self.measured() if full else []
+
+    def measured(self) -> list[TextResult]:
+        """The held texts' results (none held: none); the group is then empty."""
+        if not self.texts:
+            return []
+        with outside_the_mode():
+            stats = group_stats(group_rows(self.parts, self.singles), self.settings)
+            results = group_results(self.texts, stats, self.loaded, self.runner.recording, self.settings)
+        self._reset()
+        return results
+
+
+def _chunk(
+    chunk: Chunk, runner: Runner, settings: Settings, loaded: LoadedModel, reference, steps: PassSteps, sink, group
+) -> list[TextResult]:
     results: list[TextResult] = []
     steps.before()
     own = own_tokens(runner, chunk)
     batched = runner.batched(chunk.texts)
     steps.after()
     batched_tokens = batched.real_token_ids()
-    group: list[MeasuredText] = []  # texts measured together
-    singles: list[PassOutput] = []
     for row, text in enumerate(chunk.texts):
         steps.before()
         token_ids, truncated = own[row]
@@ -115,14 +154,5 @@ def _chunk(chunk: Chunk, runner: Runner, settings: Settings, loaded: LoadedModel
             steps.before()
             measured.reference = reference_errors(reference, token_ids, batched, row, single)
             steps.after()
-        group.append(measured)
-        singles.append(single)
-        # Measure once the group fills a metrics block (or the chunk ends): few ops for short texts, and at
-        # most a block's worth of singles' logits held for long ones.
-        rows_held = sum(len(m.token_ids) for m in group)
-        if rows_held * loaded.vocab_size >= block_elements(single.logits.device) or row == len(chunk.texts) - 1:
-            with outside_the_mode():
-                stats = group_stats(group_rows(batched, [m.index - chunk.start for m in group], singles), settings)
-                results += group_results(group, stats, loaded, runner.recording, settings)
-            group, singles = [], []
+        results += group.add(measured, single, batched, row)
     return results
