@@ -36,6 +36,20 @@ def test_identical_texts_in_one_batch_give_identical_rows(tiny_path, padding_sid
     assert first.token_ids == again.token_ids and first.tokens == again.tokens
 
 
+@pytest.mark.parametrize("modules", [False, True])
+def test_texts_measured_across_chunks_get_the_numbers_of_their_chunk_run_alone(modules):
+    """The tiny model's texts of several chunks are measured as one group (their rows fill no metrics block): each
+    text gets, digit for digit, what its chunk gives when it is the only one."""
+    from dataclasses import asdict
+
+    settings = Settings(model="tiny", dtype="bfloat16", batch_size=3, modules=modules)
+    whole = compare(MIXED_TEXTS, settings)
+    for start in range(0, len(MIXED_TEXTS), 3):
+        alone = compare(MIXED_TEXTS[start : start + 3], settings)
+        for ours, theirs in zip(whole.texts[start : start + 3], alone.texts, strict=True):
+            assert {**asdict(ours), "index": 0, "line": 0} == {**asdict(theirs), "index": 0, "line": 0}
+
+
 @pytest.mark.parametrize("padding_side", ["left", "right"])
 def test_reported_tokens_are_each_texts_own_tokenization(tiny_path, padding_side):
     tokenizer = AutoTokenizer.from_pretrained(tiny_path)
