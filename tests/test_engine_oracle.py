@@ -200,7 +200,6 @@ def test_hidden_states_are_compared_bitwise_and_measured_where_they_differ():
         assert stats.rel_l2[2, text].item() == pytest.approx(((b - s).norm() / s.norm()).item(), rel=1e-6)
 
 
-
 def test_a_texts_hidden_state_numbers_do_not_depend_on_the_texts_measured_with_it():
     """Texts are measured in groups (as many as fill a metrics block): a text's per-module numbers are the
     same, digit for digit, beside a short text or a long one."""
@@ -219,6 +218,7 @@ def test_a_texts_hidden_state_numbers_do_not_depend_on_the_texts_measured_with_i
         stats = layer_stats([HiddenRows([0, 1], batched, single)], [37, other[0].shape[1]])
         numbers.append((stats.max_abs_diff[:, 0].tolist(), stats.rel_l2[:, 0].tolist()))
     assert numbers[0] == numbers[1]
+
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
 def test_position_stats_leave_their_inputs_as_they_were(dtype):
