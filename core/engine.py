@@ -13,7 +13,7 @@ from .comparison import Comparison, TextResult
 from .errors import ModelLoadError
 from .extra_passes import decomposition, load_reference_model, reference_errors
 from .invariant import invariant_if, outside_the_mode
-from .metrics import block_elements
+from .metrics import block_rows
 from .models import LoadedModel
 from .run_skeleton import (
     CancelledFn,
@@ -98,15 +98,19 @@ class _Group:
         self.rows_held = 0
 
     def add(self, measured: MeasuredText, single: PassOutput, batched: BatchedChunk, row: int) -> list[TextResult]:
-        """Hold one more text; its results and those held before it, once they fill a block."""
+        """Hold one more text; the results of those held before it where it would overflow their block (a group
+        just over a block would be measured as a block and a sliver, each its own set of ops), and its own where
+        it fills one."""
+        full = block_rows(single.logits.device, single.logits.shape[-1])
+        rows = len(measured.token_ids)
+        results = self.measured() if self.rows_held + rows > full else []
         if not self.parts or self.parts[-1][0] is not batched:
             self.parts.append((batched, []))
         self.parts[-1][1].append(row)
         self.texts.append(measured)
         self.singles.append(single)
-        self.rows_held += len(measured.token_ids)
-        full = self.rows_held * single.logits.shape[-1] >= block_elements(single.logits.device)
-        return self.measured() if full else []
+        self.rows_held += rows
+        return results + (self.measured() if self.rows_held >= full else [])
 
     def measured(self) -> list[TextResult]:
         """The held texts' results (none held: none); the group is then empty."""

@@ -25,6 +25,11 @@ def block_elements(device: torch.device | str) -> int:
     return 1 << 24 if str(device).startswith("cuda") else 1 << 22
 
 
+def block_rows(device: torch.device | str, vocab: int) -> int:
+    """Positions of [n, V] logits measured as one block (at least one)."""
+    return max(1, block_elements(device) // vocab)
+
+
 def _wide(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
@@ -60,7 +65,7 @@ class PositionStats:
 
 def position_stats(batched: torch.Tensor, single: torch.Tensor, top_k: int, atol: float, rtol: float) -> PositionStats:
     n, vocab = single.shape
-    rows = max(1, block_elements(single.device) // vocab)
+    rows = block_rows(single.device, vocab)
     blocks = [
         _block_stats(batched[start : start + rows], single[start : start + rows], top_k, atol, rtol)
         for start in range(0, n, rows)
