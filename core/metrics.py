@@ -102,17 +102,20 @@ def _block_stats(batched, single, top_k, atol, rtol) -> dict[str, torch.Tensor]:
         halves = ((batched[: n // 2], single[: n // 2]), (batched[n // 2 :], single[n // 2 :]))
         return _joined([_block_stats(b, s, top_k, atol, rtol) for b, s in halves])
     block, rows, squared_single = widened
+    del widened
     every = rows.numel() == n  # every row differs (a padded batch on a GPU, say): no copies of rows
-    s, b = block[:n], block[n:]
     k = min(max(top_k, 2), vocab)  # at least 2 for the margin
     top_logits, top_ids = ordered_topk(block, k)  # the same values as the model dtype's, faster to reduce
     margin = top_logits[:n, 0] - top_logits[:n, min(1, k - 1)]
     k = min(top_k, k)
     top_logits, top_ids = top_logits[:, :k], top_ids[:, :k]
-    differing = _difference_stats(batched, single, rows, every, b, s, atol, rtol) if rows.numel() else {}
+    differing = {}
+    if rows.numel():
+        differing = _difference_stats(batched, single, rows, every, block[n:], block[:n], atol, rtol)
     # The widened values are not read again: on the CPU their log softmax overwrites them (the same numbers, a
-    # block less to allocate and fill).
+    # block less to allocate and fill); elsewhere the block is let go before the KL's temporaries are made.
     log_p = torch.log_softmax(block, dim=-1, out=block) if block.device.type == "cpu" else block.log_softmax(dim=-1)
+    del block
     top_probs = log_p.gather(-1, top_ids).exp()
     s_logits, s_ids, s_probs = top_logits[:n], top_ids[:n], top_probs[:n]
     zeros = torch.zeros_like(squared_single)
