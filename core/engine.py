@@ -83,9 +83,10 @@ def _run(run: PreparedRun, reference, steps: PassSteps, sink: LogitsSink | None)
 
 
 class _Group:
-    """Texts measured together, across chunks: each metric is then one set of ops for all of them. It is measured
-    once its positions' logits fill a metrics block (or the run ends): short texts share ops, and long ones over a
-    large vocabulary never hold more than a block's worth of logits (and their chunks' batched outputs) at a time."""
+    """Texts measured together, across chunks while they fill less than half a metrics block: each metric is then
+    one set of ops for all of them. It is measured once its positions' logits fill a block (or the run ends): short
+    texts share ops, and long ones over a large vocabulary never hold more than a block's worth of logits (and their
+    chunks' batched outputs) at a time."""
 
     def __init__(self, runner: Runner, settings: Settings, loaded: LoadedModel) -> None:
         self.runner, self.settings, self.loaded = runner, settings, loaded
@@ -96,12 +97,13 @@ class _Group:
         self.singles: list[PassOutput] = []
         self.parts: list[tuple[BatchedChunk, list[int]]] = []  # each chunk's rows among the texts, in text order
         self.rows_held = 0
+        self.block_rows = 0
 
     def add(self, measured: MeasuredText, single: PassOutput, batched: BatchedChunk, row: int) -> list[TextResult]:
         """Hold one more text; the results of those held before it where it would overflow their block (a group
         just over a block would be measured as a block and a sliver, each its own set of ops), and its own where
         it fills one."""
-        full = block_rows(single.logits.device, single.logits.shape[-1])
+        full = self.block_rows = block_rows(single.logits.device, single.logits.shape[-1])
         rows = len(measured.token_ids)
         results = self.measured() if self.rows_held + rows > full else []
         if not self.parts or self.parts[-1][0] is not batched:
@@ -111,6 +113,11 @@ class _Group:
         self.singles.append(single)
         self.rows_held += rows
         return results + (self.measured() if self.rows_held >= full else [])
+
+    def chunk_ended(self) -> list[TextResult]:
+        """The held texts' results where they fill half a block or more: carried into the next chunk, they would
+        hold its batched outputs too, for a set of ops that weighs only beside small groups."""
+        return self.measured() if 2 * self.rows_held >= self.block_rows else []
 
     def measured(self) -> list[TextResult]:
         """The held texts' results (none held: none); the group is then empty."""
@@ -159,4 +166,4 @@ def _chunk(
             measured.reference = reference_errors(reference, token_ids, batched, row, single)
             steps.after()
         results += group.add(measured, single, batched, row)
-    return results
+    return results + group.chunk_ended()
