@@ -21,6 +21,9 @@ def test_bench_json_has_ratios_and_targets(tmp_path, capsys):
     assert any("s left" in line for line in progress)
     data = json.loads(out.read_text())
     assert set(data["ratios"]) >= {"compare_vs_floor", "modules_vs_floor", "compare_vs_seed", "generate_vs_floor"}
+    # Each round's best try of each method: three tries a round for a method of under a second, one otherwise.
+    assert data["tries"].keys() == data["seconds"].keys() and set(data["tries"].values()) <= {1, 3}
+    assert all(len(values) == 1 for values in data["all_seconds"].values())
     assert data["ratios"]["compare_vs_floor"] == data["seconds"]["compare"] / data["seconds"]["floor"]
     assert data["ratios"]["generate_vs_floor"] == data["seconds"]["generate"] / data["seconds"]["generate_floor"]
     seconds = data["seconds"]
