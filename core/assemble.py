@@ -11,6 +11,7 @@ over a large vocabulary never hold more than one text's extra logits at a time.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import accumulate
 
 import torch
 
@@ -91,7 +92,7 @@ def _hidden_rows(batched: list[list[torch.Tensor]], real: list[torch.Tensor], si
     kinds: dict[tuple, list[int]] = {}
     for index, hidden in enumerate(batched[0]):
         kinds.setdefault((hidden.shape[-1], hidden.dtype), []).append(index)
-    ends = torch.tensor([r.numel() for r in real]).cumsum(0).tolist()
+    ends = list(accumulate(r.numel() for r in real))
     stacks = []
     for modules in kinds.values():
         first = batched[0][modules[0]]
