@@ -77,7 +77,7 @@ def _run(run: PreparedRun, reference, steps: PassSteps, sink: LogitsSink | None)
     with torch.inference_mode(), invariant_if(settings.invariant, loaded.model), runner:
         group = _Group(runner, settings, loaded)
         for chunk in run.chunks():
-            results += _chunk(chunk, runner, settings, loaded, reference, steps, sink, group)
+            results += _chunk(chunk, group, reference, steps, sink)
         results += group.measured()
     return results
 
@@ -130,9 +130,8 @@ class _Group:
         return results
 
 
-def _chunk(
-    chunk: Chunk, runner: Runner, settings: Settings, loaded: LoadedModel, reference, steps: PassSteps, sink, group
-) -> list[TextResult]:
+def _chunk(chunk: Chunk, group: _Group, reference, steps: PassSteps, sink: LogitsSink | None) -> list[TextResult]:
+    runner, settings = group.runner, group.settings
     results: list[TextResult] = []
     steps.before()
     own = own_tokens(runner, chunk)
