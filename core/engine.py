@@ -100,19 +100,17 @@ class _Group:
         self.block_rows = 0
 
     def add(self, measured: MeasuredText, single: PassOutput, batched: BatchedChunk, row: int) -> list[TextResult]:
-        """Hold one more text; the results of those held before it where it would overflow their block (a group
-        just over a block would be measured as a block and a sliver, each its own set of ops), and its own where
-        it fills one."""
-        full = self.block_rows = block_rows(single.logits.device, single.logits.shape[-1])
-        rows = len(measured.token_ids)
-        results = self.measured() if self.rows_held + rows > full else []
+        """Hold one more text; the held texts' results once they fill a block. (Measuring the held texts before a
+        text that would overflow their block spares a sliver of a block, but where a block holds only a text or two,
+        as over a real vocabulary on a GPU, it makes twice the groups, each a set of ops of its own.)"""
+        self.block_rows = block_rows(single.logits.device, single.logits.shape[-1])
         if not self.parts or self.parts[-1][0] is not batched:
             self.parts.append((batched, []))
         self.parts[-1][1].append(row)
         self.texts.append(measured)
         self.singles.append(single)
-        self.rows_held += rows
-        return results + (self.measured() if self.rows_held >= full else [])
+        self.rows_held += len(measured.token_ids)
+        return self.measured() if self.rows_held >= self.block_rows else []
 
     def chunk_ended(self) -> list[TextResult]:
         """The held texts' results where they fill half a block or more: carried into the next chunk, they would
