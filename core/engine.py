@@ -13,7 +13,7 @@ from .comparison import Comparison, TextResult
 from .errors import ModelLoadError
 from .extra_passes import decomposition, load_reference_model, reference_errors
 from .invariant import invariant_if, outside_the_mode
-from .metrics import block_rows
+from .metrics import block_elements, block_rows
 from .models import LoadedModel
 from .run_skeleton import (
     CancelledFn,
@@ -83,10 +83,10 @@ def _run(run: PreparedRun, reference, steps: PassSteps, sink: LogitsSink | None)
 
 
 class _Group:
-    """Texts measured together, across chunks while they fill less than half a metrics block: each metric is then
-    one set of ops for all of them. It is measured once its positions' logits fill a block (or the run ends): short
-    texts share ops, and long ones over a large vocabulary never hold more than a block's worth of logits (and their
-    chunks' batched outputs) at a time."""
+    """Texts measured together, across chunks while their chunks' logits fill less than half a metrics block: each
+    metric is then one set of ops for all of them. It is measured once its positions' logits fill a block (or the
+    run ends): short texts share ops, and long ones over a large vocabulary never hold more than a block's worth of
+    logits (and their chunks' batched outputs) at a time."""
 
     def __init__(self, runner: Runner, settings: Settings, loaded: LoadedModel) -> None:
         self.runner, self.settings, self.loaded = runner, settings, loaded
@@ -97,25 +97,27 @@ class _Group:
         self.singles: list[PassOutput] = []
         self.parts: list[tuple[BatchedChunk, list[int]]] = []  # each chunk's rows among the texts, in text order
         self.rows_held = 0
-        self.block_rows = 0
 
     def add(self, measured: MeasuredText, single: PassOutput, batched: BatchedChunk, row: int) -> list[TextResult]:
         """Hold one more text; the held texts' results once they fill a block. (Measuring the held texts before a
         text that would overflow their block spares a sliver of a block, but where a block holds only a text or two,
         as over a real vocabulary on a GPU, it makes twice the groups, each a set of ops of its own.)"""
-        self.block_rows = block_rows(single.logits.device, single.logits.shape[-1])
         if not self.parts or self.parts[-1][0] is not batched:
             self.parts.append((batched, []))
         self.parts[-1][1].append(row)
         self.texts.append(measured)
         self.singles.append(single)
         self.rows_held += len(measured.token_ids)
-        return self.measured() if self.rows_held >= self.block_rows else []
+        full = self.rows_held >= block_rows(single.logits.device, single.logits.shape[-1])
+        return self.measured() if full else []
 
     def chunk_ended(self) -> list[TextResult]:
-        """The held texts' results where they fill half a block or more: carried into the next chunk, they would
-        hold its batched outputs too, for a set of ops that weighs only beside small groups."""
-        return self.measured() if 2 * self.rows_held >= self.block_rows else []
+        """The held texts' results, unless their chunks' batched logits (padding and the rows of other groups
+        included, all held while the group is) fill less than half a block: only then is the group carried into the
+        next chunk, whose outputs it then holds too. (The tiny model's chunks are carried; an English chunk of 8 texts
+        of up to 128 tokens, or any chunk over a real vocabulary, is not.)"""
+        held = sum(chunk.output.logits.numel() for chunk, _ in self.parts)
+        return self.measured() if self.texts and 2 * held >= block_elements(self.singles[-1].logits.device) else []
 
     def measured(self) -> list[TextResult]:
         """The held texts' results (none held: none); the group is then empty."""
