@@ -104,6 +104,7 @@ def _block_stats(batched, single, top_k, atol, rtol) -> dict[str, torch.Tensor]:
     block, rows, squared_single = widened
     del widened
     every = rows.numel() == n  # every row differs (a padded batch on a GPU, say): no copies of rows
+    picked = None if every else rows
     k = min(max(top_k, 2), vocab)  # at least 2 for the margin
     top_logits, top_ids = ordered_topk(block, k)  # the same values as the model dtype's, faster to reduce
     margin = top_logits[:n, 0] - top_logits[:n, min(1, k - 1)]
@@ -111,7 +112,7 @@ def _block_stats(batched, single, top_k, atol, rtol) -> dict[str, torch.Tensor]:
     top_logits, top_ids = top_logits[:, :k], top_ids[:, :k]
     differing = {}
     if rows.numel():
-        differing = _difference_stats(batched, single, rows, every, block[n:], block[:n], atol, rtol)
+        differing = _difference_stats(batched, single, picked, block[n:], block[:n], atol, rtol)
     # The widened values are not read again: on the CPU their log softmax overwrites them (the same numbers, a
     # block less to allocate and fill); elsewhere the block is let go before the KL's temporaries are made.
     log_p = torch.log_softmax(block, dim=-1, out=block) if block.device.type == "cpu" else block.log_softmax(dim=-1)
@@ -184,10 +185,10 @@ def _widened_rows(batched, single) -> tuple[torch.Tensor, torch.Tensor, torch.Te
     return block, rows, squared_single
 
 
-def _difference_stats(batched, single, rows, every: bool, b, s, atol, rtol) -> dict[str, torch.Tensor]:
-    """The differences of the `rows` that differ (`every`: all rows): `b` their batched logits widened, `s` all the
+def _difference_stats(batched, single, rows, b, s, atol, rtol) -> dict[str, torch.Tensor]:
+    """The differences of the `rows` that differ (None: all rows): `b` their batched logits widened, `s` all the
     single run's. Their Δ = B - S goes with them, as `delta`, for the KL."""
-    s = s if every else s[rows]
+    s = s if rows is None else s[rows]
     delta = b - s
     diff = delta.abs()
     max_abs = diff.amax(dim=-1)
@@ -196,7 +197,7 @@ def _difference_stats(batched, single, rows, every: bool, b, s, atol, rtol) -> d
         "max_abs_diff": max_abs,
         "max_abs_diff_ulp": max_abs / ulp(largest, batched.dtype),
         "mean_abs_diff": diff.mean(dim=-1),
-        "allclose": allclose_rows(batched, single, None if every else rows, diff, s, max_abs, largest, atol, rtol),
+        "allclose": allclose_rows(batched, single, rows, diff, s, max_abs, largest, atol, rtol),
         "squared_diff": torch.linalg.vector_norm(delta, dim=-1).square_(),
         "delta": delta,
     }
