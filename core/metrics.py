@@ -143,7 +143,7 @@ def _block_stats(batched, single, top_k, atol, rtol) -> dict[str, torch.Tensor]:
         return stats
     log_ps, log_pb, b_ids = log_p[:n], log_p[n:], top_ids[n:]
     if not every:
-        log_ps, s_ids = log_ps[rows], s_ids[rows]
+        log_ps, s_ids = log_ps.index_select(0, rows), s_ids[rows]
     differing |= {
         "kl": kl_divergence(differing.pop("delta"), log_ps, zeros.dtype, differing["max_abs_diff"]),
         # Top-1 by value, ties to the smallest id: the same token argmax picks.
@@ -181,14 +181,14 @@ def _widened_rows(batched, single) -> tuple[torch.Tensor, torch.Tensor, torch.Te
         if alike_nonfinite.any():
             rows = (differ | alike_nonfinite).nonzero().flatten()
             block = torch.cat([block[:n], block.new_empty(rows.numel(), vocab)])
-    block[n:].copy_(batched if rows.numel() == n else batched[rows])
+    block[n:].copy_(batched if rows.numel() == n else batched.index_select(0, rows))
     return block, rows, squared_single
 
 
 def _difference_stats(batched, single, rows, b, s, atol, rtol) -> dict[str, torch.Tensor]:
     """The differences of the `rows` that differ (None: all rows): `b` their batched logits widened, `s` all the
     single run's. Their Δ = B - S goes with them, as `delta`, for the KL."""
-    s = s if rows is None else s[rows]
+    s = s if rows is None else s.index_select(0, rows)
     delta = b - s
     diff = delta.abs()
     max_abs = diff.amax(dim=-1)
@@ -225,14 +225,16 @@ def allclose_rows(batched, single, rows, diff, s, max_abs, largest, atol: float,
     margin = 16 * torch.finfo(batched.dtype).eps  # the roundings of each side in the model dtype (subnormals too)
     close = max_abs <= atol * (1 - margin)
     far = (max_abs >= (atol + rtol * largest) * (1 + margin)) & torch.isfinite(max_abs)
-    rows = (~close & ~far).nonzero().flatten()
-    if rows.numel():
-        worst = (diff[rows] / s[rows].abs().mul_(rtol).add_(atol)).amax(dim=-1)
-        close[rows] = worst <= 1 - margin
-        unsure = rows[(worst > 1 - margin) & ~((worst >= 1 + margin) & torch.isfinite(worst))]
+    undecided = (~close & ~far).nonzero().flatten()
+    if undecided.numel():
+        allowance = s.index_select(0, undecided).abs_().mul_(rtol).add_(atol)
+        worst = (diff.index_select(0, undecided) / allowance).amax(dim=-1)
+        close[undecided] = worst <= 1 - margin
+        unsure = undecided[(worst > 1 - margin) & ~((worst >= 1 + margin) & torch.isfinite(worst))]
         if unsure.numel():
-            picked = unsure if rows is None else rows[unsure]
-            close[unsure] = torch.isclose(batched[picked], single[picked], rtol=rtol, atol=atol).all(dim=-1)
+            picked = unsure if rows is None else rows[unsure]  # the rows of `batched` and `single` they are
+            in_batch, alone = batched.index_select(0, picked), single.index_select(0, picked)
+            close[unsure] = torch.isclose(in_batch, alone, rtol=rtol, atol=atol).all(dim=-1)
     return close
 
 
@@ -260,7 +262,7 @@ def kl_divergence(
     kl.clamp_min_(0.0)
     if bool(unsure.any()):
         rows = unsure.nonzero().flatten()
-        kl[rows] = _kl_exact(delta[rows].double(), log_p_single[rows].double()).float()
+        kl[rows] = _kl_exact(delta.index_select(0, rows).double(), log_p_single.index_select(0, rows).double()).float()
     return kl.to(out_dtype)
 
 

@@ -134,6 +134,22 @@ def test_kl_matches_60_digit_arithmetic_at_every_position(dtype):
     assert ours[0].item() == 0.0
 
 
+def test_allclose_at_the_allowances_edge_is_torchs_for_the_right_rows():
+    """A row whose difference sits exactly on torch.isclose's allowance (atol + rtol·|S|) is left to torch.isclose;
+    with rows alike bitwise and a row far apart before it, that row is asked about, and no other."""
+    from batchtui.core.metrics import position_stats
+
+    single = torch.ones(5, 64, dtype=torch.bfloat16)
+    batched = single.clone()
+    batched[1] = 3.0  # far from close
+    batched[3, 10] = 1.0078125  # the next bf16 number after 1: |B - S| = 2**-7 = rtol·|S| exactly
+    batched[4, 10] = 1.015625  # two steps: past the allowance
+    for rtol in (2**-7, 2**-8):
+        expected = torch.isclose(batched, single, rtol=rtol, atol=0.0).all(dim=-1)
+        assert position_stats(batched, single, top_k=3, atol=0.0, rtol=rtol).allclose.tolist() == expected.tolist()
+    assert expected.tolist() == [True, False, True, False, False]  # rtol 2**-8: row 3 is past the allowance too
+
+
 def test_rows_alike_bitwise_and_rows_that_differ_get_the_numbers_of_their_definitions():
     """One block with every kind of row: alike bitwise (with a tie at the top), one bf16 ulp apart, 0.0 against
     -0.0, and a NaN in both runs at the same place. Each row's numbers checked against their definitions,
