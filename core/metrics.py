@@ -353,15 +353,16 @@ def _same_width_stats(hb: torch.Tensor, hs: torch.Tensor, places: torch.Tensor, 
         return grid.view(modules, n_texts, longest)
 
     # Bitwise, as the logits' rows are: identical NaNs are alike, 0.0 and -0.0 are not.
-    differ = rows_differ(hb.flatten(0, 1), hs.flatten(0, 1)).view(modules, -1)  # [M, N]
-    pairs = differ.nonzero()  # [P, 2]: (module, position)
+    in_batch, alone = hb.flatten(0, 1), hs.flatten(0, 1)  # [M * N, H]: (module, position) rows
+    differ = rows_differ(in_batch, alone)
+    pairs = differ.nonzero().flatten()  # the (module, position) rows that differ
+    differ = differ.view(modules, -1)  # [M, N]
     single_norm = torch.linalg.vector_norm(_widened(hs), dim=-1)  # [M, N]
     max_abs, delta_sq = torch.zeros_like(single_norm), torch.zeros_like(single_norm)
     if pairs.numel():
-        module, position = pairs[:, 0], pairs[:, 1]
-        delta = _widened(hb[module, position]) - _widened(hs[module, position])
-        max_abs[module, position] = delta.abs().amax(dim=-1)
-        delta_sq[module, position] = delta.square().sum(dim=-1)
+        delta = _widened(in_batch.index_select(0, pairs)) - _widened(alone.index_select(0, pairs))
+        max_abs.view(-1)[pairs] = delta.abs().amax(dim=-1)
+        delta_sq.view(-1)[pairs] = delta.square().sum(dim=-1)
     # Summed in float64 and rounded once: a text's sums then do not depend on the longest text it is grouped with
     # (a row's length sets a float32 sum's order, and with it the last digits).
     single_sq, delta_sq = (
