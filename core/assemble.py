@@ -2,8 +2,9 @@
 each, in three steps: `group_rows` gathers the group's real rows, `group_stats` computes their numbers and
 `group_results` builds the results.
 
-The texts of a group are measured together: their real rows are concatenated, so each metric is one
-set of device ops per group instead of per text, and results reach the host in one copy. The engine
+The texts of a group are measured together: their real rows make one set of rows (the logits read where they
+lie, the hidden states concatenated), so each metric is one set of device ops per group instead of per text, and
+results reach the host in one copy. The engine
 closes a group once its rows fill a metrics block, so short texts share ops (across chunks too) while long texts
 over a large vocabulary never hold more than one text's extra logits at a time.
 """
@@ -25,6 +26,7 @@ from .comparison import (
     RoutingChange,
     TextResult,
 )
+from .logit_rows import LogitRows
 from .metrics import HiddenRows, LayerStats, PositionStats, layer_stats, position_stats
 from .models import LoadedModel
 from .settings import Settings
@@ -47,11 +49,11 @@ class MeasuredText:
 
 @dataclass
 class GroupRows:
-    """A group's batched and single rows at the real positions, concatenated in text order: the tensors its
-    numbers are computed from."""
+    """A group's batched and single rows at the real positions, in text order: the tensors its numbers are
+    computed from (the logits where they lie, the hidden states concatenated)."""
 
-    batched_logits: torch.Tensor  # [N, V]
-    single_logits: torch.Tensor
+    batched_logits: LogitRows  # [N, V], where they lie
+    single_logits: LogitRows
     hidden: list[HiddenRows]  # the recorded modules' hidden states, stacked by width
     lengths: list[int]  # each text's real positions
 
@@ -67,19 +69,12 @@ class GroupStats:
 
 def group_rows(parts: list[tuple[BatchedChunk, list[int]]], singles: list[PassOutput]) -> GroupRows:
     """The real positions of the group's batched rows (each chunk's `rows` of it, in text order) and of their single
-    runs, one gather per tensor and chunk."""
+    runs: the logits as views where they lie, the hidden states gathered, one gather per tensor and chunk."""
     real = [_real_positions(chunk, rows) for chunk, rows in parts]
     ends = list(accumulate(r.numel() for r in real))  # where each part's rows end among the group's
-    first = parts[0][0].output.logits
-    batched_logits = first.new_empty(ends[-1], first.shape[-1])
-    for (chunk, _), positions, end in zip(parts, real, ends):
-        # A copy faster than [positions]'s, straight into the part's place.
-        torch.index_select(
-            chunk.output.logits.flatten(0, 1), 0, positions, out=batched_logits[end - positions.numel() : end]
-        )
     return GroupRows(
-        batched_logits=batched_logits,
-        single_logits=torch.cat([s.logits[0] for s in singles]),
+        batched_logits=LogitRows([chunk.real_view(chunk.output.logits, row) for chunk, rows in parts for row in rows]),
+        single_logits=LogitRows([s.logits[0] for s in singles]),
         hidden=_hidden_rows([chunk.output.hidden for chunk, _ in parts], real, ends, singles),
         lengths=[s.logits.shape[1] for s in singles],
     )

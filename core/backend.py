@@ -6,6 +6,7 @@ served model answers what a server can: greedy continuations of a text (`Complet
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:  # the app imports this module for its served side, before its first frame: no torch there
@@ -56,9 +57,20 @@ class BatchedChunk:
     def real_token_ids(self) -> list[list[int]]:
         """Each row's tokens at its real positions, on the host: one copy for the chunk, not one per row."""
         return [
-            [token for token, real in zip(ids, mask) if real]
-            for ids, mask in zip(self.input_ids.tolist(), self.attention_mask.tolist())
+            [token for token, real in zip(ids, mask) if real] for ids, mask in zip(self.input_ids.tolist(), self._mask)
         ]
+
+    def real_view(self, tensor: torch.Tensor, row: int) -> torch.Tensor:
+        """`real_rows` as a view of `tensor` where the row's real positions are one run (padding on either side
+        leaves them so), not a copy."""
+        mask = self._mask[row]
+        start = mask.index(1) if 1 in mask else 0
+        end = start + sum(mask)
+        return tensor[row, start:end] if all(mask[start:end]) else self.real_rows(tensor, row)
+
+    @cached_property
+    def _mask(self) -> list[list[int]]:  # the attention mask on the host, copied once for the chunk
+        return self.attention_mask.tolist()
 
     def real_mask(self, row: int, device: torch.device) -> torch.Tensor:
         """A boolean mask over T selecting row `row`'s real tokens, on `device`."""

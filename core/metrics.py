@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from .cpu_memory import MMAP_THRESHOLD_MAX
+from .logit_rows import LogitRows, rows_differ
 from .topk import ordered_topk
 
 
@@ -63,7 +64,11 @@ class PositionStats:
     squared_single: torch.Tensor  # [n] sum of S^2
 
 
-def position_stats(batched: torch.Tensor, single: torch.Tensor, top_k: int, atol: float, rtol: float) -> PositionStats:
+def position_stats(
+    batched: torch.Tensor | LogitRows, single: torch.Tensor | LogitRows, top_k: int, atol: float, rtol: float
+) -> PositionStats:
+    """Per-position numbers of [n, V] logits batched and alone (tensors, or rows held where they lie)."""
+    batched, single = LogitRows.of(batched), LogitRows.of(single)
     n, vocab = single.shape
     rows = block_rows(single.device, vocab)
     blocks = [
@@ -112,7 +117,7 @@ def _block_stats(batched, single, top_k, atol, rtol) -> dict[str, torch.Tensor]:
     top_logits, top_ids = top_logits[:, :k], top_ids[:, :k]
     differing = {}
     if rows.numel():
-        differing = _difference_stats(batched, single, picked, block[n:], block[:n], atol, rtol)
+        differing = _difference_stats(picked, block[n:], block[:n], batched.dtype, atol, rtol)
     # The widened values are not read again: on the CPU their log softmax overwrites them (the same numbers, a
     # block less to allocate and fill); elsewhere the block is let go before the KL's temporaries are made.
     log_p = torch.log_softmax(block, dim=-1, out=block) if block.device.type == "cpu" else block.log_softmax(dim=-1)
@@ -161,7 +166,7 @@ def _block_stats(batched, single, top_k, atol, rtol) -> dict[str, torch.Tensor]:
     return stats
 
 
-def _widened_rows(batched, single) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+def _widened_rows(batched: LogitRows, single: LogitRows) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
     """The single run's rows, then the batched run's rows that differ, widened into one block (one top-k and one
     log softmax then serve both runs: each is a set of ops whatever its rows); the differing rows' indices; the
     single run's squared norms. None where, on the CPU, that block would be glibc's mmap threshold or more: page-
@@ -172,8 +177,8 @@ def _widened_rows(batched, single) -> tuple[torch.Tensor, torch.Tensor, torch.Te
     wide = _wide(single.dtype)
     if single.device.type == "cpu" and n > 1 and (n + rows.numel()) * vocab * wide.itemsize >= MMAP_THRESHOLD_MAX:
         return None
-    block = single.new_empty(n + rows.numel(), vocab, dtype=wide)
-    squared_single = torch.linalg.vector_norm(block[:n].copy_(single), dim=-1).square_()
+    block = torch.empty(n + rows.numel(), vocab, dtype=wide, device=single.device)
+    squared_single = torch.linalg.vector_norm(single.copy_to(block[:n]), dim=-1).square_()
     # A row with a NaN can be bitwise alike and still not close: non-finite rows are measured in full. (Never the
     # case on a GPU's padded batch, whose rows all differ: no wait for the device to say so.)
     if rows.numel() < n:
@@ -181,13 +186,16 @@ def _widened_rows(batched, single) -> tuple[torch.Tensor, torch.Tensor, torch.Te
         if alike_nonfinite.any():
             rows = (differ | alike_nonfinite).nonzero().flatten()
             block = torch.cat([block[:n], block.new_empty(rows.numel(), vocab)])
-    block[n:].copy_(batched if rows.numel() == n else batched.index_select(0, rows))
+    if rows.numel() == n:
+        batched.copy_to(block[n:])
+    else:
+        batched.select_to(rows, block[n:])
     return block, rows, squared_single
 
 
-def _difference_stats(batched, single, rows, b, s, atol, rtol) -> dict[str, torch.Tensor]:
+def _difference_stats(rows, b, s, dtype: torch.dtype, atol, rtol) -> dict[str, torch.Tensor]:
     """The differences of the `rows` that differ (None: all rows): `b` their batched logits widened, `s` all the
-    single run's. Their Δ = B - S goes with them, as `delta`, for the KL."""
+    single run's, from logits of `dtype`. Their Δ = B - S goes with them, as `delta`, for the KL."""
     s = s if rows is None else s.index_select(0, rows)
     delta = b - s
     diff = delta.abs()
@@ -195,34 +203,22 @@ def _difference_stats(batched, single, rows, b, s, atol, rtol) -> dict[str, torc
     largest = torch.maximum(s.amax(dim=-1), s.amin(dim=-1).neg_())  # max |S| per row
     return {
         "max_abs_diff": max_abs,
-        "max_abs_diff_ulp": max_abs / ulp(largest, batched.dtype),
+        "max_abs_diff_ulp": max_abs / ulp(largest, dtype),
         "mean_abs_diff": diff.mean(dim=-1),
-        "allclose": allclose_rows(batched, single, rows, diff, s, max_abs, largest, atol, rtol),
+        "allclose": allclose_rows(b, s, diff, max_abs, largest, dtype, atol, rtol),
         "squared_diff": torch.linalg.vector_norm(delta, dim=-1).square_(),
         "delta": delta,
     }
 
 
-def rows_differ(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """[n] bool: rows of two [n, V] tensors of one dtype that are not bitwise equal. Compared as the widest
-    integer words a row's bytes divide into: one pass of few wide compares, and -0.0 tells from 0.0."""
-    row_bytes = a.shape[-1] * a.element_size()
-    # The largest power of two dividing a row's bytes is at least the element size, a power of two itself.
-    word = next(w for w in (torch.int64, torch.int32, torch.int16, torch.uint8) if row_bytes % w.itemsize == 0)
-    unequal = a.contiguous().view(word) != b.contiguous().view(word)
-    if unequal.shape[-1] % 8 == 0:  # eight flags to a word: `any` over an eighth as many elements
-        unequal = unequal.view(torch.int64)
-    return unequal.any(dim=-1)
-
-
-def allclose_rows(batched, single, rows, diff, s, max_abs, largest, atol: float, rtol: float) -> torch.Tensor:
-    """Exactly `torch.isclose(batched[rows], single[rows], rtol, atol).all(-1)` (torch.allclose per row, in the
-    model's own dtype; `rows` None: all) at a fraction of its cost. `diff` = |B - S| and `s` = S widened over those
-    rows, `max_abs` and `largest` their row maxima. Most rows are decided from the maxima alone (max|Δ| well within
-    atol: close; well above atol + rtol·max|S|: not); of the rest, every row whose worst ratio of error to allowance
-    is off 1 by more than the model dtype's rounding can move it; what is left (and any non-finite row) is asked of
-    torch.isclose."""
-    margin = 16 * torch.finfo(batched.dtype).eps  # the roundings of each side in the model dtype (subnormals too)
+def allclose_rows(b, s, diff, max_abs, largest, dtype: torch.dtype, atol: float, rtol: float) -> torch.Tensor:
+    """Exactly `torch.isclose(B, S, rtol, atol).all(-1)` (torch.allclose per row) for logits B and S of `dtype`, at a
+    fraction of its cost. `b` and `s`: B and S widened (exactly: narrowed back they are the model dtype's values),
+    `diff` = |B - S|, `max_abs` and `largest` the row maxima of |B - S| and |S|. Most rows are decided from the
+    maxima alone (max|Δ| well within atol: close; well above atol + rtol·max|S|: not); of the rest, every row whose
+    worst ratio of error to allowance is off 1 by more than the model dtype's rounding can move it; what is left
+    (and any non-finite row) is asked of torch.isclose, in the model's dtype."""
+    margin = 16 * torch.finfo(dtype).eps  # the roundings of each side in the model dtype (subnormals too)
     close = max_abs <= atol * (1 - margin)
     far = (max_abs >= (atol + rtol * largest) * (1 + margin)) & torch.isfinite(max_abs)
     undecided = (~close & ~far).nonzero().flatten()
@@ -232,8 +228,7 @@ def allclose_rows(batched, single, rows, diff, s, max_abs, largest, atol: float,
         close[undecided] = worst <= 1 - margin
         unsure = undecided[(worst > 1 - margin) & ~((worst >= 1 + margin) & torch.isfinite(worst))]
         if unsure.numel():
-            picked = unsure if rows is None else rows[unsure]  # the rows of `batched` and `single` they are
-            in_batch, alone = batched.index_select(0, picked), single.index_select(0, picked)
+            in_batch, alone = (x.index_select(0, unsure).to(dtype) for x in (b, s))
             close[unsure] = torch.isclose(in_batch, alone, rtol=rtol, atol=atol).all(dim=-1)
     return close
 

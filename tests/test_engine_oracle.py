@@ -288,3 +288,29 @@ def test_a_block_too_large_for_the_heap_to_keep_is_measured_in_halves_with_the_s
     for field in fields(whole):
         joined = torch.cat([getattr(piece, field.name) for piece in pieces])
         assert torch.equal(getattr(whole, field.name), joined), field.name
+
+
+def test_rows_held_in_parts_get_the_numbers_each_text_gets_alone():
+    """A group's logits are read where they lie (each text's rows of its chunk, its single run's logits), never
+    concatenated: texts of 30 rows over 65,536 tokens, so that blocks (64 rows on the CPU) begin and end inside a
+    text and a block whose rows mostly differ is measured in halves. Every number the same, bit for bit, as each
+    text's rows get measured alone, and as the concatenated rows get."""
+    from dataclasses import fields
+
+    from batchtui.core.logit_rows import LogitRows
+    from batchtui.core.metrics import position_stats
+
+    generator = torch.Generator().manual_seed(13)
+    single = (torch.randn(150, 65536, generator=generator) * 4).bfloat16()
+    batched = single.clone()
+    batched[[3, 31, 32, 59, 61]] += 0.25  # a few rows differ in the first block, in three texts
+    batched[64:128] = (single[64:128].float() * 1.01).bfloat16()  # the second block's rows all differ
+    parts = list(zip(batched.split(30), single.split(30)))
+    held = position_stats(LogitRows([b for b, _ in parts]), LogitRows([s for _, s in parts]), 3, 1e-5, 1e-3)
+    alone = [position_stats(b, s, top_k=3, atol=1e-5, rtol=1e-3) for b, s in parts]
+    together = position_stats(batched, single, top_k=3, atol=1e-5, rtol=1e-3)
+    assert together.max_abs_diff[[3, 31, 32, 59, 61, 64, 127]].gt(0).all() and together.max_abs_diff[0] == 0
+    for field in fields(together):
+        expected = torch.cat([getattr(stats, field.name) for stats in alone])
+        assert torch.equal(getattr(held, field.name), expected), field.name
+        assert torch.equal(getattr(together, field.name), expected), field.name
