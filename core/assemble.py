@@ -4,9 +4,9 @@ each, in three steps: `group_rows` gathers the group's real rows, `group_stats` 
 
 The texts of a group are measured together: their real rows make one set of rows (the logits read where they
 lie, the hidden states concatenated), so each metric is one set of device ops per group instead of per text, and
-results reach the host in one copy. The engine
-closes a group once its rows fill a metrics block, so short texts share ops (across chunks too) while long texts
-over a large vocabulary never hold more than one text's extra logits at a time.
+results reach the host in one copy. The engine closes a group once its rows fill a metrics block, so short texts
+share ops (across chunks too) while long texts over a large vocabulary never hold more than one text's extra
+logits at a time.
 """
 
 from __future__ import annotations
