@@ -66,19 +66,16 @@ class LogitRows:
 
 def rows_differ(a: torch.Tensor | LogitRows, b: torch.Tensor | LogitRows) -> torch.Tensor:
     """[n] bool: rows of two [n, V] tensors of one dtype (or rows held in parts of the same lengths) that are not
-    bitwise equal."""
+    bitwise equal. Compared as the widest integer words a row's bytes divide into: one pass of few wide compares,
+    and -0.0 tells from 0.0; each part's flags are written into one tensor, reduced at once."""
     a, b = LogitRows.of(a), LogitRows.of(b)
-    flags = [_rows_differ(x, y) for x, y in zip(a.parts, b.parts, strict=True)]
-    return flags[0] if len(flags) == 1 else torch.cat(flags)
-
-
-def _rows_differ(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Compared as the widest integer words a row's bytes divide into: one pass of few wide compares, and -0.0
-    tells from 0.0."""
-    row_bytes = a.shape[-1] * a.element_size()
+    n, vocab = a.shape
+    row_bytes = vocab * a.dtype.itemsize
     # The largest power of two dividing a row's bytes is at least the element size, a power of two itself.
     word = next(w for w in (torch.int64, torch.int32, torch.int16, torch.uint8) if row_bytes % w.itemsize == 0)
-    unequal = a.contiguous().view(word) != b.contiguous().view(word)
+    unequal = torch.empty(n, row_bytes // word.itemsize, dtype=torch.bool, device=a.device)
+    for x, y, end in zip(a.parts, b.parts, a.ends, strict=True):
+        torch.ne(x.contiguous().view(word), y.contiguous().view(word), out=unequal[end - x.shape[0] : end])
     if unequal.shape[-1] % 8 == 0:  # eight flags to a word: `any` over an eighth as many elements
         unequal = unequal.view(torch.int64)
     return unequal.any(dim=-1)
