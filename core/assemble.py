@@ -124,9 +124,11 @@ def group_results(
 ) -> list[TextResult]:
     """One `TextResult` per text of the group, from its numbers, with every token they name decoded."""
     positions = stats.positions
-    ids = torch.cat([torch.tensor([i for m in group for i in m.token_ids]), positions.topk_batch_ids.flatten()])
-    # The distinct ids, from a count per id (several times faster than torch.unique's sort here).
-    loaded.decode(torch.bincount(torch.cat([ids, positions.topk_single_ids.flatten()])).nonzero().flatten().tolist())
+    # The distinct ids: the texts' own as a set, the top-k's from a count per id (several times faster than
+    # torch.unique's sort here; a tensor of the texts' ids would cost more to build than the set).
+    top_ids = torch.cat([positions.topk_batch_ids.flatten(), positions.topk_single_ids.flatten()])
+    own_ids = {i for m in group for i in m.token_ids}
+    loaded.decode(list(own_ids.union(torch.bincount(top_ids).nonzero().flatten().tolist())))
     columns = columns_by_text(positions, [len(m.token_ids) for m in group])
     layer_columns = [
         c.tolist() for c in (stats.modules.max_abs_diff, stats.modules.rel_l2, stats.modules.bitwise_equal)
@@ -136,9 +138,10 @@ def group_results(
         ids = measured.token_ids
         col = columns[group_row]
         max_abs = col["max_abs_diff"]
+        largest = max(max_abs)
         # The logits close the curve: a divergence no hooked module shows is placed in the head.
         logits = ModuleMetrics(
-            len(recording.modules), "logits", max(max_abs), stats.logits_rel_l2[group_row], max(max_abs) == 0, "logits"
+            len(recording.modules), "logits", largest, stats.logits_rel_l2[group_row], largest == 0, "logits"
         )
         modules = tuple(
             ModuleMetrics(
@@ -158,12 +161,12 @@ def group_results(
                 line=measured.line,
                 text=measured.text,
                 token_ids=tuple(ids),
-                tokens=tuple(loaded.token_texts[t] for t in ids),
+                tokens=tuple(map(loaded.token_texts.__getitem__, ids)),
                 allclose=all(col["allclose"]),
-                max_abs_diff=max(max_abs),
+                max_abs_diff=largest,
                 kl_max=max(col["kl"]),
                 top1_flips=sum(col["top1_flip"]),
-                worst_position=max_abs.index(max(max_abs)),
+                worst_position=max_abs.index(largest),
                 max_abs_diff_ulp=max(col["max_abs_diff_ulp"]),
                 columns=PositionColumns.deferring(token_ids=tuple(ids), token_texts=loaded.token_texts, **col),
                 layers=tuple(modules[i] for i in recording.layer_indices) + (logits,),
