@@ -83,10 +83,16 @@ def _joined(blocks: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
 
 
 def on_host(columns: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Columns of n rows ([n] or [n, k]) copied to the host in one copy per dtype: from a GPU each copy waits for
-    the device, and a block's seventeen columns would wait seventeen times. Columns on the CPU stay as they are."""
+    """Columns of n rows ([n] or [n, k]) on the host: as they are where they are on the CPU already, else packed
+    (`packed_to_host`)."""
     if all(values.device.type == "cpu" for values in columns.values()):
         return dict(columns)
+    return packed_to_host(columns)
+
+
+def packed_to_host(columns: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The columns copied to the host in one copy per dtype: from a GPU each copy waits for the device, and a
+    block's seventeen columns would wait seventeen times."""
     packed: dict[torch.dtype, list[str]] = {}
     for name, values in columns.items():
         packed.setdefault(values.dtype, []).append(name)

@@ -314,3 +314,23 @@ def test_rows_held_in_parts_get_the_numbers_each_text_gets_alone():
         expected = torch.cat([getattr(stats, field.name) for stats in alone])
         assert torch.equal(getattr(held, field.name), expected), field.name
         assert torch.equal(getattr(together, field.name), expected), field.name
+
+
+def test_columns_packed_for_the_host_come_back_as_they_went():
+    """Off the CPU a block's columns reach the host packed, one copy per dtype: each column comes back with its
+    values, shape and dtype (checked here on the CPU, where the packing is otherwise skipped)."""
+    from batchtui.core.metrics import packed_to_host
+
+    generator = torch.Generator().manual_seed(17)
+    columns = {
+        "kl": torch.rand(7, generator=generator),
+        "top1_flip": torch.rand(7, generator=generator) > 0.5,
+        "topk_single_ids": torch.randint(0, 99, (7, 3), generator=generator),
+        "margin": torch.rand(7, generator=generator),
+        "topk_batch_ids": torch.randint(0, 99, (7, 3), generator=generator),
+        "topk_batch_probs": torch.rand(7, 3, generator=generator),
+    }
+    host = packed_to_host(columns)
+    assert host.keys() == columns.keys()
+    for name, values in columns.items():
+        assert host[name].dtype == values.dtype and torch.equal(host[name], values), name
