@@ -73,7 +73,7 @@ def group_rows(parts: list[tuple[BatchedChunk, list[int]]], singles: list[PassOu
     real = [_real_positions(chunk, rows) for chunk, rows in parts]
     ends = list(accumulate(r.numel() for r in real))  # where each part's rows end among the group's
     return GroupRows(
-        batched_logits=LogitRows([chunk.real_view(chunk.output.logits, row) for chunk, rows in parts for row in rows]),
+        batched_logits=LogitRows([chunk.real_rows(chunk.output.logits, row) for chunk, rows in parts for row in rows]),
         single_logits=LogitRows([s.logits[0] for s in singles]),
         hidden=_hidden_rows([chunk.output.hidden for chunk, _ in parts], real, ends, singles),
         lengths=[s.logits.shape[1] for s in singles],

@@ -48,25 +48,19 @@ class BatchedChunk:
     output: PassOutput
 
     def real_rows(self, tensor: torch.Tensor, row: int) -> torch.Tensor:
-        """Row `row` of a [b, T, ...] tensor at its real (unpadded) positions, either padding side.
-
-        The mask follows the tensor: a sharded model's logits may sit on another device than its inputs.
-        """
-        return tensor[row][self.real_mask(row, tensor.device)]
+        """Row `row` of a [b, T, ...] tensor at its real (unpadded) positions, either padding side: a view of
+        `tensor` where they are one run, as padding on either side leaves them (read it, never write it), else a
+        copy. The mask follows the tensor: a sharded model's logits may sit on another device than its inputs."""
+        mask = self._mask[row]
+        start = mask.index(1) if 1 in mask else 0
+        end = start + sum(mask)
+        return tensor[row, start:end] if all(mask[start:end]) else tensor[row][self.real_mask(row, tensor.device)]
 
     def real_token_ids(self) -> list[list[int]]:
         """Each row's tokens at its real positions, on the host: one copy for the chunk, not one per row."""
         return [
             [token for token, real in zip(ids, mask) if real] for ids, mask in zip(self.input_ids.tolist(), self._mask)
         ]
-
-    def real_view(self, tensor: torch.Tensor, row: int) -> torch.Tensor:
-        """`real_rows` as a view of `tensor` where the row's real positions are one run (padding on either side
-        leaves them so), not a copy."""
-        mask = self._mask[row]
-        start = mask.index(1) if 1 in mask else 0
-        end = start + sum(mask)
-        return tensor[row, start:end] if all(mask[start:end]) else self.real_rows(tensor, row)
 
     @cached_property
     def _mask(self) -> list[list[int]]:  # the attention mask on the host, copied once for the chunk
