@@ -317,8 +317,9 @@ def test_rows_held_in_parts_get_the_numbers_each_text_gets_alone():
 
 
 def test_columns_packed_for_the_host_come_back_as_they_went():
-    """Off the CPU a block's columns reach the host packed, one copy per dtype: each column comes back with its
-    values, shape and dtype (checked here on the CPU, where the packing is otherwise skipped)."""
+    """Off the CPU a block's columns reach the host packed, their bytes in one copy: each column comes back with its
+    values, shape and dtype, whatever order of element sizes they come in (checked here on the CPU, where the
+    packing is otherwise skipped)."""
     from batchtui.core.metrics import packed_to_host
 
     generator = torch.Generator().manual_seed(17)
@@ -329,6 +330,8 @@ def test_columns_packed_for_the_host_come_back_as_they_went():
         "margin": torch.rand(7, generator=generator),
         "topk_batch_ids": torch.randint(0, 99, (7, 3), generator=generator),
         "topk_batch_probs": torch.rand(7, 3, generator=generator),
+        "squared_diff": torch.rand(7, generator=generator, dtype=torch.float64),
+        "allclose": (torch.rand(7, 3, generator=generator) > 0.5).t()[0],  # a strided view
     }
     host = packed_to_host(columns)
     assert host.keys() == columns.keys()
