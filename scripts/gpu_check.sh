@@ -7,7 +7,7 @@
 # - invariant (~5): the batch-invariant mode's bitwise result step by step in `generate` (fixed-length and
 #   padded texts: 1.8 to 2.7 minutes each, the model's load included) and with right and left padding in `check`
 #   (`--remedy invariant`, ~0.4 each);
-# - repeat (not yet timed; two comparisons of the padded texts): the same comparison twice in one process: is the
+# - repeat (24 s with the model's load): the same comparison of the padded texts twice in one process: is the
 #   report the same, digit for digit? (where not, the first field that differs);
 # - numbers (over 4; its sweeps and probe not yet timed): the seed's a,b,c case and 32x128 with sdpa and eager
 #   (`check --modules --decompose` and every remedy, ~1 minute each), `sweep` (logits and `--generate`), `probe`;
@@ -15,8 +15,8 @@
 #   invariant_generate_vs_generate among them; ~1.5 minutes each at --rounds 3 --max-new-tokens 8, more as run
 #   here) and its memory workload;
 # - endpoint: where vLLM is installed, `endpoint` against it (does load change its answers?);
-# - profile (not yet timed; about 1.5 minutes each as measured by hand): `scripts/profile_compare.py`, in and out
-#   of the batch-invariant mode: each stage of a comparison, its milliseconds, kernel launches and waits.
+# - profile (about 1.5 minutes each): `scripts/profile_compare.py`, in and out of the batch-invariant mode: the
+#   hooks' cost, each stage of a comparison, its milliseconds, kernel launches and waits, and the lines that wait.
 set -uo pipefail
 OUT="${OUT:-gpu-check}"
 mkdir -p "$OUT"

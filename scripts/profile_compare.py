@@ -3,13 +3,14 @@
     python scripts/profile_compare.py [--model tiny-qwen2.5-1.5b-shape] [--dtype bfloat16] [--invariant]
 
 Runs from the repository root (as `python -m core` does on a box without textual) on `bench`'s workload (16 texts
-of 32..128 tokens, batch size 8). Prints the floor (the bare passes) and compare, best of interleaved rounds; then,
-for one more comparison under the profiler, each stage's calls, milliseconds (the device synchronized around it;
-the profiler slows every op) and what it asked of the device: kernel launches and waits for the device (a GPU), or
-the torch ops it called (the CPU); a pass's count holds its hooks' (`_capture`). On a GPU a model of this size
-leaves the device idle while the host launches kernels, so launches and waits, not arithmetic, are what a stage
-costs there. Last, the peak memory of each (as `bench` measures it: the device's allocator, or the CPU's resident
-set).
+of 32..128 tokens, batch size 8). Prints the floor (the bare passes), the same passes recording the hidden states
+(what the hooks cost) and compare, best of interleaved rounds; then, for one more comparison under the profiler,
+each stage's calls, milliseconds (the device synchronized around it; the profiler slows every op) and what it asked
+of the device: kernel launches and waits for the device (a GPU; the timer's own waits not counted), or the torch ops
+it called (the CPU); a pass's count holds its hooks'. On a GPU a model of this size leaves the device idle while the
+host launches kernels, so launches and waits, not arithmetic, are what a stage costs there; the lines of code that
+wait follow, counted over one comparison (torch's sync debug mode), with the bare passes' count beside. Last, the
+peak memory of each (as `bench` measures it: the device's allocator, or the CPU's resident set).
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import traceback
+import warnings
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -28,13 +32,13 @@ from core import assemble, engine  # noqa: E402
 from core.bench import floor_passes, peak_memory, workload  # noqa: E402
 from core.cpu_memory import keep_freed_memory  # noqa: E402
 from core.models import load_model  # noqa: E402
+from core.run_skeleton import chunks  # noqa: E402
 from core.runner import Runner  # noqa: E402
 from core.settings import Settings  # noqa: E402
 
 STAGES = (  # (owner, attribute): what a comparison does besides its passes, and the passes themselves
     (Runner, "batched"),
     (Runner, "single"),
-    (Runner, "_capture"),
     (engine, "group_rows"),
     (assemble, "position_stats"),
     (assemble, "layer_stats"),
@@ -59,11 +63,12 @@ def main() -> None:
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     methods = {
         "floor": lambda: floor_passes(loaded, texts, settings),
+        "recorded": lambda: recorded_passes(loaded, texts, settings),
         "compare": lambda: engine.compare(texts, settings),
     }
     times: dict[str, list[float]] = {name: [] for name in methods}
     for round_ in range(args.rounds + 1):  # the first is a warm-up
-        for name in list(methods)[round_ % 2 :] + list(methods)[: round_ % 2]:
+        for name in list(methods)[round_ % 3 :] + list(methods)[: round_ % 3]:
             sync()
             started = time.perf_counter()
             methods[name]()
@@ -72,10 +77,10 @@ def main() -> None:
                 times[name].append(time.perf_counter() - started)
     best = {name: min(values) for name, values in times.items()}
     mode = " (invariant)" if args.invariant else ""
-    floor, compare = 1e3 * best["floor"], 1e3 * best["compare"]
+    floor, recorded, compare = (1e3 * best[name] for name in methods)
     print(
-        f"{args.model} {loaded.dtype} on {loaded.device}{mode}: floor {floor:.1f} ms, compare {compare:.1f} ms, "
-        f"ratio {compare / floor:.3f}"
+        f"{args.model} {loaded.dtype} on {loaded.device}{mode}: floor {floor:.1f} ms, recorded passes {recorded:.1f} "
+        f"ms ({recorded / floor:.3f}), compare {compare:.1f} ms, ratio {compare / floor:.3f}"
     )
 
     spent: dict[str, list[float]] = {name: [] for _, name in STAGES}
@@ -89,8 +94,47 @@ def main() -> None:
     for _, name in STAGES:
         asked, waits = _asked(prof, name, cuda)
         print(f"{name:16} {len(spent[name]):6d} {1e3 * sum(spent[name]):8.1f} {asked:10d} {waits if cuda else '':>6}")
+    if cuda:
+        for owner, name in STAGES:
+            setattr(owner, name, getattr(owner, name).__wrapped__)
+        waiting, floor_waits = (waits_by_line(methods[name]) for name in ("compare", "floor"))
+        print(f"waits for the device: compare {sum(waiting.values())}, floor {sum(floor_waits.values())}")
+        for where, count in waiting.most_common(20):
+            print(f"{count:6d}  {where}")
     floor, compare = (peak_memory(methods[name], loaded.device) / 2**20 for name in ("floor", "compare"))
     print(f"peak memory above the weights: floor {floor:.0f} MiB, compare {compare:.0f} MiB")
+
+
+def recorded_passes(loaded, texts: list[str], settings: Settings) -> None:
+    """The floor's passes with the hidden states recorded as a comparison records them, and nothing measured."""
+    runner = Runner(loaded, settings.padding_side, settings.positions, modules=settings.modules)
+    with runner, torch.inference_mode():
+        for chunk in chunks(texts, list(range(1, len(texts) + 1)), settings.batch_size):
+            del runner.batched(chunk.texts).output
+        for text in texts:
+            runner.single(runner.tokenize(text)[0])
+
+
+def waits_by_line(method) -> Counter:
+    """How often `method` waits for the device, by the repository's innermost lines that asked (three, innermost
+    first), as torch's sync debug mode reports each wait (a copy to or from the host, `.item()`, `nonzero`...)."""
+    root = str(Path(__file__).resolve().parent.parent)
+    counted: Counter = Counter()
+
+    def count(*_):
+        frames = [f for f in traceback.extract_stack()[:-1] if f.filename.startswith(root)]
+        counted[" < ".join(f"{Path(f.filename).name}:{f.lineno}" for f in frames[-3:][::-1])] += 1
+
+    with warnings.catch_warnings():  # which puts showwarning back too
+        warnings.simplefilter("always")
+        warnings.showwarning = count
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            method()
+            torch.cuda.synchronize()
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+    return counted
 
 
 def _timed(fn, name: str, spent: list[float], sync):
@@ -99,10 +143,11 @@ def _timed(fn, name: str, spent: list[float], sync):
         started = time.perf_counter()
         with record_function(f"stage:{name}"):
             result = fn(*args, **kwargs)
-            sync()
+        sync()  # outside the range: the stage's waits are its own
         spent.append(time.perf_counter() - started)
         return result
 
+    timed.__wrapped__ = fn
     return timed
 
 
