@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU check, for a lent GPU box with torch and transformers but no textual and no network:
-#   scripts/gpu_check.sh [invariant] [repeat] [numbers] [bench] [endpoint] [profile]   (none named: all six)
+#   scripts/gpu_check.sh [invariant] [repeat] [numbers] [bench] [endpoint] [profile] [levers]   (none named: all)
 # Runs from the repository root and writes its JSON under $OUT (default ./gpu-check), on
 # tiny-qwen2.5-1.5b-shape in bf16 with 32 texts of 128 tokens (`texts-32x128.txt`) and 32 of 16..128 tokens,
 # padded in a batch (`texts-32x16-128.txt`). Minutes as measured on one H200 (each command loads the model):
@@ -16,13 +16,15 @@
 #   here) and its memory workload;
 # - endpoint: where vLLM is installed, `endpoint` against it (does load change its answers?);
 # - profile (about 1.5 minutes each): `scripts/profile_compare.py`, in and out of the batch-invariant mode: the
-#   hooks' cost, each stage of a comparison, its milliseconds, kernel launches and waits, and the lines that wait.
+#   hooks' cost, each stage of a comparison, its milliseconds, kernel launches and waits, and the lines that wait;
+# - levers (about a minute; not yet run on a GPU): `scripts/gpu_levers.py`: compare/floor and memory with a metrics
+#   block 2x and 4x the current one (the reports must stay the same), and what the hooks' copies cost.
 set -uo pipefail
 OUT="${OUT:-gpu-check}"
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 XDG_CACHE_HOME="${XDG_CACHE_HOME:-/tmp/batchtui-cache}"
 MODEL="${MODEL:-tiny-qwen2.5-1.5b-shape}"  # another built-in model for a quick run on a CPU
-SECTIONS="${*:-invariant repeat numbers bench endpoint profile}"
+SECTIONS="${*:-invariant repeat numbers bench endpoint profile levers}"
 run() { echo "+ $*"; local start=$SECONDS; "$@"; echo "exit $? in $((SECONDS - start)) s"; }
 wants() { [[ " $SECTIONS " == *" $1 "* ]]; }
 
@@ -117,6 +119,9 @@ fi
 if wants profile; then
   run python scripts/profile_compare.py --model $MODEL --dtype bfloat16
   run python scripts/profile_compare.py --model $MODEL --dtype bfloat16 --invariant
+fi
+if wants levers; then
+  run python scripts/gpu_levers.py --model $MODEL --dtype bfloat16
 fi
 python - "$OUT" <<'PY'
 import glob, json, sys

@@ -1,0 +1,136 @@
+"""What two levers on a comparison's cost would buy, measured side by side in one process: the metrics' block size and
+the copy each hook makes. Made for a GPU, where a group and a block each cost a fixed set of kernel launches and waits.
+
+    python scripts/gpu_levers.py [--model tiny-qwen2.5-1.5b-shape] [--dtype bfloat16] [--rounds 5] [--blocks 2**25]
+
+Runs from the repository root. For each block size (elements of float32 work measured at once, `block_elements`:
+2**24 on a GPU now, 2**22 on the CPU), on `bench`'s workload (16 texts of 32..128 tokens): compare against the floor,
+best of interleaved rounds; whether its report is the current block's digit for digit (it must be: a block only
+partitions rows); and, on bench's memory workload (32 texts of 256 tokens), compare's peak memory above the floor's
+in chunks of float32 logits, as `bench` reports it (its target: 1.5). Then the passes recording hidden states as a
+comparison does, with and without the copy each hook makes, against the bare passes: what the copy costs. (The copy
+keeps what a module returned where the model edits it in place afterwards, as Falcon does; without it such a model's
+numbers would be wrong, so this measures the copy and changes nothing.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root: `core` as a package
+
+from profile_compare import recorded_passes  # noqa: E402  (this script's folder comes first on the path)
+
+from core import engine, metrics  # noqa: E402
+from core.bench import LARGE_VOCABULARY, floor_passes, peak_memory, workload  # noqa: E402
+from core.cpu_memory import keep_freed_memory  # noqa: E402
+from core.models import load_model  # noqa: E402
+from core.report import to_json_dict  # noqa: E402
+from core.runner import Runner, module_output  # noqa: E402
+from core.settings import Settings  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="tiny-qwen2.5-1.5b-shape")
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--blocks", help="block sizes to try beside the current one: 2**25,67108864")
+    args = parser.parse_args()
+    keep_freed_memory()
+    settings = Settings(model=args.model, dtype=args.dtype)
+    loaded = load_model(settings)
+    cuda = loaded.device.startswith("cuda")
+    current = metrics.block_elements(loaded.device)
+    others = [_elements(size) for size in args.blocks.split(",")] if args.blocks else [2 * current, 4 * current]
+    blocks = [current] + [size for size in others if size != current]
+    texts = workload(loaded.tokenizer, 16, 32, 128)
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    print(f"{args.model} {loaded.dtype} on {loaded.device}, block_elements now {current}")
+
+    methods = {"floor": lambda: floor_passes(loaded, texts, settings)}
+    for size in blocks:
+        methods[f"compare, block {size}"] = _in_block(size, lambda: engine.compare(texts, settings))
+    methods["recorded passes"] = lambda: recorded_passes(loaded, texts, settings)
+    methods["recorded passes, no copies"] = _uncopied(lambda: recorded_passes(loaded, texts, settings))
+    best = _best_of(methods, args.rounds, sync)
+    for name, seconds in best.items():
+        print(f"{name:34} {1e3 * seconds:8.1f} ms  {seconds / best['floor']:.3f} of the floor")
+
+    reports = [_report(size, texts, settings) for size in blocks]
+    for size, report in zip(blocks[1:], reports[1:]):
+        print(f"block {size}: the report is {'the same as' if report == reports[0] else 'NOT'} the current block's")
+
+    long_texts = workload(loaded.tokenizer, 32, 256, 256)
+    longest = max(len(loaded.tokenizer(text)["input_ids"]) for text in long_texts)
+    chunk_logits = min(settings.batch_size, len(long_texts)) * longest * loaded.vocab_size * 4
+    floor = peak_memory(lambda: floor_passes(loaded, long_texts, settings), loaded.device)
+    if loaded.vocab_size < LARGE_VOCABULARY:
+        print(f"(a vocabulary of {loaded.vocab_size}: hidden states outweigh logits, and bench sets no memory target)")
+    for size in blocks:
+        peak = peak_memory(_in_block(size, lambda: engine.compare(long_texts, settings)), loaded.device)
+        print(f"block {size}: memory above the floor's {(peak - floor) / chunk_logits:.3f} chunks of float32 logits")
+
+
+def _elements(size: str) -> int:
+    base, _, power = size.strip().partition("**")
+    return int(base) ** int(power) if power else int(base)
+
+
+def _in_block(elements: int, run):
+    """`run` with `block_elements` giving `elements` (where the engine groups texts and the metrics cut blocks)."""
+
+    def patched():
+        saved = metrics.block_elements, engine.block_elements
+        metrics.block_elements = engine.block_elements = lambda device: elements
+        try:
+            return run()
+        finally:
+            metrics.block_elements, engine.block_elements = saved
+
+    return patched
+
+
+def _uncopied(run):
+    """`run` with each hook keeping the module's output itself, not a copy of it."""
+
+    def patched():
+        saved = Runner._capture
+        Runner._capture = lambda self, name, module, args, output: self._captured.__setitem__(
+            name, module_output(output)
+        )
+        try:
+            return run()
+        finally:
+            Runner._capture = saved
+
+    return patched
+
+
+def _best_of(methods: dict, rounds: int, sync) -> dict[str, float]:
+    times: dict[str, list[float]] = {name: [] for name in methods}
+    names = list(methods)
+    for round_ in range(rounds + 1):  # the first is a warm-up
+        for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
+            sync()
+            started = time.perf_counter()
+            methods[name]()
+            sync()
+            if round_:
+                times[name].append(time.perf_counter() - started)
+    return {name: min(values) for name, values in times.items()}
+
+
+def _report(elements: int, texts: list[str], settings: Settings) -> str:
+    comparison = _in_block(elements, lambda: engine.compare(texts, settings))()
+    return json.dumps({k: v for k, v in to_json_dict(comparison).items() if k != "elapsed_s"}, sort_keys=True)
+
+
+if __name__ == "__main__":
+    main()
