@@ -326,9 +326,10 @@ def layer_stats(stacks: list[HiddenRows], lengths: list[int]) -> LayerStats:
     longest = max(lengths)
     # Row r of text i goes to place i * longest + r of a [texts, longest] grid: each text's reduction is then one
     # row's, the same sum in the same order every run (a scatter-add on a GPU adds in whatever order its threads
-    # finish, and a report could change in its last digits from run to run).
-    places = torch.cat([torch.arange(i * longest, i * longest + n) for i, n in enumerate(lengths)])
-    places = places.to(stacks[0].single.device)
+    # finish, and a report could change in its last digits from run to run). Made where the stacks are: a GPU
+    # would wait for a copy from the host.
+    device = stacks[0].single.device
+    places = torch.cat([torch.arange(i * longest, i * longest + n, device=device) for i, n in enumerate(lengths)])
     parts = [_same_width_stats(stack.batched, stack.single, places, len(lengths), longest) for stack in stacks]
     order = [i for stack in stacks for i in stack.modules]
     inverse = torch.empty(len(order), dtype=torch.long)
