@@ -18,14 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root: `core` as a package
 
-from profile_compare import recorded_passes  # noqa: E402  (this script's folder comes first on the path)
+from profile_compare import best_of, recorded_passes  # noqa: E402  (this script's folder comes first on the path)
 
 from core import engine, metrics  # noqa: E402
 from core.bench import LARGE_VOCABULARY, floor_passes, peak_memory, workload  # noqa: E402
@@ -59,7 +58,7 @@ def main() -> None:
         methods[f"compare, block {size}"] = _in_block(size, lambda: engine.compare(texts, settings))
     methods["recorded passes"] = lambda: recorded_passes(loaded, texts, settings)
     methods["recorded passes, no copies"] = _uncopied(lambda: recorded_passes(loaded, texts, settings))
-    best = _best_of(methods, args.rounds, sync)
+    best = best_of(methods, args.rounds, sync)
     for name, seconds in best.items():
         print(f"{name:34} {1e3 * seconds:8.1f} ms  {seconds / best['floor']:.3f} of the floor")
 
@@ -111,20 +110,6 @@ def _uncopied(run):
             Runner._capture = saved
 
     return patched
-
-
-def _best_of(methods: dict, rounds: int, sync) -> dict[str, float]:
-    times: dict[str, list[float]] = {name: [] for name in methods}
-    names = list(methods)
-    for round_ in range(rounds + 1):  # the first is a warm-up
-        for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
-            sync()
-            started = time.perf_counter()
-            methods[name]()
-            sync()
-            if round_:
-                times[name].append(time.perf_counter() - started)
-    return {name: min(values) for name, values in times.items()}
 
 
 def _report(elements: int, texts: list[str], settings: Settings) -> str:

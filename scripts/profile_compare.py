@@ -66,16 +66,7 @@ def main() -> None:
         "recorded": lambda: recorded_passes(loaded, texts, settings),
         "compare": lambda: engine.compare(texts, settings),
     }
-    times: dict[str, list[float]] = {name: [] for name in methods}
-    for round_ in range(args.rounds + 1):  # the first is a warm-up
-        for name in list(methods)[round_ % 3 :] + list(methods)[: round_ % 3]:
-            sync()
-            started = time.perf_counter()
-            methods[name]()
-            sync()
-            if round_:
-                times[name].append(time.perf_counter() - started)
-    best = {name: min(values) for name, values in times.items()}
+    best = best_of(methods, args.rounds, sync)
     mode = " (invariant)" if args.invariant else ""
     floor, recorded, compare = (1e3 * best[name] for name in methods)
     print(
@@ -103,6 +94,21 @@ def main() -> None:
             print(f"{count:6d}  {where}")
     floor, compare = (peak_memory(methods[name], loaded.device) / 2**20 for name in ("floor", "compare"))
     print(f"peak memory above the weights: floor {floor:.0f} MiB, compare {compare:.0f} MiB")
+
+
+def best_of(methods: dict, rounds: int, sync) -> dict[str, float]:
+    """Each method's best time in seconds over `rounds` rounds after a warm-up, the order rotating each round."""
+    times: dict[str, list[float]] = {name: [] for name in methods}
+    names = list(methods)
+    for round_ in range(rounds + 1):  # the first is a warm-up
+        for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
+            sync()
+            started = time.perf_counter()
+            methods[name]()
+            sync()
+            if round_:
+                times[name].append(time.perf_counter() - started)
+    return {name: min(values) for name, values in times.items()}
 
 
 def recorded_passes(loaded, texts: list[str], settings: Settings) -> None:
