@@ -81,12 +81,13 @@ def group_rows(parts: list[tuple[BatchedChunk, list[int]]], singles: list[PassOu
 
 
 def _real_positions(chunk: BatchedChunk, rows: list[int]) -> torch.Tensor:
-    """Where the real positions of the chunk's `rows` lie in its [b * T] flattened rows, row by row: found in the
-    mask's host copy, so that a GPU waits for one copy of them, not for a mask's and a nonzero's."""
+    """Where the real positions of the chunk's `rows` lie in its [b * T] flattened rows: found in the mask's host
+    copy, so that a GPU waits for one copy of them, not for a list index and a nonzero of its own."""
     mask = chunk.host_mask
-    width = len(mask[0])
-    positions = [row * width + t for row in rows for t, real in enumerate(mask[row]) if real]
-    return torch.tensor(positions, dtype=torch.long, device=chunk.output.logits.device)
+    chosen = torch.zeros(mask.shape[0], dtype=torch.bool)
+    chosen[rows] = True
+    real = (mask.bool() & chosen[:, None]).flatten().nonzero().flatten()
+    return real.to(chunk.output.logits.device)
 
 
 def _hidden_rows(

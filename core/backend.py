@@ -51,20 +51,24 @@ class BatchedChunk:
         """Row `row` of a [b, T, ...] tensor at its real (unpadded) positions, either padding side: a view of
         `tensor` where they are one run, as padding on either side leaves them (read it, never write it), else a
         copy. The mask follows the tensor: a sharded model's logits may sit on another device than its inputs."""
-        mask = self.host_mask[row]
+        mask = self._mask_rows[row]
         start = mask.index(1) if 1 in mask else 0
         end = start + sum(mask)
         return tensor[row, start:end] if all(mask[start:end]) else tensor[row][self.real_mask(row, tensor.device)]
 
     def real_token_ids(self) -> list[list[int]]:
         """Each row's tokens at its real positions, on the host: one copy for the chunk, not one per row."""
-        rows = zip(self.input_ids.tolist(), self.host_mask)
+        rows = zip(self.input_ids.tolist(), self._mask_rows)
         return [[token for token, real in zip(ids, mask) if real] for ids, mask in rows]
 
     @cached_property
-    def host_mask(self) -> list[list[int]]:
-        """The attention mask on the host, copied once for the chunk."""
-        return self.attention_mask.tolist()
+    def host_mask(self) -> torch.Tensor:
+        """The attention mask on the host ([b, T]), copied once for the chunk (on the CPU, the mask itself)."""
+        return self.attention_mask.cpu()
+
+    @cached_property
+    def _mask_rows(self) -> list[list[int]]:  # the host mask as lists, for reading a row's run of real tokens
+        return self.host_mask.tolist()
 
     def real_mask(self, row: int, device: torch.device) -> torch.Tensor:
         """A boolean mask over T selecting row `row`'s real tokens, on `device`."""
