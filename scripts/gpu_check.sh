@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check, for a lent GPU box with torch and transformers but no textual and no network:
 #   scripts/gpu_check.sh [invariant] [repeat] [numbers] [bench] [endpoint] [profile] [levers]   (none named: all)
+#   scripts/gpu_check.sh quick   (about 6 minutes: fits one call of a 15-minute lease with its start)
 # Runs from the repository root and writes its JSON under $OUT (default ./gpu-check), on
 # tiny-qwen2.5-1.5b-shape in bf16 with 32 texts of 128 tokens (`texts-32x128.txt`) and 32 of 16..128 tokens,
 # padded in a batch (`texts-32x16-128.txt`). Minutes as measured on one H200 (each command loads the model):
@@ -18,13 +19,16 @@
 # - profile (about 1.5 minutes each): `scripts/profile_compare.py`, in and out of the batch-invariant mode: the
 #   hooks' cost, each stage of a comparison, its milliseconds, kernel launches and waits, and the lines that wait;
 # - levers (about a minute; not yet run on a GPU): `scripts/gpu_levers.py`: compare/floor and memory with a metrics
-#   block 2x and 4x the current one (the reports must stay the same), and what the hooks' copies cost.
+#   block 2x and 4x the current one (the reports must stay the same), and what the hooks' copies cost;
+# - quick: repeat, profile out of the mode, levers, and one `bench` with sdpa at --rounds 2 --max-new-tokens 8
+#   (165 s on an H200), its JSON as bench-quick.json.
 set -uo pipefail
 OUT="${OUT:-gpu-check}"
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 XDG_CACHE_HOME="${XDG_CACHE_HOME:-/tmp/batchtui-cache}"
 MODEL="${MODEL:-tiny-qwen2.5-1.5b-shape}"  # another built-in model for a quick run on a CPU
 SECTIONS="${*:-invariant repeat numbers bench endpoint profile levers}"
+[[ " $SECTIONS " == *" quick "* ]] && SECTIONS="$SECTIONS repeat profile-compare levers bench-quick"
 run() { echo "+ $*"; local start=$SECONDS; "$@"; echo "exit $? in $((SECONDS - start)) s"; }
 wants() { [[ " $SECTIONS " == *" $1 "* ]]; }
 
@@ -116,12 +120,18 @@ if wants endpoint; then
     echo "vllm is not installed: the endpoint check is skipped"
   fi
 fi
-if wants profile; then
+if wants profile || wants profile-compare; then
   run python scripts/profile_compare.py --model $MODEL --dtype bfloat16
+fi
+if wants profile; then
   run python scripts/profile_compare.py --model $MODEL --dtype bfloat16 --invariant
 fi
 if wants levers; then
   run python scripts/gpu_levers.py --model $MODEL --dtype bfloat16
+fi
+if wants bench-quick; then
+  run python -m core bench --model $MODEL --dtype bfloat16 --attn sdpa --rounds 2 --max-new-tokens 8 \
+      --json "$OUT/bench-quick.json"
 fi
 python - "$OUT" <<'PY'
 import glob, json, sys
