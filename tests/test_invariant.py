@@ -322,22 +322,12 @@ def test_a_model_out_of_reach_is_not_applied_and_says_why(outside_the_matrix, tm
 
 async def test_the_remedies_screen_measures_the_mode():
     from textual.widgets import DataTable
-    from tui_helpers import make_app, settle, wait_for
-
-    from batchtui.tui.remedies_screen import RemediesScreen
+    from tui_helpers import make_app, measured_remedy, settle
 
     app = make_app(dtype="float32", positions="mask")
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot, app)
-        await pilot.press("R")
-        screen = app.screen
-        assert isinstance(screen, RemediesScreen)
-        choices = screen.query_one("#remedy-list")
-        choices.deselect_all()
-        choices.select("invariant")
-        await pilot.press("r")
-        await wait_for(pilot, lambda: screen.outcomes is not None, "remedies")
-        assert [o.name for o in screen.outcomes] == ["none", "invariant"]
+        screen = await measured_remedy(pilot, app, "invariant")
         table = screen.query_one(DataTable)
         bitwise = [str(column.label) for column in table.columns.values()].index("bitwise")
         texts = len(screen.outcomes[1].comparison.texts)

@@ -1,7 +1,7 @@
 """The app's explain-and-remedy parts: module view, decomposition, remedies and sweep screens."""
 
 from textual.widgets import Checkbox, DataTable
-from tui_helpers import MIXED, make_app, settle, wait_for
+from tui_helpers import MIXED, make_app, measured_remedy, settle, wait_for
 
 from batchtui.tui.layers import LayersPane
 from batchtui.tui.remedies_screen import RemediesScreen
@@ -38,15 +38,7 @@ async def test_remedies_screen_measures_before_and_after():
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot, app)
-        await pilot.press("R")
-        screen = app.screen
-        assert isinstance(screen, RemediesScreen)
-        choices = screen.query_one("#remedy-list")
-        choices.deselect_all()
-        choices.select("float32")
-        await pilot.press("r")
-        await wait_for(pilot, lambda: screen.outcomes is not None, "remedies")
-        assert [o.name for o in screen.outcomes] == ["none", "float32"]
+        screen = await measured_remedy(pilot, app, "float32")
         assert screen.query_one(DataTable).row_count == 2
         await pilot.press("escape")
         assert not isinstance(app.screen, RemediesScreen)

@@ -37,6 +37,23 @@ async def wait_for(pilot, condition, what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+async def measured_remedy(pilot, app: BatchtuiApp, remedy: str):
+    """Open the remedies screen (`R`), measure `remedy` alone against the baseline (`r`) and wait for both
+    outcomes; the screen."""
+    from batchtui.tui.remedies_screen import RemediesScreen
+
+    await pilot.press("R")
+    screen = app.screen
+    assert isinstance(screen, RemediesScreen)
+    choices = screen.query_one("#remedy-list")
+    choices.deselect_all()
+    choices.select(remedy)
+    await pilot.press("r")
+    await wait_for(pilot, lambda: screen.outcomes is not None, "remedies")
+    assert [o.name for o in screen.outcomes] == ["none", remedy]
+    return screen
+
+
 def detail_title(app: BatchtuiApp) -> str:
     return str(app.query_one("#detail").border_title)
 
