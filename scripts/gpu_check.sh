@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check, for a lent GPU box with torch and transformers but no textual and no network:
 #   scripts/gpu_check.sh [invariant] [repeat] [numbers] [bench] [endpoint] [profile] [levers]   (none named: all)
-#   scripts/gpu_check.sh quick   (about 6 minutes: fits one call of a 15-minute lease with its start)
+#   scripts/gpu_check.sh quick   (about 7 minutes: fits one call of a 15-minute lease with its start)
 # Runs from the repository root and writes its JSON under $OUT (default ./gpu-check), on
 # tiny-qwen2.5-1.5b-shape in bf16 with 32 texts of 128 tokens (`texts-32x128.txt`) and 32 of 16..128 tokens,
 # padded in a batch (`texts-32x16-128.txt`). Minutes as measured on one H200 (each command loads the model):
@@ -18,10 +18,11 @@
 # - endpoint: where vLLM is installed, `endpoint` against it (does load change its answers?);
 # - profile (about 1.5 minutes each): `scripts/profile_compare.py`, in and out of the batch-invariant mode: the
 #   hooks' cost, each stage of a comparison, its milliseconds, kernel launches and waits, and the lines that wait;
-# - levers (about a minute; not yet run on a GPU): `scripts/gpu_levers.py`: compare/floor and memory with a metrics
-#   block 2x and 4x the current one (the reports must stay the same), and what the hooks' copies cost;
-# - quick: repeat, profile out of the mode, levers, and one `bench` with sdpa at --rounds 2 --max-new-tokens 8
-#   (165 s on an H200), its JSON as bench-quick.json.
+# - levers (about two minutes, estimated; not yet run on a GPU): `scripts/gpu_levers.py`: compare/floor and memory
+#   with a metrics block 2x and 4x the current one (the reports must stay the same), what the hooks' copies cost, and
+#   the invariant mode's compare and generate with tiles of 64 (now), 128 and 256 rows (every text must stay bitwise);
+# - quick (about 7 minutes): repeat, profile out of the mode, levers, and one `bench` with sdpa at --rounds 2
+#   --max-new-tokens 8 (165 s on an H200), its JSON as bench-quick.json.
 set -uo pipefail
 OUT="${OUT:-gpu-check}"
 mkdir -p "$OUT"

@@ -1,7 +1,9 @@
-"""What two levers on a comparison's cost would buy, measured side by side in one process: the metrics' block size and
-the copy each hook makes. Made for a GPU, where a group and a block each cost a fixed set of kernel launches and waits.
+"""What three levers on a comparison's cost would buy, measured side by side in one process: the metrics' block size,
+the copy each hook makes and the invariant mode's tile height. Made for a GPU, where a group, a block and a tile each
+cost a fixed set of kernel launches.
 
     python scripts/gpu_levers.py [--model tiny-qwen2.5-1.5b-shape] [--dtype bfloat16] [--rounds 5] [--blocks 2**25]
+                                 [--tiles 128,256] [--new-tokens 8]
 
 Runs from the repository root. For each block size (elements of float32 work measured at once, `block_elements`:
 2**24 on a GPU now, 2**22 on the CPU), on `bench`'s workload (16 texts of 32..128 tokens): compare against the floor,
@@ -10,7 +12,11 @@ partitions rows); and, on bench's memory workload (32 texts of 256 tokens), comp
 in chunks of float32 logits, as `bench` reports it (its target: 1.5). Then the passes recording hidden states as a
 comparison does, with and without the copy each hook makes, against the bare passes: what the copy costs. (The copy
 keeps what a module returned where the model edits it in place afterwards, as Falcon does; without it such a model's
-numbers would be wrong, so this measures the copy and changes nothing.)
+numbers would be wrong, so this measures the copy and changes nothing.) Last, the batch-invariant mode with each tile
+height (the rows every matmul and reduction of a GPU computes at once, `tile_rows`: 64 now; any fixed height keeps a
+row's bits whatever its batch, while a taller one means fewer launches for a chunk and more padding for a short text
+or a decoding step): compare and generate in the mode against compare and generate, best of interleaved rounds, and
+how many texts came out bitwise equal to their single runs (all of them, at every height, or the height is wrong).
 """
 
 from __future__ import annotations
@@ -26,9 +32,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repositor
 
 from profile_compare import best_of, recorded_passes  # noqa: E402  (this script's folder comes first on the path)
 
-from core import engine, metrics  # noqa: E402
+from core import engine, invariant_rows, metrics  # noqa: E402
 from core.bench import LARGE_VOCABULARY, floor_passes, peak_memory, workload  # noqa: E402
 from core.cpu_memory import keep_freed_memory  # noqa: E402
+from core.generation import generate_and_compare  # noqa: E402
 from core.models import load_model  # noqa: E402
 from core.report import to_json_dict  # noqa: E402
 from core.runner import Runner, module_output  # noqa: E402
@@ -41,6 +48,8 @@ def main() -> None:
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--blocks", help="block sizes to try beside the current one: 2**25,67108864")
+    parser.add_argument("--tiles", default="128,256", help="GPU tile heights to try beside the current one")
+    parser.add_argument("--new-tokens", type=int, default=8, help="greedy steps of the generate runs")
     args = parser.parse_args()
     keep_freed_memory()
     settings = Settings(model=args.model, dtype=args.dtype)
@@ -76,6 +85,41 @@ def main() -> None:
         peak = peak_memory(_in_block(size, lambda: engine.compare(long_texts, settings)), loaded.device)
         print(f"block {size}: memory above the floor's {(peak - floor) / chunk_logits:.3f} chunks of float32 logits")
 
+    if cuda:
+        heights = [int(height) for height in args.tiles.split(",")]
+        _tile_heights(texts, settings, heights, max(2, args.rounds // 2), args.new_tokens, sync)
+    else:
+        print("(the CPU's tiles are measured per shape, not set: the tile lever is a GPU's)")
+
+
+def _tile_heights(texts: list[str], settings: Settings, others: list[int], rounds: int, new_tokens: int, sync) -> None:
+    """compare and generate in the invariant mode at each tile height, against compare and generate."""
+    current = invariant_rows.tile_rows(torch.device("cuda"))
+    heights = [current] + [height for height in others if height != current]
+    invariant = settings.with_changes(invariant=True)
+    methods = {
+        "compare": lambda: engine.compare(texts, settings),
+        "generate": lambda: generate_and_compare(texts, settings, new_tokens),
+    }
+    for height in heights:
+        methods[f"compare invariant, tiles {height}"] = _in_tiles(height, lambda: engine.compare(texts, invariant))
+        methods[f"generate invariant, tiles {height}"] = _in_tiles(
+            height, lambda: generate_and_compare(texts, invariant, new_tokens)
+        )
+    best = best_of(methods, rounds, sync)
+    for name, seconds in best.items():
+        base = best["generate" if name.startswith("generate") else "compare"]
+        print(f"{name:34} {1e3 * seconds:8.1f} ms  {seconds / base:.3f} of {name.split()[0]}")
+    for height in heights:
+        compared = _in_tiles(height, lambda: engine.compare(texts, invariant))()
+        generated = _in_tiles(height, lambda: generate_and_compare(texts, invariant, new_tokens))()
+        logits = sum(text.bitwise_equal for text in compared.texts)
+        steps = sum(text.bitwise_equal for text in generated.texts)
+        print(
+            f"tiles {height}: bitwise {logits}/{len(compared.texts)} texts (logits), {steps}/{len(generated.texts)} "
+            "(every generate step)"
+        )
+
 
 def _elements(size: str) -> int:
     base, _, power = size.strip().partition("**")
@@ -92,6 +136,20 @@ def _in_block(elements: int, run):
             return run()
         finally:
             metrics.block_elements, engine.block_elements = saved
+
+    return patched
+
+
+def _in_tiles(height: int, run):
+    """`run` with the invariant mode computing every GPU row in calls of `height` rows."""
+
+    def patched():
+        saved = invariant_rows._GPU_TILE_ROWS
+        invariant_rows._GPU_TILE_ROWS = height
+        try:
+            return run()
+        finally:
+            invariant_rows._GPU_TILE_ROWS = saved
 
     return patched
 
