@@ -1,6 +1,7 @@
 """Loading: built-in models through from_pretrained, reuse, trust_remote_code off by default."""
 
 import json
+import subprocess
 
 import transformers
 
@@ -69,13 +70,18 @@ def test_device_map_loads_through_accelerate_and_gives_the_same_numbers():
     assert [t.modules for t in sharded.texts] == [t.modules for t in plain.texts]
 
 
+def finished(process: subprocess.Popen, timeout: float = 90) -> subprocess.CompletedProcess:
+    """A started process waited for, with its output."""
+    stdout, stderr = process.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
 def test_with_the_hub_unreachable_a_cached_hub_id_loads_at_once_and_one_not_cached_says_so(tmp_path):
     """A hub that answers nothing (it closes every connection): a hub id in the local cache loads from it after
     one request, not after huggingface_hub's retries for every file (minutes); one not cached fails after one, with
     the reason. The hub's address is read when huggingface_hub is imported: each run is a process of its own."""
     import os
     import shutil
-    import subprocess
     import sys
 
     from servers import raw_socket_server
@@ -88,16 +94,22 @@ def test_with_the_hub_unreachable_a_cached_hub_id_loads_at_once_and_one_not_cach
     env["XDG_CACHE_HOME"] = str(tmp_path)
     with raw_socket_server(b"") as (url, received):
         env["HF_ENDPOINT"] = url.removesuffix("/v1")
-        runs = {
-            model: subprocess.run(
+        # Both at once: each is a process of its own, mostly importing, and the test waits for the slower only.
+        started = {
+            model: subprocess.Popen(
                 [sys.executable, "-m", "batchtui.core", "check", "--model", model, "a"],
-                capture_output=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
                 text=True,
                 env=env,
-                timeout=90,
             )
             for model in ("someone/tiny", "someone/absent")
         }
+        try:
+            runs = {model: finished(process) for model, process in started.items()}
+        finally:
+            for process in started.values():
+                process.kill()
     assert runs["someone/tiny"].returncode == 0 and "OK: all 1 texts allclose" in runs["someone/tiny"].stdout
     assert runs["someone/absent"].returncode == 2
     assert runs["someone/absent"].stderr.strip() == (
