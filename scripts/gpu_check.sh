@@ -19,8 +19,9 @@
 # - profile (about 1.5 minutes each): `scripts/profile_compare.py`, in and out of the batch-invariant mode: the
 #   hooks' cost, each stage of a comparison, its milliseconds, kernel launches and waits, and the lines that wait;
 # - levers (about two minutes, estimated; not yet run on a GPU): `scripts/gpu_levers.py`: compare/floor and memory
-#   with a metrics block 2x and 4x the current one (the reports must stay the same), what the hooks' copies cost, and
-#   the invariant mode's compare and generate with tiles of 64 (now), 128 and 256 rows (every text must stay bitwise);
+#   with a metrics block 2x and 4x the current one and groups of 2 and 4 blocks (the reports must stay the same),
+#   what the hooks' copies cost, and the invariant mode's compare and generate with tiles of 64 (now), 128 and 256
+#   rows (every text must stay bitwise);
 # - quick (about 7 minutes): repeat, profile out of the mode, levers, and one `bench` with sdpa at --rounds 2
 #   --max-new-tokens 8 (165 s on an H200), its JSON as bench-quick.json.
 set -uo pipefail

@@ -1,14 +1,15 @@
-"""What three levers on a comparison's cost would buy, measured side by side in one process: the metrics' block size,
-the copy each hook makes and the invariant mode's tile height. Made for a GPU, where a group, a block and a tile each
-cost a fixed set of kernel launches.
+"""What four levers on a comparison's cost would buy, measured side by side in one process: the metrics' block size,
+the texts measured together, the copy each hook makes and the invariant mode's tile height. Made for a GPU, where a
+group, a block and a tile each cost a fixed set of kernel launches.
 
     python scripts/gpu_levers.py [--model tiny-qwen2.5-1.5b-shape] [--dtype bfloat16] [--rounds 5] [--blocks 2**25]
-                                 [--tiles 128,256] [--new-tokens 8]
+                                 [--groups 2,4] [--tiles 128,256] [--new-tokens 8]
 
 Runs from the repository root. For each block size (elements of float32 work measured at once, `block_elements`:
-2**24 on a GPU now, 2**22 on the CPU), on `bench`'s workload (16 texts of 32..128 tokens): compare against the floor,
-best of interleaved rounds; whether its report is the current block's digit for digit (it must be: a block only
-partitions rows); and, on bench's memory workload (32 texts of 256 tokens), compare's peak memory above the floor's
+2**24 on a GPU now, 2**22 on the CPU), and for groups of texts measured once their rows fill 2 or 4 blocks (one now;
+over a real vocabulary on a GPU a block holds about 110 rows, so a group is a text or two), on `bench`'s workload (16
+texts of 32..128 tokens): compare against the floor, best of interleaved rounds; whether its report is the current
+one's digit for digit (it must be: blocks and groups only partition rows); and, on bench's memory workload (32 texts of 256 tokens), compare's peak memory above the floor's
 in chunks of float32 logits, as `bench` reports it (its target: 1.5). Then the passes recording hidden states as a
 comparison does, with and without the copy each hook makes, against the bare passes: what the copy costs. (The copy
 keeps what a module returned where the model edits it in place afterwards, as Falcon does; without it such a model's
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -48,6 +50,12 @@ def main() -> None:
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--blocks", help="block sizes to try beside the current one: 2**25,67108864")
+    parser.add_argument(
+        "--groups",
+        default="2,4",
+        type=lambda text: [int(n) for n in text.split(",")],
+        help="texts measured together until their rows fill this many blocks, not one (blocks unchanged)",
+    )
     parser.add_argument("--tiles", default="128,256", help="GPU tile heights to try beside the current one")
     parser.add_argument("--new-tokens", type=int, default=8, help="greedy steps of the generate runs")
     args = parser.parse_args()
@@ -62,18 +70,24 @@ def main() -> None:
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     print(f"{args.model} {loaded.dtype} on {loaded.device}, block_elements now {current}")
 
+    # Each variant: a label and what runs a comparison under it (the first: as it is now).
+    variants = {f"block {current}": lambda run: run}
+    variants |= {f"block {size}": partial(_in_block, size) for size in blocks[1:]}
+    variants |= {f"groups of {count} blocks": partial(_in_groups, count) for count in args.groups}
     methods = {"floor": lambda: floor_passes(loaded, texts, settings)}
-    for size in blocks:
-        methods[f"compare, block {size}"] = _in_block(size, lambda: engine.compare(texts, settings))
+    for label, variant in variants.items():
+        methods[f"compare, {label}"] = variant(lambda: engine.compare(texts, settings))
     methods["recorded passes"] = lambda: recorded_passes(loaded, texts, settings)
     methods["recorded passes, no copies"] = _uncopied(lambda: recorded_passes(loaded, texts, settings))
     best = best_of(methods, args.rounds, sync)
     for name, seconds in best.items():
         print(f"{name:34} {1e3 * seconds:8.1f} ms  {seconds / best['floor']:.3f} of the floor")
 
-    reports = [_report(size, texts, settings) for size in blocks]
-    for size, report in zip(blocks[1:], reports[1:]):
-        print(f"block {size}: the report is {'the same as' if report == reports[0] else 'NOT'} the current block's")
+    reports = {label: _report(variant, texts, settings) for label, variant in variants.items()}
+    now = reports[f"block {current}"]
+    for label, report in reports.items():
+        if report is not now:
+            print(f"{label}: the report is {'the same as' if report == now else 'NOT'} the current one's")
 
     long_texts = workload(loaded.tokenizer, 32, 256, 256)
     longest = max(len(loaded.tokenizer(text)["input_ids"]) for text in long_texts)
@@ -81,9 +95,9 @@ def main() -> None:
     floor = peak_memory(lambda: floor_passes(loaded, long_texts, settings), loaded.device)
     if loaded.vocab_size < LARGE_VOCABULARY:
         print(f"(a vocabulary of {loaded.vocab_size}: hidden states outweigh logits, and bench sets no memory target)")
-    for size in blocks:
-        peak = peak_memory(_in_block(size, lambda: engine.compare(long_texts, settings)), loaded.device)
-        print(f"block {size}: memory above the floor's {(peak - floor) / chunk_logits:.3f} chunks of float32 logits")
+    for label, variant in variants.items():
+        peak = peak_memory(variant(lambda: engine.compare(long_texts, settings)), loaded.device)
+        print(f"{label}: memory above the floor's {(peak - floor) / chunk_logits:.3f} chunks of float32 logits")
 
     if cuda:
         heights = [int(height) for height in args.tiles.split(",")]
@@ -140,6 +154,21 @@ def _in_block(elements: int, run):
     return patched
 
 
+def _in_groups(count: int, run):
+    """`run` with a group of texts measured once its rows fill `count` metrics blocks, not one (each block still
+    measured as one; on a GPU a group's own ops, its gathers, layer sums and results, are a fixed set of launches)."""
+
+    def patched():
+        saved = engine.block_rows
+        engine.block_rows = lambda device, vocab: count * metrics.block_rows(device, vocab)
+        try:
+            return run()
+        finally:
+            engine.block_rows = saved
+
+    return patched
+
+
 def _in_tiles(height: int, run):
     """`run` with the invariant mode computing every GPU row in calls of `height` rows."""
 
@@ -170,8 +199,8 @@ def _uncopied(run):
     return patched
 
 
-def _report(elements: int, texts: list[str], settings: Settings) -> str:
-    comparison = _in_block(elements, lambda: engine.compare(texts, settings))()
+def _report(variant, texts: list[str], settings: Settings) -> str:
+    comparison = variant(lambda: engine.compare(texts, settings))()
     return json.dumps({k: v for k, v in to_json_dict(comparison).items() if k != "elapsed_s"}, sort_keys=True)
 
 
