@@ -20,7 +20,7 @@
 #   hooks' cost, each stage of a comparison, its milliseconds, kernel launches and waits, and the lines that wait;
 # - levers (about two minutes, estimated; not yet run on a GPU): `scripts/gpu_levers.py`: compare/floor and memory
 #   with a metrics block 2x and 4x the current one and groups of 2 and 4 blocks (the reports must stay the same),
-#   what the hooks' copies cost, and the invariant mode's compare and generate with tiles of 64 (now), 128 and 256
+#   what the hooks' copies cost, and the invariant mode's compare and generate with tiles of 64 (now), 256 and 1024
 #   rows (every text must stay bitwise);
 # - quick (about 7 minutes): repeat, profile out of the mode, levers, and one `bench` with sdpa at --rounds 2
 #   --max-new-tokens 8 (165 s on an H200), its JSON as bench-quick.json.

@@ -3,21 +3,22 @@ the texts measured together, the copy each hook makes and the invariant mode's t
 group, a block and a tile each cost a fixed set of kernel launches.
 
     python scripts/gpu_levers.py [--model tiny-qwen2.5-1.5b-shape] [--dtype bfloat16] [--rounds 5] [--blocks 2**25]
-                                 [--groups 2,4] [--tiles 128,256] [--new-tokens 8]
+                                 [--groups 2,4] [--tiles 256,1024] [--new-tokens 8]
 
 Runs from the repository root. For each block size (elements of float32 work measured at once, `block_elements`:
 2**24 on a GPU now, 2**22 on the CPU), and for groups of texts measured once their rows fill 2 or 4 blocks (one now;
-over a real vocabulary on a GPU a block holds about 110 rows, so a group is a text or two), on `bench`'s workload (16
-texts of 32..128 tokens): compare against the floor, best of interleaved rounds; whether its report is the current
-one's digit for digit (it must be: blocks and groups only partition rows); and, on bench's memory workload (32 texts of 256 tokens), compare's peak memory above the floor's
-in chunks of float32 logits, as `bench` reports it (its target: 1.5). Then the passes recording hidden states as a
-comparison does, with and without the copy each hook makes, against the bare passes: what the copy costs. (The copy
-keeps what a module returned where the model edits it in place afterwards, as Falcon does; without it such a model's
-numbers would be wrong, so this measures the copy and changes nothing.) Last, the batch-invariant mode with each tile
-height (the rows every matmul and reduction of a GPU computes at once, `tile_rows`: 64 now; any fixed height keeps a
-row's bits whatever its batch, while a taller one means fewer launches for a chunk and more padding for a short text
-or a decoding step): compare and generate in the mode against compare and generate, best of interleaved rounds, and
-how many texts came out bitwise equal to their single runs (all of them, at every height, or the height is wrong).
+over a real vocabulary on a GPU a block holds about 110 rows, so a group is a text or two), on `bench`'s workload
+(16 texts of 32..128 tokens): compare against the floor, best of interleaved rounds; whether its report is the
+current one's digit for digit (it must be: blocks and groups only partition rows); and, on bench's memory workload
+(32 texts of 256 tokens), compare's peak memory above the floor's in chunks of float32 logits, as `bench` reports it
+(its target: 1.5). Then the passes recording hidden states as a comparison does, with and without the copy each hook
+makes, against the bare passes: what the copy costs. (The copy keeps what a module returned where the model edits it
+in place afterwards, as Falcon does; without it such a model's numbers would be wrong, so this measures the copy and
+changes nothing.) Last, the batch-invariant mode with each tile height (the rows every matmul and reduction of a GPU
+computes at once, `tile_rows`: 64 now; any fixed height keeps a row's bits whatever its batch, while a taller one
+means fewer launches for a chunk and more padding for a short text or a decoding step): compare and generate in the
+mode against compare and generate, best of interleaved rounds, and how many texts came out bitwise equal to their
+single runs (all of them, at every height, or the height is wrong).
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def main() -> None:
         type=lambda text: [int(n) for n in text.split(",")],
         help="texts measured together until their rows fill this many blocks, not one (blocks unchanged)",
     )
-    parser.add_argument("--tiles", default="128,256", help="GPU tile heights to try beside the current one")
+    parser.add_argument("--tiles", default="256,1024", help="GPU tile heights to try beside the current one")
     parser.add_argument("--new-tokens", type=int, default=8, help="greedy steps of the generate runs")
     args = parser.parse_args()
     keep_freed_memory()
