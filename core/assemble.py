@@ -102,12 +102,13 @@ def _hidden_rows(
     for modules in kinds.values():
         first = batched[0][modules[0]]
         in_batch = first.new_empty(len(modules), ends[-1], first.shape[-1])
-        alone = torch.empty_like(in_batch)
         for slot, module in enumerate(modules):
             for part, (positions, end) in enumerate(zip(real, ends)):
                 out = in_batch[slot, end - positions.numel() : end]
                 torch.index_select(batched[part][module].flatten(0, 1), 0, positions, out=out)
-            torch.cat([s.hidden[module] for s in singles], dim=1, out=alone[slot : slot + 1])  # [1, T, H] each
+        # The single runs' [1, T, H] states module by module, text by text: [1, M * N, H] in one copy, read as
+        # [M, N, H] (one op for all modules, which on a GPU is one launch instead of one a module).
+        alone = torch.cat([s.hidden[module] for module in modules for s in singles], dim=1).view_as(in_batch)
         stacks.append(HiddenRows(modules, in_batch, alone))
     return stacks
 
