@@ -122,14 +122,16 @@ if wants endpoint; then
     echo "vllm is not installed: the endpoint check is skipped"
   fi
 fi
+# The scripts' readouts are kept as files too: the command's output that comes back is only its tail.
 if wants profile || wants profile-compare; then
-  run python scripts/profile_compare.py --model $MODEL --dtype bfloat16
+  run python scripts/profile_compare.py --model $MODEL --dtype bfloat16 2>&1 | tee "$OUT/profile.txt"
 fi
 if wants profile; then
-  run python scripts/profile_compare.py --model $MODEL --dtype bfloat16 --invariant
+  run python scripts/profile_compare.py --model $MODEL --dtype bfloat16 --invariant 2>&1 \
+      | tee "$OUT/profile-invariant.txt"
 fi
 if wants levers; then
-  run python scripts/gpu_levers.py --model $MODEL --dtype bfloat16
+  run python scripts/gpu_levers.py --model $MODEL --dtype bfloat16 2>&1 | tee "$OUT/levers.txt"
 fi
 if wants bench-quick; then
   run python -m core bench --model $MODEL --dtype bfloat16 --attn sdpa --rounds 2 --max-new-tokens 8 \
