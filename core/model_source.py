@@ -80,10 +80,13 @@ _NOT_CACHED_NOR_REACHABLE = (
 )
 
 
-def load_failure_message(name: str, exc: BaseException) -> str:
-    """transformers' error for a source that passed `source_problem`, in words about the path or id."""
+def load_failure_message(name: str, source: str, attn: str | None, exc: BaseException) -> str:
+    """transformers' error for a source that passed `source_problem`, in words about the path or id (`name` as the
+    user gave it, `source` where it was read from: a built-in model's folder) or about the attention asked for."""
     said = first_line(exc)
-    if Path(name).expanduser().exists():
+    if attn and ("attn_implementation" in said or "attention" in said.lower()):
+        return f"attention {attn!r} cannot be used with model {name!r} here: {said}"
+    if Path(source).expanduser().exists():
         return f"cannot load model {name!r}: {said}"
     offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false", "False")
     lowered = said.lower()

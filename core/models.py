@@ -120,7 +120,7 @@ def _load(settings: Settings, device: str) -> LoadedModel:
     except BatchtuiError:
         raise
     except Exception as exc:  # transformers raises OSError, ValueError, KeyError... for a bad source
-        raise ModelLoadError(load_failure_message(settings.model, exc)) from exc
+        raise ModelLoadError(load_failure_message(settings.model, source, settings.attn, exc)) from exc
     if settings.device_map:
         # Sharded by accelerate: inputs go where the embeddings are; metrics gather to the logits' device.
         device = str(model.get_input_embeddings().weight.device)

@@ -27,6 +27,9 @@ CLI_CASES = [
     (["--model", "not-causal", "ok"], "has a config.json but no weights"),
     (["--model", "no-pad-no-eos", "ok"], "has neither a pad nor an eos token"),
     (["--model", "nobody/nothing", "ok"], "'nobody/nothing' is not in the local cache and HF_HUB_OFFLINE is set"),
+    # The attention is what failed, not the built-in model's folder (which is no hub id).
+    (["--model", "tiny", "--attn", "flash", "ok"], "error: attention 'flash' cannot be used with model 'tiny' here:"),
+    (["--model", "tiny", "--attn", "flash_attention_2", "ok"], "attention 'flash_attention_2' cannot be used"),
 ]
 
 
