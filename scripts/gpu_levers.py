@@ -141,63 +141,47 @@ def _elements(size: str) -> int:
     return int(base) ** int(power) if power else int(base)
 
 
-def _in_block(elements: int, run):
-    """`run` with `block_elements` giving `elements` (where the engine groups texts and the metrics cut blocks)."""
+def _patched(run, *changes):
+    """`run` with each (owner, name, value) of `changes` set while it runs, and put back after."""
 
     def patched():
-        saved = metrics.block_elements, engine.block_elements
-        metrics.block_elements = engine.block_elements = lambda device: elements
+        saved = [(owner, name, getattr(owner, name)) for owner, name, _ in changes]
+        for owner, name, value in changes:
+            setattr(owner, name, value)
         try:
             return run()
         finally:
-            metrics.block_elements, engine.block_elements = saved
+            for owner, name, value in saved:
+                setattr(owner, name, value)
 
     return patched
+
+
+def _in_block(elements: int, run):
+    """`run` with `block_elements` giving `elements` (where the engine groups texts and the metrics cut blocks)."""
+    block = lambda device: elements  # noqa: E731
+    return _patched(run, (metrics, "block_elements", block), (engine, "block_elements", block))
 
 
 def _in_groups(count: int, run):
     """`run` with a group of texts measured once its rows fill `count` metrics blocks, not one (each block still
     measured as one; on a GPU a group's own ops, its gathers, layer sums and results, are a fixed set of launches)."""
-
-    def patched():
-        saved = engine.block_rows
-        engine.block_rows = lambda device, vocab: count * metrics.block_rows(device, vocab)
-        try:
-            return run()
-        finally:
-            engine.block_rows = saved
-
-    return patched
+    rows = lambda device, vocab: count * metrics.block_rows(device, vocab)  # noqa: E731
+    return _patched(run, (engine, "block_rows", rows))
 
 
 def _in_tiles(height: int, run):
     """`run` with the invariant mode computing every GPU row in calls of `height` rows."""
-
-    def patched():
-        saved = invariant_rows._GPU_TILE_ROWS
-        invariant_rows._GPU_TILE_ROWS = height
-        try:
-            return run()
-        finally:
-            invariant_rows._GPU_TILE_ROWS = saved
-
-    return patched
+    return _patched(run, (invariant_rows, "_GPU_TILE_ROWS", height))
 
 
 def _uncopied(run):
     """`run` with each hook keeping the module's output itself, not a copy of it."""
 
-    def patched():
-        saved = Runner._capture
-        Runner._capture = lambda self, name, module, args, output: self._captured.__setitem__(
-            name, module_output(output)
-        )
-        try:
-            return run()
-        finally:
-            Runner._capture = saved
+    def capture(self, name, module, args, output):
+        self._captured[name] = module_output(output)
 
-    return patched
+    return _patched(run, (Runner, "_capture", capture))
 
 
 def _report(variant, texts: list[str], settings: Settings) -> str:
