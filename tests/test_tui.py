@@ -10,9 +10,10 @@ from tui_helpers import MIXED, detail_title, make_app, settle, wait_for
 
 from batchtui.core.cell_navigation import next_divergent
 from batchtui.tui.app import EDIT_DEBOUNCE_S
+from batchtui.tui.engine_calls import call_engine
 from batchtui.tui.heatmap import Heatmap
 from batchtui.tui.help_screen import HelpScreen
-from batchtui.tui.messages import ComparisonReady
+from batchtui.tui.messages import ComparisonReady, GenerationFailed, RunFailed, RunProgress
 from batchtui.tui.prompt_screen import PromptScreen
 from batchtui.tui.summary_table import SummaryTable
 
@@ -110,6 +111,24 @@ async def test_stale_result_is_never_shown():
         app.post_message(stale)
         await pilot.pause()
         assert app.state.settled_run == app.state.run_number - 1
+
+
+async def test_a_run_that_ends_after_the_app_closed_is_dropped_without_an_error():
+    # A worker's thread outlives the app when the user quits mid-run: its messages and results then arrive
+    # with the widgets gone, and must be dropped, not raise into the closing app.
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        run, shown = app.state.run_number, app.state.comparison
+    assert not app.is_running
+    delivered = []
+    app.on_run_progress(RunProgress(run, "late"))
+    app.on_run_failed(RunFailed(run, "late"))
+    app.on_comparison_ready(ComparisonReady(run, shown))
+    app.on_generation_failed(GenerationFailed(run, "late"))
+    call_engine(app, lambda: "late", delivered.append)
+    call_engine(app, lambda: 1 / 0, delivered.append, delivered.append)
+    assert delivered == [] and app.state.settled_run == run and app.state.comparison is shown
 
 
 async def test_engine_error_is_shown_and_the_app_survives():

@@ -202,12 +202,17 @@ class BatchtuiApp(
 
         post_outcome(self, run_number, run, ComparisonReady, RunFailed)
 
+    def shows_run(self, run_number: int) -> bool:
+        """Whether a worker's message about run `run_number` belongs on screen: the run is the latest and the
+        app is not closing (once it is, its widgets may already be gone)."""
+        return self.is_running and self.state.is_current(run_number)
+
     def on_run_progress(self, message: RunProgress) -> None:
-        if self.state.is_current(message.run_number):
+        if self.shows_run(message.run_number):
             self.query_one(StatusLine).set_activity(message.label)
 
     def on_run_failed(self, message: RunFailed) -> None:
-        if self.state.is_current(message.run_number):
+        if self.shows_run(message.run_number):
             self.state.settle(message.run_number)
             status = self.query_one(StatusLine)
             status.end_run()
@@ -216,7 +221,7 @@ class BatchtuiApp(
             self.notify(message.message, title="comparison failed", severity="error", timeout=10)
 
     def on_comparison_ready(self, message: ComparisonReady) -> None:
-        if not self.state.is_current(message.run_number):
+        if not self.shows_run(message.run_number):
             return  # a stale run's result is never shown
         comparison = message.comparison
         self.state.settle(message.run_number, comparison)

@@ -93,7 +93,7 @@ class EndpointRuns:
         post_outcome(self, run_number, run, EndpointReady, RunFailed)
 
     def on_endpoint_ready(self, message: EndpointReady) -> None:
-        if not self.state.is_current(message.run_number):
+        if not self.shows_run(message.run_number):
             return
         result = message.result
         self.state.settle(message.run_number)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 from textual.app import App
+from textual.message_pump import MessagePump
 
 from ..core.errors import BatchtuiError, Cancelled
 
@@ -14,8 +16,27 @@ def failure_message(exc: BaseException) -> str:
     return str(exc) if isinstance(exc, BatchtuiError) else f"{type(exc).__name__}: {exc}"
 
 
+def on_ui_thread(owner: MessagePump, callback: Callable[..., object], *args: object) -> None:
+    """Run `callback(*args)` on the UI thread, unless `owner` (the app, or a screen) has begun to close: its
+    widgets may already be gone, and a worker that outlives them ends without a word."""
+
+    def open_() -> bool:
+        return owner.is_running and owner.app.is_running
+
+    def deliver() -> None:
+        if open_():
+            callback(*args)
+
+    if open_():
+        try:
+            owner.app.call_from_thread(deliver)
+        except RuntimeError:  # the app's loop closed after the check above
+            if owner.app.is_running:
+                raise
+
+
 def call_engine(
-    app: App,
+    owner: MessagePump,
     work: Callable[[], object],
     on_result: Callable[[object], None],
     on_failure: Callable[[str], None] | None = None,
@@ -31,11 +52,11 @@ def call_engine(
         return
     except Exception as exc:  # noqa: BLE001 - the app must survive anything the engine raises
         if on_failure is None:
-            app.call_from_thread(app.notify, failure_message(exc), severity="error", markup=False)
+            on_ui_thread(owner, partial(owner.app.notify, severity="error", markup=False), failure_message(exc))
         else:
-            app.call_from_thread(on_failure, failure_message(exc))
+            on_ui_thread(owner, on_failure, failure_message(exc))
         return
-    app.call_from_thread(on_result, result)
+    on_ui_thread(owner, on_result, result)
 
 
 def post_outcome(app: App, run_number: int, work: Callable[[], object], ready, failed) -> None:

@@ -63,7 +63,7 @@ class GenerationRuns:
         post_outcome(self, run_number, run, GenerationReady, GenerationFailed)
 
     def on_generation_ready(self, message: GenerationReady) -> None:
-        if not self.state.is_current(message.run_number):
+        if not self.shows_run(message.run_number):
             return
         self.state.keep_generation(message.run_number, message.result)
         status = self.query_one(StatusLine)
@@ -73,7 +73,7 @@ class GenerationRuns:
         self.query_one(GenerationPane).show(message.result, self.state.selected[0])
 
     def on_generation_failed(self, message: GenerationFailed) -> None:
-        if not self.state.is_current(message.run_number):
+        if not self.shows_run(message.run_number):
             return
         self.query_one(StatusLine).set_error(f"generation: {message.message}")
         self.query_one(GenerationPane).waiting(f"generation failed: {message.message}")

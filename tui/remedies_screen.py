@@ -70,7 +70,7 @@ class RemediesScreen(Screen[None]):
         def compare_fn(texts, settings):
             return compare(texts, settings, cancelled=lambda: worker.is_cancelled)
 
-        call_engine(self.app, lambda: compare_remedies(self.texts, self.settings, names, compare_fn), self._show)
+        call_engine(self, lambda: compare_remedies(self.texts, self.settings, names, compare_fn), self._show)
 
     def _show(self, outcomes) -> None:
         self.outcomes = outcomes

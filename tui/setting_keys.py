@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+from functools import partial
 
 from ..core.errors import BatchtuiError
 from ..core.settings import DTYPES, PADDING_SIDES, POSITION_MODES
 from ..core.texts import read_text_lines
-from .engine_calls import call_engine
+from .engine_calls import call_engine, on_ui_thread
 from .prompt_screen import PromptScreen
 from .settings_panel import BATCH_SIZES
 from .texts_editor import TextsEditor
@@ -98,9 +99,9 @@ class SettingKeys:
         try:
             lines = read_text_lines(path)
         except BatchtuiError as exc:
-            self.call_from_thread(self.notify, str(exc), title="texts not loaded", severity="error")
+            on_ui_thread(self, partial(self.notify, title="texts not loaded", severity="error"), str(exc))
             return
-        self.call_from_thread(self._load_texts, path, lines)
+        on_ui_thread(self, self._load_texts, path, lines)
 
     def _load_texts(self, path: str, lines: list[str]) -> None:
         self.query_one(TextsEditor).replace_texts(lines)

@@ -21,7 +21,7 @@ from ..core.plain_text import SWEEP_HEADER, sweep_row
 from ..core.settings import LOW_PRECISION_GRID, Settings
 from ..core.sweep import describe_cell, parse_batch_sizes, parse_names, sweep_summary
 from . import chart_colors
-from .engine_calls import call_engine
+from .engine_calls import call_engine, on_ui_thread
 from .steady_footer import SteadyFooter
 
 SWEEP_DTYPES = LOW_PRECISION_GRID
@@ -91,13 +91,13 @@ class SweepScreen(Screen[None]):
         from ..core.sweep import sweep, sweep_grid
 
         grid = sweep_grid(self.settings, *grid_axes, [self.settings.attn or "default"], [self.settings.padding_side])
-        self.app.call_from_thread(self._progress, 0, len(grid), "")
+        on_ui_thread(self, self._progress, 0, len(grid), "")
 
         def progress(done: int, total: int, cell) -> None:
-            self.app.call_from_thread(self._progress, done, total, f"{done}/{total} done, last {describe_cell(cell)}")
+            on_ui_thread(self, self._progress, done, total, f"{done}/{total} done, last {describe_cell(cell)}")
 
         call_engine(
-            self.app,
+            self,
             lambda: sweep(self.texts, grid, compare, progress=progress, cancelled=lambda: worker.is_cancelled),
             self._show,
         )
