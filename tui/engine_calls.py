@@ -20,19 +20,20 @@ def on_ui_thread(owner: MessagePump, callback: Callable[..., object], *args: obj
     """Run `callback(*args)` on the UI thread, unless `owner` (the app, or a screen) has begun to close: its
     widgets may already be gone, and a worker that outlives them ends without a word."""
 
-    def open_() -> bool:
+    def still_open() -> bool:
         return owner.is_running and owner.app.is_running
 
     def deliver() -> None:
-        if open_():
+        if still_open():  # checked again on the UI thread: the owner may have closed while this waited
             callback(*args)
 
-    if open_():
-        try:
-            owner.app.call_from_thread(deliver)
-        except RuntimeError:  # the app's loop closed after the check above
-            if owner.app.is_running:
-                raise
+    if not still_open():
+        return  # a closed app's loop may never run what is handed to it: the worker would wait for ever
+    try:
+        owner.app.call_from_thread(deliver)
+    except RuntimeError:  # the app's loop closed after the check above
+        if owner.app.is_running:
+            raise
 
 
 def call_engine(
