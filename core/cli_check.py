@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from .cli_exit import parsed_and_guarded
-from .cli_options import OneLineParser, add_remedy_option, command_parser
+from .cli_options import OneLineParser, add_remedy_option, command_parser, given_options
 from .cli_report import ReportKind, add_repro_options, report_command
 
 DESCRIPTION = (
@@ -27,14 +27,14 @@ def check_parser(prog: str) -> OneLineParser:
 
 def run_check(argv: list[str], prog: str = "batchtui check") -> int:
     parser = check_parser(prog)
-    return parsed_and_guarded(parser, argv, lambda args: _check(args, [*prog.split(), *argv]))
+    return parsed_and_guarded(parser, argv, lambda args: _check(args, [*prog.split(), *argv], parser, argv))
 
 
-def _check(args: argparse.Namespace, command_line: list[str]) -> int:
+def _check(args: argparse.Namespace, command_line: list[str], parser: OneLineParser, argv: list[str]) -> int:
     if args.from_pack:
         from .cli_from_pack import check_from_pack
 
-        return check_from_pack(args)
+        return check_from_pack(args, given_options(parser, argv))
     args.command_line = command_line
 
     def run(texts, settings, lines, sink):

@@ -31,30 +31,35 @@ def _match_json(match) -> dict | None:
     }
 
 
-def check_from_pack(args: argparse.Namespace) -> int:
+def check_from_pack(args: argparse.Namespace, given: set[str]) -> int:
+    """`given`: the options named on the command line; only `--model` (and with it `--trust-remote-code`)
+    changes what the pack runs."""
     from .environment import differences
+    from .pack_file import choose_model, read_pack
     from .report import run_environment, write_json
-    from .repro import KeptLogits, match_logits, read_pack
+    from .repro import KeptLogits, match_logits
 
-    pack = read_pack(args.from_pack)
+    pack = read_pack(args.from_pack, args.repro_max_mb)
+    chosen = choose_model(pack, args.model if "model" in given else None, args.trust_remote_code)
     check_report_destination(args.json)
     start_torch(args)
     kept = KeptLogits(cap_bytes=2**62)
     config = pack.report.get("config", {})
-    if "generate" in pack.command[:4]:
+    if pack.is_generation:
         from .generation import generate_and_compare
 
         result = generate_and_compare(
-            pack.texts, pack.settings, config.get("max_new_tokens", 32), bool(config.get("from_embeds")),
+            pack.texts, chosen.settings, config.get("max_new_tokens", 32), bool(config.get("from_embeds")),
             lines=pack.lines, logits_sink=kept,
         )  # fmt: skip
     else:
         from .engine import compare
 
-        result = compare(pack.texts, pack.settings, lines=pack.lines, logits_sink=kept)
+        result = compare(pack.texts, chosen.settings, lines=pack.lines, logits_sink=kept)
     here = run_environment(result.config, pack.texts)
     changed = differences(pack.report.get("environment", {}), here, ignore=("fingerprint", "identity.folder"))
     out = human_output(args.json)
+    print(literal(chosen.line), file=out)
     if changed:
         print(f"environment: {len(changed)} differences (the pack's → here)", file=out)
         for name, theirs, ours in changed:
@@ -77,6 +82,8 @@ def check_from_pack(args: argparse.Namespace) -> int:
         write_json(
             {
                 "pack": str(pack.path),
+                "model": chosen.settings.model,
+                "model_is_the_packs": chosen.settings.model == pack.settings.model,
                 "environment_differences": [{"field": f, "pack": a, "here": b} for f, a, b in changed],
                 "texts": entries,
                 "reproduced": same,

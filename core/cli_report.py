@@ -68,7 +68,11 @@ def add_repro_options(parser: argparse.ArgumentParser) -> None:
         "--repro", metavar="DIR", help="write a repro pack to DIR: report, texts, command and both runs' logits"
     )
     parser.add_argument(
-        "--repro-max-mb", type=float, default=DEFAULT_CAP_MB, metavar="MB", help="logits kept in the pack at most"
+        "--repro-max-mb",
+        type=float,
+        default=DEFAULT_CAP_MB,
+        metavar="MB",
+        help="logits kept in the pack at most (with --from: the largest logits file read)",
     )
 
 

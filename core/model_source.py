@@ -19,6 +19,11 @@ def first_line(exc: BaseException) -> str:
     return text.splitlines()[0]
 
 
+def is_hub_id(name: str) -> bool:
+    """Whether `name` has the form of a hub id (owner/name or name), whatever is on disk."""
+    return bool(_HUB_ID.match(name))
+
+
 def _looks_like_a_path(name: str) -> bool:
     return name.startswith(("/", "./", "../", "~")) or os.sep in name.strip("/").replace("/", os.sep, 1)[1:]
 

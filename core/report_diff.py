@@ -7,13 +7,13 @@ both are packs, the two machines' logits themselves.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from .environment import differences
-from .errors import InputError
-from .repro import LogitsMatch, Pack, match_logits, read_pack
+from .pack_file import Pack, read_pack
+from .report_file import read_report
+from .repro import LogitsMatch, match_logits
 
 # Settings every report resolves that say nothing about the numbers.
 _NOT_SETTINGS = ("device_map", "trust_remote_code", "pad_token_id", "vocab_size", "url")
@@ -32,14 +32,7 @@ def load_run(path: str) -> RunOf:
     if Path(path).expanduser().is_dir():
         pack = read_pack(path)
         return RunOf(path, pack.report, pack)
-    try:
-        report = json.loads(Path(path).expanduser().read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except ValueError:
-        raise InputError(f"{path} is not JSON: not a batchtui report") from None
-    if not isinstance(report, dict) or "texts" not in report or "config" not in report:
-        raise InputError(f"{path} is not a batchtui report of texts (check, generate or endpoint)")
+    report = read_report(path)
     return RunOf(path, report, None)
 
 

@@ -10,18 +10,17 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import InputError
+from .pack_file import COMMAND, LOGITS, REPORT, TEXTS
+from .pack_file import DEFAULT_LOGITS_MB as DEFAULT_CAP_MB  # the writer's cap is the reader's
 from .settings import Settings
 
 if TYPE_CHECKING:  # torch loads with the run, not with the command's parser
     import torch
-
-REPORT, TEXTS, COMMAND, LOGITS = "report.json", "texts.json", "command.json", "logits.safetensors"
-DEFAULT_CAP_MB = 512
 
 
 def check_pack_destination(directory: str) -> Path:
@@ -67,39 +66,6 @@ def write_pack(path: Path, report: dict, texts: list[str], lines: list[int], com
     about = {"command": command, "settings": settings.as_dict(), "logits_left_out": kept.left_out}
     write_text(path / COMMAND, json.dumps(about, indent=1) + "\n")
     write_text(path / REPORT, json.dumps(report, indent=1, allow_nan=False) + "\n")
-
-
-@dataclass
-class Pack:
-    path: Path
-    report: dict
-    texts: list[str]
-    lines: list[int]
-    settings: Settings
-    command: list[str]
-    single: dict[int, torch.Tensor] = field(default_factory=dict)
-    batched: dict[int, torch.Tensor] = field(default_factory=dict)
-
-
-def read_pack(directory: str) -> Pack:
-    path = Path(directory).expanduser()
-    if not path.is_dir():
-        raise InputError(f"{directory}: no such pack folder")
-    try:
-        report = json.loads((path / REPORT).read_text(encoding="utf-8"))
-        texts = json.loads((path / TEXTS).read_text(encoding="utf-8"))
-        command = json.loads((path / COMMAND).read_text(encoding="utf-8"))
-        settings = Settings(**command["settings"]).validated()
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise InputError(f"{directory} is not a batchtui pack: {exc}") from None
-    pack = Pack(path, report, list(texts["texts"]), list(texts["lines"]), settings, list(command["command"]))
-    if (path / LOGITS).is_file():
-        from safetensors.torch import load_file
-
-        for name, tensor in load_file(str(path / LOGITS)).items():
-            run, _, index = name.partition("/")
-            getattr(pack, run)[int(index)] = tensor
-    return pack
 
 
 @dataclass(frozen=True)

@@ -99,7 +99,7 @@ def test_a_pack_made_here_runs_again_here_bitwise(tmp_path, capsys, command):
     result = tmp_path / "from.json"
     assert main(["check", "--from", str(pack), "--json", str(result)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("environment: the same as the pack's") and "3 of 3 texts reproduce" in out
+    assert out.startswith("model: tiny (the pack's)\nenvironment: the same as the pack's") and "3 of 3 texts" in out
     data = json.loads(result.read_text())
     assert all(t["single"]["bitwise_equal"] and t["batched"]["bitwise_equal"] for t in data["texts"])
 
@@ -128,14 +128,15 @@ def test_a_pack_changed_on_another_machine_lists_the_environment_first(tmp_path,
     pack = tmp_path / "pack"
     assert main(["check", *TINY, "a", "--repro", str(pack)]) in (0, 1)
     report = json.loads((pack / "report.json").read_text())
-    report["environment"]["cpu"]["capability"] = "AVX2"  # as an AVX2 machine would have written it
+    report["environment"]["cpu"]["capability"] = "another CPU's"  # as another machine would have written it
     report["environment"]["versions"]["torch"] = "2.0.0"
     (pack / "report.json").write_text(json.dumps(report))
     capsys.readouterr()
     assert main(["check", "--from", str(pack)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "environment: 2 differences (the pack's → here)"
-    assert lines[1].startswith("  cpu.capability: AVX2 → ") and lines[2].startswith("  versions.torch: 2.0.0 → ")
+    assert lines[:2] == ["model: tiny (the pack's)", "environment: 2 differences (the pack's → here)"]
+    assert lines[2].startswith("  cpu.capability: another CPU's → ")
+    assert lines[3].startswith("  versions.torch: 2.0.0 → ")
 
 
 def test_a_pack_never_writes_over_a_folder(tmp_path, capsys):
@@ -211,7 +212,7 @@ async def test_the_app_writes_a_pack_from_ctrl_s_and_shows_the_fingerprint_on_i(
     assert report["summary"]["max_abs_diff"] == on_screen.summary.max_abs_diff  # the same run, again
     command = json.loads((pack / "command.json").read_text())
     assert command["command"][:2] == ["batchtui", "check"] and "--positions" in command["command"]
-    from batchtui.core.repro import read_pack
+    from batchtui.core.pack_file import read_pack
 
     kept = read_pack(str(pack))
     assert sorted(kept.single) == [0, 1, 2] and kept.single[1].shape[0] == len(on_screen.texts[1].token_ids)
