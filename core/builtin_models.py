@@ -9,12 +9,12 @@ folder. All are loaded with `from_pretrained`, the same path as a real checkpoin
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from .cache_folder import cache_folder
 from .hf_compat import dtype_kwarg
 from .token_text import bytes_to_unicode
 
@@ -77,8 +77,7 @@ BUILTIN_MODELS = {
 
 
 def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "batchtui" / "models"
+    return cache_folder() / "models"
 
 
 def builtin_names() -> tuple[str, ...]:

@@ -15,6 +15,7 @@ from .safe_files import check_writable_file, is_standard_output
 from .settings import DEFAULT_ATOL, DEFAULT_MODEL, DEFAULT_RTOL, DTYPES, PADDING_SIDES, POSITION_MODES, Settings
 from .sweep import parse_batch_sizes, parse_names
 from .texts import DEFAULT_TEXTS, NumberedTexts, read_texts_file, validate_texts
+from .visible import literal
 
 
 class _DefaultsShown(argparse.HelpFormatter):
@@ -119,10 +120,13 @@ def add_threads_option(parser: argparse.ArgumentParser) -> None:
 def start_torch(args: argparse.Namespace) -> None:
     """Torch loaded and set up for the run: its kernel threads (`--threads`) and the allocator keeping freed blocks
     for reuse. Each command calls it once its arguments are known good, so a bad value is refused without the
-    import (about two seconds)."""
+    import (about two seconds). A cache folder that cannot be used is said here, once: the run goes on without it."""
+    from .cache_folder import cache_notice
     from .cpu_memory import keep_freed_memory
     from .threads import use_threads
 
+    if cache_notice():
+        print(f"batchtui: notice: {literal(cache_notice())}", file=sys.stderr)
     use_threads(args.threads)
     keep_freed_memory()
 

@@ -11,9 +11,13 @@ import hashlib
 import json
 import os
 import platform
+import re
 from pathlib import Path
 
+from .cache_folder import cache_folder
+from .errors import InputError
 from .model_source import WEIGHT_SUFFIXES
+from .untrusted import MiB, read_json
 
 # Variables that change which kernels run or how they reduce.
 NUMERICS_VARIABLES = (
@@ -31,6 +35,8 @@ NUMERICS_VARIABLES = (
 )
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "tokenizer.model")
 _CHUNK = 1 << 22
+_MAX_CACHE_BYTES = 16 * MiB
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def _version(package: str) -> str | None:
@@ -111,8 +117,7 @@ def machine() -> dict:
 
 
 def _cache_path() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "batchtui" / "file-hashes.json"
+    return cache_folder() / "file-hashes.json"
 
 
 def file_hash(path: Path, cache: dict) -> str:
@@ -129,16 +134,20 @@ def file_hash(path: Path, cache: dict) -> str:
 
 
 def _load_cache() -> dict:
+    """The cached hashes; entries that are not a key and a SHA-256 in hex are dropped (the file is anyone's to
+    write: a wrong value must never become a report's identity), an unreadable file is an empty cache."""
     try:
-        return json.loads(_cache_path().read_text())
-    except (OSError, ValueError):
+        saved = read_json(_cache_path(), _MAX_CACHE_BYTES, "hash cache")
+    except InputError:
         return {}
+    if not isinstance(saved, dict):
+        return {}
+    return {key: value for key, value in saved.items() if isinstance(value, str) and _SHA256.fullmatch(value)}
 
 
 def _save_cache(cache: dict) -> None:
     path = _cache_path()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         temp = path.with_suffix(f".{os.getpid()}.tmp")
         temp.write_text(json.dumps(cache, sort_keys=True))
         os.replace(temp, path)

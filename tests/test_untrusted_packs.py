@@ -183,3 +183,40 @@ def test_a_report_given_to_diff_is_checked_before_use(tmp_path, capsys, change, 
     assert main(["diff", str(report), str(hostile)]) == 2
     err = capsys.readouterr().err
     assert said in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("saved", ["[]", "5", '{"k": {}}', "{not json", "HASHES"])
+def test_a_hash_cache_of_any_content_is_rebuilt_never_trusted_and_the_report_is_written(
+    tmp_path, monkeypatch, capsys, tiny_path, saved
+):
+    import shutil
+
+    from batchtui.core.environment import file_hash
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    model = shutil.copytree(tiny_path, tmp_path / "batchtui" / "models" / tiny_path.name)  # the cache's own copy
+    weights = model / "model.safetensors"
+    status = weights.stat()
+    key = f"{weights.resolve()}|{status.st_size}|{status.st_mtime_ns}"
+    if saved == "HASHES":  # a value copied into the report's identity unless checked
+        saved = json.dumps({key: "\x1b]0;owned\x07", f"{model / 'config.json'}|1|1": ["a"]})
+    (tmp_path / "batchtui" / "file-hashes.json").write_text(saved)
+    report = tmp_path / "r.json"
+    assert main(["check", *TINY, "a", "--json", str(report)]) == 0
+    identity = json.loads(report.read_text())["environment"]["identity"]
+    import hashlib
+
+    expected = hashlib.sha256(f"model.safetensors:{file_hash(weights, {})}\n".encode()).hexdigest()
+    assert identity["weights_sha256"] == expected
+    assert json.loads((tmp_path / "batchtui" / "file-hashes.json").read_text())[key] == file_hash(weights, {})
+
+
+def test_a_cache_home_that_is_not_a_folder_is_one_notice_and_the_run_goes_on(tmp_path, monkeypatch, capsys):
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(not_a_folder))
+    report = tmp_path / "r.json"
+    assert main(["check", *TINY, "a", "--json", str(report)]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith(f"batchtui: notice: cache folder {not_a_folder}/batchtui cannot be used (Not a directory)")
+    assert json.loads(report.read_text())["summary"]["texts"] == 1

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from ..core import session as session_file
+from ..core.cache_folder import cache_notice
 from ..core.cli import COMMANDS, run_command
 from ..core.cli_exit import EXIT_BAD_INPUT, error_line
 from ..core.cli_options import OneLineParser, add_common_options, given_options, settings_from_args, texts_from_args
@@ -132,6 +133,8 @@ def build_app(argv: list[str]):
         return EXIT_BAD_INPUT
     texts = numbered.texts
     notices = [restored.notice] if restored.notice else []
+    if cache_notice():
+        notices.append(cache_notice())
     if restored.session is not None and not ({"texts", "texts_file"} & given):
         texts = restored.session.texts  # no texts on the command line: the last session's come back
         asked_trust = settings.trust_remote_code
