@@ -112,8 +112,8 @@ def add_threads_option(parser: argparse.ArgumentParser) -> None:
         "--threads",
         type=int_at_least(1),
         metavar="N",
-        help="CPU threads for torch's kernels (default: the cores not busy when the command starts; the count "
-        "can change CPU results, so give the same N to runs you compare)",
+        help="CPU threads for torch's kernels (default: torch's own, the same on every run on this machine; the "
+        "count can change CPU results, so give the same N to runs you compare)",
     )
 
 

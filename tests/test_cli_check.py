@@ -178,10 +178,10 @@ def test_table_columns_stay_aligned_with_wide_characters_and_combining_marks():
     assert len({on_screen(line) for line in lines}) == 1, table
 
 
-def test_threads_option_sets_the_cpu_threads_and_the_default_leaves_busy_cores(capsys):
+def test_threads_option_sets_the_cpu_threads_and_the_default_is_torch_s(capsys):
     import torch
 
-    from batchtui.core.threads import free_cores, use_threads
+    from batchtui.core.threads import default_threads, use_threads
 
     assert run_check(["--threads", "1", "--model", "tiny", "hello"]) == 0
     assert torch.get_num_threads() == 1
@@ -191,4 +191,4 @@ def test_threads_option_sets_the_cpu_threads_and_the_default_leaves_busy_cores(c
         assert torch.get_num_threads() == 1, command
     assert run_check(["--threads", "0", "hello"]) == 2
     assert "--threads: must be a whole number of at least 1" in capsys.readouterr().err
-    assert 1 <= use_threads(None) <= free_cores()
+    assert use_threads(None) == default_threads() and torch.get_num_threads() == default_threads()

@@ -1,28 +1,25 @@
-"""The default thread count: the cores other work keeps busy now, not the ones this tool's last command used."""
+"""The default thread count is the same on every run on a machine, whatever else keeps the cores busy: the count
+is part of the computation (CPU kernels split their work by it), so a busy moment must not change the bits."""
 
 import os
 import subprocess
 import sys
 
-from batchtui.core.threads import _busy_cores_now, busy_cores
+_COUNT = (
+    "import torch; from batchtui.core.threads import use_threads; "
+    "own = torch.get_num_threads(); print(own, use_threads(None), use_threads(1), use_threads(None))"
+)
 
 
-def test_busy_cores_are_the_cpus_busy_time_less_this_process_s_own():
-    # 100 ticks a second: over 0.1 s two fully busy cores are 20 ticks; 10 of them this process's own.
-    assert busy_cores(20, 100, 0.1, 0.1, cores=2) == 1
-    assert busy_cores(20, 100, 0.0, 0.1, cores=2) == 2
-    assert busy_cores(6, 100, 0.0, 0.1, cores=2) == 1  # most of a core
-    assert busy_cores(4, 100, 0.0, 0.1, cores=2) == 0  # less than half of one
-    assert busy_cores(40, 100, 0.0, 0.1, cores=2) == 2  # never more than there are
-    assert busy_cores(0, 100, 0.05, 0.1, cores=2) == 0  # the tick lagging this process's own count
-
-
-def test_a_core_another_process_keeps_busy_is_seen_at_once():
-    """The 1-minute load average would not show a process started a moment ago."""
-    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+def test_the_default_is_torch_s_own_count_even_with_every_core_busy():
+    environment = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in os.sched_getaffinity(0)]
     try:
-        busy = _busy_cores_now(len(os.sched_getaffinity(0)))
+        done = subprocess.run([sys.executable, "-c", _COUNT], env=environment, capture_output=True, text=True,
+                              timeout=120)  # fmt: skip
     finally:
-        spinner.kill()
-        spinner.wait()
-    assert busy is not None and busy >= 1
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+    own, default, asked, again = map(int, done.stdout.split())
+    assert default == own == again and asked == 1

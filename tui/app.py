@@ -186,7 +186,7 @@ class BatchtuiApp(
             from ..core.run_skeleton import passes_per_text, running_stage
             from ..core.threads import use_threads
 
-            use_threads(self.threads, keep_for_ui=True)
+            use_threads(self.threads)
             keep_freed_memory()
             self.post_message(RunProgress(run_number, f"loading the model {settings.model}"))
             load_model(settings)
