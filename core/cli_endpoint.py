@@ -15,6 +15,7 @@ from .cli_options import (
     texts_from_args,
 )
 from .endpoint_client import DEFAULT_TIMEOUT_S
+from .endpoint_transport import DEFAULT_MAX_ANSWER_MB
 from .errors import InputError
 from .generation_result import DEFAULT_MAX_NEW_TOKENS
 
@@ -44,7 +45,20 @@ def endpoint_parser(prog: str) -> OneLineParser:
     parser.add_argument(
         "--api-key-env", metavar="NAME", help="the environment variable holding the API key (never printed)"
     )
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S", help="seconds per request")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="S",
+        help="seconds a request may take, connect to answer",
+    )
+    parser.add_argument(
+        "--max-answer-mb",
+        type=float,
+        default=DEFAULT_MAX_ANSWER_MB,
+        metavar="MB",
+        help="the largest answer read from the server (after decompression)",
+    )
     parser.add_argument("--json", metavar="PATH", help="write the full report to PATH ('-' for stdout)")
     return parser
 
@@ -56,6 +70,8 @@ def run_endpoint(argv: list[str], prog: str = "batchtui endpoint") -> int:
 def _endpoint(args: argparse.Namespace) -> int:
     if not args.timeout > 0:
         raise InputError(f"--timeout must be more than 0 seconds, not {args.timeout:g}")
+    if not args.max_answer_mb > 0:
+        raise InputError(f"--max-answer-mb must be more than 0, not {args.max_answer_mb:g}")
     numbered = texts_from_args(args)
     check_report_destination(args.json)
     from .endpoint_client import Endpoint
@@ -63,7 +79,7 @@ def _endpoint(args: argparse.Namespace) -> int:
     from .endpoint_run import measure_endpoint
     from .report import write_json
 
-    endpoint = Endpoint(args.url, args.model, args.api_key_env, args.timeout)
+    endpoint = Endpoint(args.url, args.model, args.api_key_env, args.timeout, args.max_answer_mb)
     try:
         model = endpoint.resolve_model()
         bar = ProgressLine()

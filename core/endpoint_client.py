@@ -3,17 +3,22 @@ continuations: its `/v1/completions` API through the `openai` package (the `endp
 
 Texts go only to the URL the user named: no redirects are followed and no proxy from the environment is used.
 Requests are never retried, so a retry can never hide a changed answer. Every network or protocol fault is one
-`EndpointError` line; an API key is read from the environment variable the user names and never shown.
+`EndpointError` line. A server is not trusted: each request ends by its deadline (connect and answer), each answer
+is bounded in bytes (`endpoint_transport`), and the API key is read from the environment variable the user names
+and scrubbed from everything the server says before it is shown or kept.
 """
 
 from __future__ import annotations
 
 import os
 import ssl
+import threading
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
+from .endpoint_transport import DEFAULT_MAX_ANSWER_MB, AnswerRefused, BoundedTransport, http_library
 from .errors import InputError
+from .untrusted import MiB
 from .visible import literal
 
 if TYPE_CHECKING:  # the backend's types bring torch: loaded with the run, not with the command's parser
@@ -34,16 +39,20 @@ class EndpointError(InputError):
 
 def base_url(url: str) -> str:
     """The API root of `url`: `http://host:8000` and `http://host:8000/v1` both name `http://host:8000/v1`."""
-    parts = urlsplit(url.strip())
-    if parts.scheme not in ("http", "https") or not parts.netloc:
+    try:
+        parts = urlsplit(url.strip())
+        parts.port  # noqa: B018 - parsed on access: a port out of range or not a number raises here
+    except ValueError as exc:
+        raise InputError(f"--url {literal(url)!r} is not a valid address: {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
         raise InputError(f"--url must be an http:// or https:// address, not {literal(url)!r}")
+    if "@" in parts.netloc:
+        raise InputError(
+            "--url holds credentials (user:password@host), which are not sent: put the server's key in an "
+            "environment variable and name it with --api-key-env"
+        )
     path = parts.path.rstrip("/") or "/v1"
     return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
-
-
-def without_credentials(url: str) -> str:
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 def api_key_from(variable: str | None) -> str:
@@ -59,19 +68,33 @@ def api_key_from(variable: str | None) -> str:
 class Endpoint:
     """One server: its models, and greedy completions of a text (temperature 0, a fixed seed)."""
 
-    def __init__(self, url: str, model: str | None = None, api_key_env: str | None = None, timeout_s=DEFAULT_TIMEOUT_S):
+    def __init__(
+        self,
+        url: str,
+        model: str | None = None,
+        api_key_env: str | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        max_answer_mb: float = DEFAULT_MAX_ANSWER_MB,
+    ):  # fmt: skip
         try:
             import openai
         except ImportError:
             raise InputError("talking to a server needs the endpoint extra: pip install 'batchtui[endpoint]'") from None
-        self._root = base_url(url)
-        self.url = without_credentials(self._root)  # what messages and reports show
+        self.url = base_url(url)
         self.model = model
         self.timeout_s = timeout_s
-        http = openai.DefaultHttpxClient(follow_redirects=False, trust_env=False, timeout=timeout_s)
-        self._client = openai.OpenAI(
-            base_url=self._root, api_key=api_key_from(api_key_env), timeout=timeout_s, max_retries=0, http_client=http
-        )
+        key = api_key_from(api_key_env)
+        self._secrets = [key] if key != "EMPTY" else []
+        inner = http_library(openai).HTTPTransport(trust_env=False, retries=0)
+        transport = BoundedTransport(inner, timeout_s, int(max_answer_mb * MiB))
+        http = openai.DefaultHttpxClient(follow_redirects=False, timeout=timeout_s, transport=transport)
+        self._client = openai.OpenAI(base_url=self.url, api_key=key, timeout=timeout_s, max_retries=0, http_client=http)
+
+    def scrubbed(self, text: str) -> str:
+        """`text` (a server's words) with the API key replaced: a server may echo what it was sent."""
+        for secret in self._secrets:
+            text = text.replace(secret, "[api key]")
+        return text
 
     def close(self) -> None:
         self._client.close()
@@ -79,7 +102,7 @@ class Endpoint:
     def served_models(self) -> list[str]:
         page = self._call(self._client.models.list)
         try:
-            return [str(m.id) for m in page.data]
+            return [self.scrubbed(str(m.id)) for m in page.data]
         except (AttributeError, TypeError):
             raise EndpointError(f"{self.url}/models: the answer is not a list of models") from None
 
@@ -109,28 +132,58 @@ class Endpoint:
             extra_body=extra,
         )
         try:
-            return continuation_from(answer.choices[0])
+            return continuation_from(answer.choices[0], self.scrubbed)
         except (AttributeError, IndexError, KeyError, TypeError, ValueError):
             raise EndpointError(f"{self.url}/completions: the answer is not a completion") from None
 
     def _call(self, method, **kwargs):
+        """`method(**kwargs)` ended by the deadline whatever the server does (a request left behind ends within
+        one more read: the transport checks the deadline between reads); its faults as one EndpointError line."""
+        outcome: dict = {}
+
+        def request() -> None:
+            try:
+                outcome["answer"] = method(**kwargs)
+            except Exception as exc:  # noqa: BLE001 - handed to the caller's thread, which words it
+                outcome["fault"] = exc
+
+        worker = threading.Thread(target=request, name="batchtui-request", daemon=True)
+        worker.start()
+        worker.join(self.timeout_s)
+        if worker.is_alive():
+            raise EndpointError(f"{self.url}: no whole answer within {self.timeout_s:g} s (--timeout)")
+        if "fault" in outcome:
+            raise self._worded(outcome["fault"]) from None
+        return outcome["answer"]
+
+    def _worded(self, exc: Exception) -> Exception:
         import openai
 
-        try:
-            return method(**kwargs)
-        except openai.APITimeoutError:
-            raise EndpointError(f"{self.url}: no answer within {self.timeout_s:g} s") from None
-        except openai.APIConnectionError as exc:
-            raise EndpointError(f"{self.url}: {_connection_fault(exc)}") from None
-        except openai.APIStatusError as exc:
-            message = f"{self.url} answered HTTP {exc.status_code}: {_status_detail(exc)}"
-            raise EndpointError(message, exc.status_code) from None
-        except (openai.APIResponseValidationError, ValueError):  # ValueError: a body that is not JSON
-            raise EndpointError(f"{self.url}: the answer is not valid JSON of the OpenAI API") from None
+        refused = _cause(exc, AnswerRefused)
+        if refused is not None:
+            return EndpointError(f"{self.url}: {refused}")
+        if isinstance(exc, openai.APITimeoutError):
+            return EndpointError(f"{self.url}: no whole answer within {self.timeout_s:g} s (--timeout)")
+        if isinstance(exc, openai.APIConnectionError):
+            return EndpointError(f"{self.url}: {literal(self.scrubbed(_connection_fault(exc)))}")
+        if isinstance(exc, openai.APIStatusError):
+            detail = literal(self.scrubbed(_status_detail(exc)))[:200]
+            return EndpointError(f"{self.url} answered HTTP {exc.status_code}: {detail}", exc.status_code)
+        if isinstance(exc, (openai.APIResponseValidationError, ValueError)):  # ValueError: a body that is not JSON
+            return EndpointError(f"{self.url}: the answer is not valid JSON of the OpenAI API")
+        return exc
 
 
-def continuation_from(choice) -> ServedContinuation:
-    """A `CompletionChoice` (the openai package's type, or vLLM's with `prompt_logprobs`) as a continuation."""
+def _cause(exc: BaseException, kind: type) -> BaseException | None:
+    """The first exception of `kind` in `exc`'s chain of causes."""
+    while exc is not None and not isinstance(exc, kind):
+        exc = exc.__cause__ or exc.__context__
+    return exc
+
+
+def continuation_from(choice, scrubbed=str) -> ServedContinuation:
+    """A `CompletionChoice` (the openai package's type, or vLLM's with `prompt_logprobs`) as a continuation, every
+    string the server sent passed through `scrubbed`."""
     from .backend import ServedContinuation, ServedStep
 
     if not isinstance(choice.text, str):
@@ -141,31 +194,32 @@ def continuation_from(choice) -> ServedContinuation:
         chosen = logprobs.token_logprobs or [None] * len(logprobs.tokens)
         tops = logprobs.top_logprobs or [None] * len(logprobs.tokens)
         steps = tuple(
-            ServedStep(str(token), None if lp is None else float(lp), _ranked(top))
+            ServedStep(scrubbed(str(token)), None if lp is None else float(lp), _ranked(top, scrubbed))
             for token, lp, top in zip(logprobs.tokens, chosen, tops, strict=True)
         )
     extra = getattr(choice, "model_extra", None) or {}
     prompt = extra.get("prompt_logprobs")
-    prompt_steps = None if prompt is None else tuple(_prompt_position(p) for p in prompt)
-    return ServedContinuation(choice.text, choice.finish_reason, steps, prompt_steps)
+    prompt_steps = None if prompt is None else tuple(_prompt_position(p, scrubbed) for p in prompt)
+    reason = None if choice.finish_reason is None else scrubbed(str(choice.finish_reason))
+    return ServedContinuation(scrubbed(choice.text), reason, steps, prompt_steps)
 
 
-def _ranked(top: dict | None) -> tuple[tuple[str, float], ...]:
+def _ranked(top: dict | None, scrubbed) -> tuple[tuple[str, float], ...]:
     if not top:
         return ()
-    return tuple(sorted(((str(t), float(lp)) for t, lp in top.items()), key=lambda pair: -pair[1]))
+    return tuple(sorted(((scrubbed(str(t)), float(lp)) for t, lp in top.items()), key=lambda pair: -pair[1]))
 
 
-def _prompt_position(position: dict | None) -> tuple[tuple[str, float], ...] | None:
+def _prompt_position(position: dict | None, scrubbed) -> tuple[tuple[str, float], ...] | None:
     """vLLM's prompt logprobs at one position: {token id: {logprob, rank, decoded_token}} (None at the first)."""
     if position is None:
         return None
     pairs = []
     for token_id, entry in position.items():
         if isinstance(entry, dict):
-            pairs.append((str(entry.get("decoded_token") or token_id), float(entry["logprob"])))
+            pairs.append((scrubbed(str(entry.get("decoded_token") or token_id)), float(entry["logprob"])))
         else:
-            pairs.append((str(token_id), float(entry)))
+            pairs.append((scrubbed(str(token_id)), float(entry)))
     return tuple(sorted(pairs, key=lambda pair: -pair[1]))
 
 

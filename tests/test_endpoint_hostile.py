@@ -1,0 +1,128 @@
+"""A hostile server: answers of any size, without end or one byte at a time, an echo of the API key, odd URLs.
+Each is one line and exit 2 within the limits the user set; no real server can be made to do these."""
+
+from __future__ import annotations
+
+import json
+import time
+import zlib
+
+import pytest
+from servers import http_json, raw_socket_server, scripted_server
+from test_endpoint_faults import COMPLETION, MODELS
+
+from batchtui.core.cli import main
+
+_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+
+
+def _endless_chunks(connection, request, stopped):
+    connection.sendall(_HEAD + b"Transfer-Encoding: chunked\r\n\r\n")
+    chunk = b"10000\r\n" + b"[" * 0x10000 + b"\r\n"
+    for _ in range(4096):  # 256 MiB at most, and only while the client reads
+        if stopped.is_set():
+            return
+        connection.sendall(chunk)
+
+
+def _announces_8_gb(connection, request, stopped):
+    connection.sendall(_HEAD + b"Content-Length: 8589934592\r\n\r\n" + b"{" * 1024)
+
+
+def _gzip_bomb(connection, request, stopped):
+    packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)  # gzip: 256 MiB of spaces in about 250 KB
+    megabyte = b" " * 2**20
+    body = b"".join(packer.compress(megabyte) for _ in range(256)) + packer.flush()
+    connection.sendall(_HEAD + b"Content-Encoding: gzip\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+
+
+@pytest.mark.parametrize(
+    ("script", "said"),
+    [
+        (_endless_chunks, "the answer is over the 2 MiB limit (--max-answer-mb)"),
+        (_announces_8_gb, "the answer announces 8192 MiB, over the 2 MiB limit (--max-answer-mb)"),
+        (_gzip_bomb, "the answer is over the 2 MiB limit (--max-answer-mb)"),
+    ],
+    ids=["endless", "8-gb", "gzip-bomb"],
+)
+def test_an_answer_past_the_size_limit_is_one_line_and_exit_2(script, said, capsys):
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with scripted_server(script) as (url, _):
+        code = main(["endpoint", "--url", url, "--model", "m", "a", "--max-answer-mb", "2", "--timeout", "30"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and said in err, err
+    grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert grown_mib < 64, f"the process grew {grown_mib:.0f} MiB reading a 2 MiB answer"
+
+
+def _drip(head: bytes):
+    def script(connection, request, stopped):
+        connection.sendall(head)
+        for _ in range(60):  # 30 s at most
+            if stopped.wait(0.5):
+                return
+            connection.sendall(b" ")
+
+    return script
+
+
+@pytest.mark.parametrize(
+    "head", [_HEAD + b"Content-Length: 100000\r\n\r\n", b"HTTP/1.1 200 OK\r\nX-Slow: "], ids=["body", "headers"]
+)
+def test_timeout_bounds_the_whole_request_even_one_byte_at_a_time(head, capsys):
+    with scripted_server(_drip(head)) as (url, _):
+        started = time.monotonic()
+        code = main(["endpoint", "--url", url, "--model", "m", "a", "--timeout", "2"])
+        took = time.monotonic() - started
+    err = capsys.readouterr().err
+    assert code == 2 and "no whole answer within 2 s (--timeout)" in err, err
+    assert took < 15, f"--timeout 2 took {took:.1f} s against a server sending a byte every 0.5 s"
+
+
+SECRET = "sk-test-0123456789abcdef"
+
+
+def test_the_api_key_never_leaves_through_the_server_s_words(tmp_path, monkeypatch, capsys):
+    """A 401 that echoes the Authorization header, then a completion whose text is the key."""
+    monkeypatch.setenv("SERVER_KEY", SECRET)
+
+    def echo(request: bytes):
+        authorization = next(line for line in request.split(b"\r\n") if line.lower().startswith(b"authorization"))
+        body = json.dumps({"error": {"message": f"invalid {authorization.decode()}"}}).encode()
+        return b"HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json\r\nContent-Length: %d\r\n" \
+            b"Connection: close\r\n\r\n%s" % (len(body), body)  # fmt: skip
+
+    report = tmp_path / "r.json"
+    with raw_socket_server(echo) as (url, received):
+        code = main(["endpoint", "--url", url, "--api-key-env", "SERVER_KEY", "a", "--json", str(report)])
+    err = capsys.readouterr().err
+    assert code == 2 and SECRET.encode() in received[0]  # the key was sent, and came back in the answer
+    assert "HTTP 401" in err and "Bearer [api key]" in err and SECRET not in err
+
+    echoed = COMPLETION.replace(b'" ok"', f'" {SECRET}"'.encode())
+
+    def answer(request: bytes):
+        return http_json(MODELS if request.startswith(b"GET") else echoed)
+
+    with raw_socket_server(answer) as (url, _):
+        code = main(["endpoint", "--url", url, "--api-key-env", "SERVER_KEY", "a", "--rounds", "1",
+                     "--json", str(report)])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 0 and SECRET not in out + err + report.read_text()
+    assert json.loads(report.read_text())["texts"][0]["alone"]["text"] == " [api key]"
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("http://user:secret@127.0.0.1:1/v1", "holds credentials (user:password@host), which are not sent"),
+        ("http://[::1", "is not a valid address"),
+        ("http://127.0.0.1:99999/v1", "is not a valid address"),
+    ],
+)
+def test_a_url_with_credentials_or_unparseable_is_one_line_and_exit_2(url, said, capsys):
+    assert main(["endpoint", "--url", url, "a"]) == 2
+    err = capsys.readouterr().err
+    assert said in err and err.count("\n") == 1 and "secret" not in err
