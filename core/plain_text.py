@@ -116,7 +116,8 @@ def verdict(comparison: Comparison) -> str:
     s = comparison.summary
     c = comparison.config
     setup = (
-        f"{c['model']}, {c['dtype']} on {c['device']}, attn {c['attn']}, batch size {c['batch_size']}, "
+        f"{literal(c['model'])}, {c['dtype']} on {literal(c['device'])}, attn {literal(str(c['attn']))}, "
+        f"batch size {c['batch_size']}, "
         f"{c['padding_side']} padding, {c['positions']} positions, atol {c['atol']:g} rtol {c['rtol']:g}"
     )
     if s.diverged == 0:
