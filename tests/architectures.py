@@ -5,6 +5,7 @@ Each shares the built-in tiny model's byte-level tokenizer, so every text tokeni
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from pathlib import Path
 
@@ -75,6 +76,21 @@ def _make_router_rows_near_ties(model) -> None:
         for layer in model.model.layers:
             weight = layer.mlp.gate.weight
             weight[2] = weight[1] + 1e-4 * torch.randn_like(weight[1])
+
+
+@contextlib.contextmanager
+def batched_runs_one_ulp_apart(model):
+    """Every embedding of a batch of several rows one ulp up: a difference between the batched and the single runs
+    that is the same on every machine (a kernel's rounding differs on some CPUs only, and on others not at all)."""
+
+    def one_ulp_up(module, inputs, output):
+        return torch.nextafter(output, torch.full_like(output, torch.inf)) if output.shape[0] > 1 else output
+
+    handle = model.get_input_embeddings().register_forward_hook(one_ulp_up)
+    try:
+        yield
+    finally:
+        handle.remove()
 
 
 def build_encoder(folder: Path, tiny_path: Path) -> Path:
