@@ -154,7 +154,14 @@ def test_output_dir_that_cannot_hold_reports_exits_2(tmp_path, capsys):
     assert "cannot use output folder" in capsys.readouterr().err
 
 
-async def test_unwritable_state_dir_gives_one_notice_and_the_app_works_on(tmp_path):
+async def test_unwritable_state_dir_gives_one_notice_and_the_app_works_on(tmp_path, monkeypatch):
+    from batchtui.tui.app import BatchtuiApp
+
+    said = []  # every notice, as given: one on screen may have timed out on a busy machine before it is looked at
+    notify = BatchtuiApp.notify
+    monkeypatch.setattr(
+        BatchtuiApp, "notify", lambda app, message, **kw: said.append(message) or notify(app, message, **kw)
+    )
     blocker = tmp_path / "state"
     blocker.write_text("a file where the state folder should be")  # mkdir fails, even for root
     app = make_app(texts=["one", "two"])
@@ -163,8 +170,7 @@ async def test_unwritable_state_dir_gives_one_notice_and_the_app_works_on(tmp_pa
         await settle(pilot, app)
         await pilot.press("e", *"abc", "escape", "p")
         await settle(pilot, app)
-        notices = [n.message for n in app._notifications if "cannot save the session" in n.message]
-        assert len(notices) == 1
+        assert len([message for message in said if "cannot save the session" in message]) == 1
         assert [t.text for t in app.state.comparison.texts] == ["abcone", "two"] and app.is_running
 
 
@@ -179,7 +185,9 @@ def test_json_to_dev_stdout_works_through_a_pipe():
     stderr."""
     import subprocess
 
-    piped = subprocess.run(_check_command("--json", "/dev/stdout"), capture_output=True, text=True, timeout=120)
+    # What it waits for is the CPU: a fresh process imports torch and transformers (~3 s alone; minutes on a new
+    # machine's cold disk cache with the rest of the suite running beside it).
+    piped = subprocess.run(_check_command("--json", "/dev/stdout"), capture_output=True, text=True, timeout=600)
     assert piped.returncode == 0, piped.stderr
     assert json.loads(piped.stdout)["summary"]["texts"] == 2 and "allclose" in piped.stderr
 
