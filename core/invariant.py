@@ -12,8 +12,9 @@ On the way out, even on an exception or Ctrl+C, the aten kernels, the attention 
 attention implementation and the thread's function modes are what they were.
 
 It refuses (`NotInvariant`, with a one-line reason) a model it cannot cover: attention computed outside
-transformers' attention interface with another kernel than SDPA, or layers that mix tokens without
-attention (recurrent or convolution layers). Anything else it cannot see, the caller's own comparison shows.
+transformers' attention interface with another kernel than SDPA, or layers that mix tokens without attention or
+beside it (recurrent, convolution or state-space mixers: a probe with every query attending only itself finds
+them). Anything else it cannot see, the caller's own comparison shows.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from .invariant_attention import (
     RowWiseSdpa,
     attention_calls,
     direct_sdpa_calls,
+    each_query_attending_itself,
     set_inner,
 )
 from .invariant_elementwise import TailFreeElementwise
@@ -145,7 +147,24 @@ def _probed_gap(model) -> tuple[str | None, bool]:
             f"{layers - attended} of {layers} layers of {type(model).__name__} mix tokens without attention "
             "(recurrent or convolution layers): not covered"
         ), calls_sdpa
+    if _mixes_beside_attention(model, ids, vocab):
+        return (
+            f"{type(model).__name__} mixes tokens beside its attention (a recurrent, convolution or state-space "
+            "mixer in its layers): not covered"
+        ), calls_sdpa
     return None, calls_sdpa
+
+
+def _mixes_beside_attention(model, ids: torch.Tensor, vocab: int) -> bool:
+    """Whether the last position's logits still depend on the first token when every query attends only its own
+    key: some other part of a layer (Falcon-H1's Mamba beside its attention, a convolution) carries it across."""
+    other = ids.clone()
+    other[0, 0] = (ids[0, 0] + 1) % vocab
+    mask = torch.ones_like(ids)
+    with _mode(model, catch_sdpa=True), each_query_attending_itself(), torch.inference_mode():
+        first = model(input_ids=ids, attention_mask=mask, use_cache=False).logits[0, -1]
+        changed = model(input_ids=other, attention_mask=mask, use_cache=False).logits[0, -1]
+    return not torch.equal(first, changed)
 
 
 @contextlib.contextmanager

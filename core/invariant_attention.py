@@ -19,9 +19,11 @@ when it attends its own key (the last `q` of the `kv` keys are the queries' own,
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import weakref
+from collections.abc import Iterator
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -42,6 +44,23 @@ def attention_calls() -> int:
 def direct_sdpa_calls() -> int:
     """Of those, the `scaled_dot_product_attention` calls a model made itself, caught by `RowWiseSdpa`."""
     return getattr(_local, "direct", 0)
+
+
+@contextlib.contextmanager
+def each_query_attending_itself() -> Iterator[None]:
+    """While entered, every query of this thread's attention attends its own key alone: whatever still carries
+    one position's content to another is not attention (the mode's probe for other token mixers)."""
+    outer = getattr(_local, "self_only", False)
+    _local.self_only = True
+    try:
+        yield
+    finally:
+        _local.self_only = outer
+
+
+def _itself_only(q: int, kv: int, device) -> torch.Tensor:
+    """[1, 1, q, kv] bool: each of the last q keys attended by its own query alone."""
+    return torch.ones(q, dtype=torch.bool, device=device).diag(kv - q)[kv - q :][None, None]
 
 
 def _count_call() -> None:
@@ -116,11 +135,15 @@ def _per_row(query, key, value, mask, is_causal: bool, attend, q_dim_of_output: 
         if entry is None:
             continue
         q_idx, k_idx, sub = entry
+        if getattr(_local, "self_only", False):
+            row_mask = _itself_only(len(q_idx), len(k_idx), query.device)
+        else:
+            row_mask = _row_mask(mask, row, q_idx, k_idx, sub, kv)
         row_out = attend(
             query[row : row + 1].index_select(2, q_idx),
             key[row : row + 1].index_select(2, k_idx),
             value[row : row + 1].index_select(2, k_idx),
-            _row_mask(mask, row, q_idx, k_idx, sub, kv),
+            row_mask,
         )
         if out is None:
             shape = list(row_out.shape)

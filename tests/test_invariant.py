@@ -14,6 +14,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from batchtui.core import NotInvariant, batch_invariant
 from batchtui.core.builtin_models import builtin_path
+from batchtui.core.cli_check import run_check
 
 # 1 to ~240 tokens in one batch (a token per byte for the tiny checkpoints, whose context is 256 positions).
 TEXTS = [
@@ -190,6 +191,12 @@ def test_nested_entries_share_one_registration_and_keep_the_model_s_own_attentio
 def _tiny_config(name, vocab):
     if name == "mamba":
         return transformers.MambaConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=2)
+    if name == "falcon-h1":  # a Mamba mixer beside attention in every layer
+        return transformers.FalconH1Config(
+            vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=8, mamba_d_ssm=32, mamba_n_heads=4, mamba_d_head=8, mamba_n_groups=1,
+            mamba_d_state=8, mamba_chunk_size=16, max_position_embeddings=256,
+        )  # fmt: skip
     return transformers.FalconConfig(
         vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, alibi=name == "falcon-alibi"
     )
@@ -200,7 +207,7 @@ def outside_the_matrix(tmp_path_factory, tiny_path):
     tokenizer = AutoTokenizer.from_pretrained(tiny_path)
     folder = tmp_path_factory.mktemp("outside")
     paths = {}
-    for name in ("mamba", "falcon", "falcon-alibi"):
+    for name in ("mamba", "falcon", "falcon-alibi", "falcon-h1"):
         torch.manual_seed(0)
         model = AutoModelForCausalLM.from_config(_tiny_config(name, len(tokenizer)))
         model.save_pretrained(folder / name)
@@ -214,6 +221,17 @@ def test_a_model_without_attention_in_its_layers_is_refused_with_the_reason(outs
     with pytest.raises(NotInvariant, match=r"2 of 2 layers .* mix tokens without attention"):
         with batch_invariant(model):
             pass
+
+
+def test_a_model_mixing_tokens_beside_its_attention_is_refused_with_the_reason(outside_the_matrix, capsys):
+    """Falcon-H1 attends once per layer, so counting attention calls lets it through; its Mamba mixer is found by
+    what it does: with every query attending only itself, the first token still reaches the last position."""
+    model = AutoModelForCausalLM.from_pretrained(outside_the_matrix["falcon-h1"]).eval()
+    with pytest.raises(NotInvariant, match=r"FalconH1ForCausalLM mixes tokens beside its attention .*: not covered"):
+        with batch_invariant(model):
+            pass
+    assert run_check(["hello", "a b c", "--model", str(outside_the_matrix["falcon-h1"]), "--invariant"]) == 2
+    assert "mixes tokens beside its attention" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("name", ["falcon", "falcon-alibi"])
@@ -272,7 +290,6 @@ def test_check_remedy_invariant_reports_bitwise_and_keeps_the_math(tmp_path, cap
     sits)."""
     import json
 
-    from batchtui.core.cli_check import run_check
 
     out = tmp_path / "check.json"
     args = ["--model", "tiny", "--dtype", "float32", "--reference", "--remedy", "invariant", "--json", str(out)]
@@ -309,7 +326,6 @@ def test_generate_remedy_invariant_and_the_invariant_flag(tmp_path):
 def test_a_model_out_of_reach_is_not_applied_and_says_why(outside_the_matrix, tmp_path):
     import json
 
-    from batchtui.core.cli_check import run_check
 
     out = tmp_path / "check.json"
     mamba = str(outside_the_matrix["mamba"])
