@@ -74,14 +74,35 @@ def _diff(args: argparse.Namespace) -> int:
         for t in found.texts
     ]
     print(format_columns(header, rows, left={1, 2, 3}), file=out)
-    differing = sum(not t.agrees for t in found.texts)
-    verdict = "the results agree" if found.agrees else f"the results differ: {differing} of {len(found.texts)} texts"
+    verdict = _verdict(found)
     if found.settings:
         verdict += f"; settings differ ({', '.join(name for name, _, _ in found.settings)})"
     print(verdict, file=out)
     if args.json:
         write_json(_diff_json(found), args.json)
     return EXIT_OK if found.agrees else EXIT_DIVERGED
+
+
+def _verdict(found) -> str:
+    """Counted by what changed: a verdict (allclose/diverged, same/differs), then the logits across machines; texts
+    whose verdict holds while max|Δ|, flips or the split moved are said apart, with how far max|Δ| moved."""
+    total = len(found.texts)
+    changed = sum(t.verdict_changed for t in found.texts)
+    logits = sum(t.logits_differ for t in found.texts)
+    moved = [t for t in found.texts if t.agrees and t.measures_moved]
+    parts = []
+    if changed:
+        parts.append(f"{changed} of {total} texts change verdict")
+    if logits:
+        parts.append(f"{logits} of {total} texts' logits are not bitwise the same across the two")
+    line = f"the results differ: {', '.join(parts)}" if parts else f"the results agree: every verdict of {total} texts"
+    if moved:
+        largest = max(t.max_abs_diff_change for t in moved)
+        line += (
+            f"; {len(moved)} {'more ' if parts else ''}{'texts keep' if len(moved) > 1 else 'text keeps'} the "
+            f"verdict with another max|Δ|, flips or split (max|Δ| moved by up to {format_float(largest)})"
+        )
+    return line
 
 
 def _count(value) -> str:
@@ -106,6 +127,8 @@ def _diff_json(found) -> dict:
                 "line": t.line,
                 "text": t.text,
                 "agrees": t.agrees,
+                "verdict_changed": t.verdict_changed,
+                "measures_moved": t.measures_moved,
                 "a": asdict(t.a),
                 "b": asdict(t.b),
                 "logits_alone": match(t.single),

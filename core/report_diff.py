@@ -64,9 +64,30 @@ class TextDiff:
     batched: LogitsMatch | None
 
     @property
+    def verdict_changed(self) -> bool:
+        return self.a.verdict != self.b.verdict
+
+    @property
+    def logits_differ(self) -> bool:
+        """The two machines' logits are not bitwise the same (only where both are packs)."""
+        return not all(m is None or m.bitwise_equal for m in (self.single, self.batched))
+
+    @property
     def agrees(self) -> bool:
-        logits = all(m is None or m.bitwise_equal for m in (self.single, self.batched))
-        return self.a == self.b and logits
+        """The same verdict and, where both are packs, the same logits; max|Δ|, flips or the split may move."""
+        return not self.verdict_changed and not self.logits_differ
+
+    @property
+    def measures_moved(self) -> bool:
+        """The verdict holds, but max|Δ|, the flips or the first split changed."""
+        return self.a != self.b
+
+    @property
+    def max_abs_diff_change(self) -> float:
+        """How far max|Δ| moved between A and B (0 where either did not measure it)."""
+        if self.a.max_abs_diff is None or self.b.max_abs_diff is None:
+            return 0.0
+        return abs(self.a.max_abs_diff - self.b.max_abs_diff)
 
 
 @dataclass(frozen=True)

@@ -157,7 +157,33 @@ def test_diff_of_two_dtypes_exits_1_naming_the_dtype(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "  dtype: bfloat16 → float64" in out and "settings differ (dtype" in out
     assert main(["diff", str(a), str(a)]) == 0
-    assert capsys.readouterr().out.rstrip().endswith("the results agree")
+    assert capsys.readouterr().out.rstrip().endswith("the results agree: every verdict of 3 texts")
+
+
+def test_diff_counts_texts_by_their_verdict_and_says_how_far_the_rest_moved(tmp_path, capsys):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    assert main(["check", "--model", "tiny", "--dtype", "float64", *TEXTS, "--json", str(a)]) == 0
+    report = json.loads(a.read_text())
+    report["texts"][0]["max_abs_diff"] = 2e-6  # still allclose: the verdict holds
+    b.write_text(json.dumps(report))
+    capsys.readouterr()
+    assert main(["diff", str(a), str(b)]) == 0
+    assert capsys.readouterr().out.rstrip().endswith(
+        "the results agree: every verdict of 3 texts; 1 text keeps the verdict with another max|Δ|, flips or split "
+        "(max|Δ| moved by up to 2.00e-06)"
+    )
+    report["texts"][1] |= {"allclose": False, "max_abs_diff": 0.5}
+    b.write_text(json.dumps(report))
+    result = tmp_path / "diff.json"
+    assert main(["diff", str(a), str(b), "--json", str(result)]) == 1
+    assert capsys.readouterr().out.rstrip().endswith(
+        "the results differ: 1 of 3 texts change verdict; 1 more text keeps the verdict with another max|Δ|, flips "
+        "or split (max|Δ| moved by up to 2.00e-06)"
+    )
+    texts = json.loads(result.read_text())["texts"]
+    assert [(t["agrees"], t["verdict_changed"], t["measures_moved"]) for t in texts] == [
+        (True, False, True), (False, True, True), (True, False, False)
+    ]  # fmt: skip
 
 
 def test_diff_of_two_packs_compares_their_logits(tmp_path, capsys):
