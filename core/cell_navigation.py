@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from .comparison import Comparison
 from .heatmap_view import divergent_cells
-from .plain_text import invariant_verdict
+from .plain_text import invariant_tally, invariant_verdict
 
 
 def describe_outcome(comparison: Comparison, batch_size: int) -> list[str]:
@@ -14,7 +14,8 @@ def describe_outcome(comparison: Comparison, batch_size: int) -> list[str]:
     usually reveals a divergence when none showed."""
     summary = comparison.summary
     parts = [f"{summary.diverged}/{summary.texts} texts diverge · {summary.top1_flips} flips"]
-    if comparison.config.get("invariant"):
+    if comparison.config.get("invariant"):  # in the headline, which the line always shows; the details after
+        parts[0] += f" · invariant mode: {invariant_tally(comparison)}"
         parts.append(f"invariant mode: {invariant_verdict(comparison)}")
     if batch_size > summary.texts:
         parts.append(f"effective batch size {summary.texts} (of {batch_size}: {summary.texts} texts)")

@@ -169,6 +169,12 @@ def _reference_cell(result: Comparison) -> str:
     return f"{format_float(batched)}/{format_float(single)}"
 
 
+def invariant_tally(result) -> str:
+    """The invariant mode's verdict in a few words, for a status line: `all 6 texts bitwise`, `5/6 texts bitwise`."""
+    bitwise, total = sum(t.bitwise_equal for t in result.texts), len(result.texts)
+    return f"all {total} texts bitwise" if bitwise == total else f"{bitwise}/{total} texts bitwise"
+
+
 def invariant_verdict(result) -> str:
     """Whether the batch-invariant mode kept its promise on a comparison or a generation comparison: every
     text bitwise equal to its single run, or how many are and where the first other one parts."""

@@ -277,8 +277,10 @@ async def test_the_app_keeps_the_mode_on_while_exploring():
         assert app.state.comparison.config["invariant"] is True
         assert app.query_one("#invariant", Checkbox).value is True
         assert all(t.bitwise_equal for t in app.state.comparison.texts)
-        status = app.query_one(StatusLine).full_text()
-        assert f"invariant mode: bitwise: all {len(app.state.comparison.texts)} texts equal their single runs" in status
+        total = len(app.state.comparison.texts)
+        status = app.query_one(StatusLine)
+        assert f"invariant mode: bitwise: all {total} texts equal their single runs" in status.full_text()  # F1
+        assert f"0/{total} texts diverge · 0 flips · invariant mode: all {total} texts bitwise" in str(status.render())
         await pilot.press("i")
         await settle(pilot, app)
         assert app.state.comparison.config["invariant"] is False
