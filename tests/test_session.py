@@ -52,6 +52,8 @@ async def test_app_restores_texts_and_settings_and_saves_each_edit(tmp_path):
 
     app = build_app(["--session", str(path)])
     assert app.initial_texts == ["kept text", "second"]
+    assert app.startup_notice == f"restored 2 texts and the settings of the last session ({path}); texts on the " \
+        "command line start afresh"  # fmt: skip
     assert (app.state.settings.dtype, app.state.settings.padding_side) == ("float32", "right")
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(pilot, app)
@@ -67,7 +69,7 @@ async def test_app_restores_texts_and_settings_and_saves_each_edit(tmp_path):
     explicit = build_app(["--session", str(path), "--dtype", "bfloat16"])
     assert explicit.state.settings.dtype == "bfloat16" and explicit.state.settings.padding_side == "left"
     given = build_app(["--session", str(path), "other"])
-    assert given.initial_texts == ["other"]
+    assert given.initial_texts == ["other"] and given.startup_notice is None
 
 
 async def test_corrupt_session_notice_in_the_app(tmp_path):

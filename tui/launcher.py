@@ -138,6 +138,11 @@ def build_app(argv: list[str]):
         notices.append(cache_notice())
     if restored.session is not None and not ({"texts", "texts_file"} & given):
         texts = restored.session.texts  # no texts on the command line: the last session's come back
+        count = sum(1 for text in texts if text.strip())
+        notices.append(
+            f"restored {count} text{'s' if count != 1 else ''} and the settings of the last session ({path}); "
+            "texts on the command line start afresh"
+        )
         asked_trust = settings.trust_remote_code
         settings = _restored_settings(given, settings, restored.session.settings)
         if asked_trust and not settings.trust_remote_code:
