@@ -292,7 +292,6 @@ def test_check_remedy_invariant_reports_bitwise_and_keeps_the_math(tmp_path, cap
     sits)."""
     import json
 
-
     out = tmp_path / "check.json"
     args = ["--model", "tiny", "--dtype", "float32", "--reference", "--remedy", "invariant", "--json", str(out)]
     code = run_check([*TEXTS[:5], *args])
@@ -327,7 +326,6 @@ def test_generate_remedy_invariant_and_the_invariant_flag(tmp_path):
 
 def test_a_model_out_of_reach_is_not_applied_and_says_why(outside_the_matrix, tmp_path):
     import json
-
 
     out = tmp_path / "check.json"
     mamba = str(outside_the_matrix["mamba"])

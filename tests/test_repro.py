@@ -168,17 +168,25 @@ def test_diff_counts_texts_by_their_verdict_and_says_how_far_the_rest_moved(tmp_
     b.write_text(json.dumps(report))
     capsys.readouterr()
     assert main(["diff", str(a), str(b)]) == 0
-    assert capsys.readouterr().out.rstrip().endswith(
-        "the results agree: every verdict of 3 texts; 1 text keeps the verdict with another max|Δ|, flips or split "
-        "(max|Δ| moved by up to 2.00e-06)"
+    assert (
+        capsys.readouterr()
+        .out.rstrip()
+        .endswith(
+            "the results agree: every verdict of 3 texts; 1 text keeps the verdict with another max|Δ|, flips or split "
+            "(max|Δ| moved by up to 2.00e-06)"
+        )
     )
     report["texts"][1] |= {"allclose": False, "max_abs_diff": 0.5}
     b.write_text(json.dumps(report))
     result = tmp_path / "diff.json"
     assert main(["diff", str(a), str(b), "--json", str(result)]) == 1
-    assert capsys.readouterr().out.rstrip().endswith(
-        "the results differ: 1 of 3 texts change verdict; 1 more text keeps the verdict with another max|Δ|, flips "
-        "or split (max|Δ| moved by up to 2.00e-06)"
+    assert (
+        capsys.readouterr()
+        .out.rstrip()
+        .endswith(
+            "the results differ: 1 of 3 texts change verdict; 1 more text keeps the verdict with another max|Δ|, flips "
+            "or split (max|Δ| moved by up to 2.00e-06)"
+        )
     )
     texts = json.loads(result.read_text())["texts"]
     assert [(t["agrees"], t["verdict_changed"], t["measures_moved"]) for t in texts] == [

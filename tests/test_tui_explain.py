@@ -81,3 +81,31 @@ async def test_main_screen_keys_do_nothing_over_another_screen():
         await pilot.press("n", "]", "d", "p", "b", "e")
         assert isinstance(app.screen, RemediesScreen) and app.is_running
         assert (app.state.selected, app.state.settings) == before
+
+
+async def test_the_remedies_marks_say_which_are_selected_and_none_is_left_out_without_a_word():
+    from batchtui.core.remedies import REMEDIES
+
+    app = make_app(texts=["a", "bc"])
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        await pilot.press("R")
+        screen = app.screen
+        choices = screen.query_one("#remedy-list")
+        await pilot.pause()
+
+        def marks() -> list[str]:
+            return [choices.render_line(y).text[1] for y in range(len(REMEDIES))]
+
+        assert marks() == ["✓"] * len(REMEDIES)  # every one selected, a CUDA-only one too
+        choices.deselect("float32")
+        await pilot.pause()
+        assert marks()[list(REMEDIES).index("float32")] == " " and "X" not in "".join(marks())
+        choices.select("float32")
+        await pilot.press("r")
+        await wait_for(pilot, lambda: screen.outcomes is not None, "remedies")
+        cuda_only = [o for o in screen.outcomes if o.name == "tf32-off"]
+        assert cuda_only and not cuda_only[0].applied and "CUDA-only" in cuda_only[0].note
+        table = screen.query_one(DataTable)
+        assert any("CUDA-only: no effect on cpu" in str(cell) for row in range(table.row_count)
+                   for cell in table.get_row_at(row))  # fmt: skip

@@ -2,18 +2,34 @@
 
 from __future__ import annotations
 
+from rich.segment import Segment
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, SelectionList, Static
+from textual.strip import Strip
+from textual.widgets import Checkbox, DataTable, SelectionList, Static
 from textual.worker import get_current_worker
 
 from ..core.plain_text import remedies_table
 from ..core.settings import Settings
 from .engine_calls import call_engine
 from .steady_footer import SteadyFooter
+
+
+class MarkedSelectionList(SelectionList[str]):
+    """A selection list whose marks say selected or not (✓ or blank), not only by their colour."""
+
+    def render_line(self, y: int) -> Strip:
+        line = super().render_line(y)
+        index = self.scroll_offset.y + y
+        segments = list(line)
+        if index >= self.option_count or len(segments) < 2 or segments[1].text != Checkbox.BUTTON_INNER:
+            return line
+        mark = "✓" if self.get_option_at_index(index).value in self.selected else " "  # for the X drawn either way
+        segments[1] = Segment(mark, segments[1].style, segments[1].control)
+        return Strip(segments, line.cell_length)
 
 
 class RemediesScreen(Screen[None]):
@@ -30,8 +46,12 @@ class RemediesScreen(Screen[None]):
         self._on_finished = on_finished  # called with the outcomes once measured (the app's report keeps them)
 
     def compose(self) -> ComposeResult:
-        yield Static("Remedies: select with space, measure with r. Each runs alone, then all together.", id="title")
-        yield SelectionList[str](id="remedy-list")
+        yield Static(
+            "Remedies: select with space, measure with r. Each runs alone, then all together; one that cannot act "
+            "here is listed with the reason.",
+            id="title",
+        )
+        yield MarkedSelectionList(id="remedy-list")
         yield Static("", id="remedy-status")
         yield DataTable(id="remedy-table", cursor_type="row")
         yield SteadyFooter()
@@ -47,7 +67,8 @@ class RemediesScreen(Screen[None]):
             label = Text(f"{remedy.name}: {remedy.description}")
             if reason:
                 label.append(f"  ({reason})", style="dim")
-            choices.add_option((label, remedy.name, reason is None))
+            # Every remedy selected: one that cannot act here costs no run and its row says why.
+            choices.add_option((label, remedy.name, True))
         choices.focus()
 
     def action_measure(self) -> None:
