@@ -152,3 +152,24 @@ async def test_app_numbers_texts_by_their_editor_line():
         assert str(app.query_one("#detail").border_title) == "text 4 · position 0"
         assert str(app.query_one("#heatmap").border_subtitle) == "text 4 · pos 0"
         assert str(app.query_one("#layers").border_title).endswith(" text 4")
+
+
+async def test_the_editor_reaches_either_end_of_the_texts_and_leaves_them_unscrolled():
+    from batchtui.tui.texts_editor import TextsEditor
+
+    long = "a long text " * 30
+    for size in ((120, 40), (80, 24)):
+        app = make_app(texts=["first", long, "last one"])
+        async with app.run_test(size=size) as pilot:
+            await settle(pilot, app)
+            await pilot.press("e", "ctrl+end")
+            editor = app.query_one(TextsEditor)
+            assert editor.cursor_location == editor.document.end == (2, len("last one"))
+            await pilot.press("ctrl+home")
+            assert editor.cursor_location == (0, 0)
+            await pilot.press("down", "end")  # the long line's end: scrolled far sideways
+            await pilot.pause()
+            assert editor.scroll_x > 0
+            await pilot.press("escape")
+            await pilot.pause()
+            assert editor.scroll_x == 0 and not editor.has_focus

@@ -19,7 +19,13 @@ class TextsEditor(TextArea):
     """Every key typed here is text: Tab types a tab (it does not leave, so the next letters never become
     commands), and only Escape leaves, back to the heatmap."""
 
-    BINDINGS = [Binding("escape", "leave", "Leave editor")]
+    BINDINGS = [
+        Binding("escape", "leave", "Leave editor"),
+        Binding("ctrl+end", "texts_end", "End of the texts", show=False),
+        Binding("ctrl+home", "texts_start", "Start of the texts", show=False),
+        Binding("ctrl+shift+end", "texts_end(True)", "Select to the end", show=False),
+        Binding("ctrl+shift+home", "texts_start(True)", "Select to the start", show=False),
+    ]
 
     def __init__(self, texts: list[str], **kwargs) -> None:
         super().__init__(_editable(texts), soft_wrap=False, show_line_numbers=True, tab_behavior="indent", **kwargs)
@@ -31,6 +37,14 @@ class TextsEditor(TextArea):
 
     def on_blur(self) -> None:
         self.border_title = "texts · one per line · e edits"
+        # Left scrolled sideways, every line would show from the middle (or not at all): back to their starts.
+        self.scroll_to(x=0, animate=False)
+
+    def action_texts_end(self, select: bool = False) -> None:
+        self.move_cursor(self.document.end, select=select)
+
+    def action_texts_start(self, select: bool = False) -> None:
+        self.move_cursor(self.document.start, select=select)
 
     async def _on_key(self, event: events.Key) -> None:
         if event.key in ("escape", "shift+tab"):  # TextArea would move focus on either
