@@ -54,3 +54,19 @@ async def test_a_cut_top_k_table_says_where_it_is():
         topk = app.query_one("#detail-topk")
         cut = topk.region.bottom > detail.parent.content_region.bottom
         assert str(detail.border_title).endswith("· top-k: t") == cut
+
+
+async def test_an_open_menu_stands_out_from_the_fields_it_covers():
+    """At 80x24 the dtype menu opens over the fields below it: framed, and lighter by more than a shade."""
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app)
+        app.query_one("#dtype").focus()
+        await pilot.press("enter")
+        await pilot.pause()
+        overlay = app.query_one("#dtype").query_one("SelectOverlay")
+        field = app.query_one("#padding_side")
+        covered = field.query_one("SelectCurrent").styles.background
+        assert overlay.display and overlay.region.overlaps(field.region)
+        assert abs(overlay.styles.background.brightness - covered.brightness) > 0.1
+        assert overlay.styles.border_top[0] != ""
