@@ -80,48 +80,62 @@ def _wait_healthy(url: str, process: subprocess.Popen, log: Path) -> None:
 
 
 @contextlib.contextmanager
-def raw_socket_server(answer, first: bool = False):
-    """A socket on 127.0.0.1 that reads a request and sends `answer` as it is, then closes (None: never answers);
-    `answer` may be a function of the request's bytes. With `first`, it sends before reading (a plain-text server
-    to a TLS client). Yields (url, requests received)."""
+def _serving(handle):
+    """A listener on 127.0.0.1 handing each connection it accepts to `handle(connection, stopped)` on its accepting
+    thread until the block ends (`stopped` is then set). Yields the API root's URL."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(8)
     listener.settimeout(0.2)
-    received: list[bytes] = []
     stopped = threading.Event()
 
     def serve() -> None:
-        held = []
         while not stopped.is_set():
             try:
                 connection, _ = listener.accept()
             except TimeoutError:
                 continue
-            connection.settimeout(5)
-            if first and isinstance(answer, bytes):
-                with contextlib.suppress(OSError):
-                    connection.sendall(answer)
-            with contextlib.suppress(OSError):
-                received.append(_read_request(connection))
-            sent = answer(received[-1] if received else b"") if callable(answer) else answer
-            if sent is None:
-                held.append(connection)  # silence: keep it open, say nothing
-                continue
-            with contextlib.suppress(OSError):
-                connection.sendall(sent)
-            connection.close()
-        for connection in held:
-            connection.close()
+            handle(connection, stopped)
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}/v1", received
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
     finally:
         stopped.set()
         thread.join(timeout=10)
         listener.close()
+
+
+@contextlib.contextmanager
+def raw_socket_server(answer, first: bool = False):
+    """A socket on 127.0.0.1 that reads a request and sends `answer` as it is, then closes (None: never answers);
+    `answer` may be a function of the request's bytes. With `first`, it sends before reading (a plain-text server
+    to a TLS client). Yields (url, requests received)."""
+    received: list[bytes] = []
+    held: list[socket.socket] = []
+
+    def handle(connection: socket.socket, stopped: threading.Event) -> None:
+        connection.settimeout(5)
+        if first and isinstance(answer, bytes):
+            with contextlib.suppress(OSError):
+                connection.sendall(answer)
+        with contextlib.suppress(OSError):
+            received.append(_read_request(connection))
+        sent = answer(received[-1] if received else b"") if callable(answer) else answer
+        if sent is None:
+            held.append(connection)  # silence: keep it open, say nothing
+            return
+        with contextlib.suppress(OSError):
+            connection.sendall(sent)
+        connection.close()
+
+    try:
+        with _serving(handle) as url:
+            yield url, received
+    finally:
+        for connection in held:
+            connection.close()
 
 
 def _read_request(connection: socket.socket) -> bytes:
@@ -155,34 +169,18 @@ def http_json(body: bytes) -> bytes:
 @contextlib.contextmanager
 def scripted_server(script):
     """A socket on 127.0.0.1 whose every connection is handed, after its request is read, to `script(connection,
-    request)`, which sends what it likes, as slowly as it likes (each script bounds its own loop), on a thread of
-    its own. Yields (url, requests received)."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(8)
-    listener.settimeout(0.2)
+    request, stopped)`, which sends what it likes, as slowly as it likes (each script bounds its own loop), on a
+    thread of its own. Yields (url, requests received)."""
     received: list[bytes] = []
-    stopped = threading.Event()
 
-    def handle(connection: socket.socket) -> None:
+    def run(connection: socket.socket, stopped: threading.Event) -> None:
         with contextlib.suppress(OSError), connection:
             connection.settimeout(5)
             received.append(_read_request(connection))
             script(connection, received[-1], stopped)
 
-    def serve() -> None:
-        while not stopped.is_set():
-            try:
-                connection, _ = listener.accept()
-            except TimeoutError:
-                continue
-            threading.Thread(target=handle, args=(connection,), daemon=True).start()
+    def handle(connection: socket.socket, stopped: threading.Event) -> None:
+        threading.Thread(target=run, args=(connection, stopped), daemon=True).start()
 
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}/v1", received
-    finally:
-        stopped.set()
-        thread.join(timeout=10)
-        listener.close()
+    with _serving(handle) as url:
+        yield url, received
