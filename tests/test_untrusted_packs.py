@@ -220,3 +220,27 @@ def test_a_cache_home_that_is_not_a_folder_is_one_notice_and_the_run_goes_on(tmp
     err = capsys.readouterr().err
     assert err.startswith(f"batchtui: notice: cache folder {not_a_folder}/batchtui cannot be used (Not a directory)")
     assert json.loads(report.read_text())["summary"]["texts"] == 1
+
+
+def test_a_pack_s_own_model_runs_only_when_built_in_or_already_in_the_hub_cache(pack, tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    from batchtui.core.errors import InputError
+    from batchtui.core.pack_file import choose_model, read_pack
+
+    cache = tmp_path / "hub"
+    snapshot = cache / "models--someone--cached" / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (cache / "models--someone--cached" / "refs").mkdir()
+    (cache / "models--someone--cached" / "refs" / "main").write_text("abc123")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.chdir(tmp_path)
+    loaded = read_pack(str(pack))
+    for model, allowed in (("tiny", True), ("someone/cached", True), ("someone/elsewhere", False), ("hub", False)):
+        loaded.settings = loaded.settings.with_changes(model=model)
+        if allowed:
+            assert choose_model(loaded, None, False).line == f"model: {model} (the pack's)"
+        else:  # not cached, or a folder here ("hub" is one, in the working folder)
+            with pytest.raises(InputError, match="name the model to run it on with --model"):
+                choose_model(loaded, None, False)
