@@ -12,9 +12,11 @@ from .cli_options import (
     check_report_destination,
     human_output,
     int_at_least,
+    levels_argument,
     texts_from_args,
 )
 from .endpoint_client import DEFAULT_TIMEOUT_S
+from .endpoint_result import DEFAULT_LADDER
 from .endpoint_transport import DEFAULT_MAX_ANSWER_MB
 from .errors import InputError
 from .generation_result import DEFAULT_MAX_NEW_TOKENS
@@ -36,7 +38,10 @@ def endpoint_parser(prog: str) -> OneLineParser:
         "--max-new-tokens", type=int_at_least(1), default=DEFAULT_MAX_NEW_TOKENS, metavar="N", help="greedy tokens"
     )
     parser.add_argument(
-        "--concurrency", type=int_at_least(1), metavar="N", help="requests in flight under load (default: every text)"
+        "--concurrency",
+        type=levels_argument,
+        metavar="N,N,...",
+        help=f"the ladder: requests in flight under load at each level (default: {','.join(map(str, DEFAULT_LADDER))})",
     )
     parser.add_argument("--rounds", type=int_at_least(1), default=3, metavar="R", help="rounds under load")
     parser.add_argument(

@@ -13,7 +13,7 @@ from .errors import InputError
 from .remedies import REMEDIES
 from .safe_files import check_writable_file, is_standard_output
 from .settings import DEFAULT_ATOL, DEFAULT_MODEL, DEFAULT_RTOL, DTYPES, PADDING_SIDES, POSITION_MODES, Settings
-from .sweep import parse_batch_sizes, parse_names
+from .sweep import parse_batch_sizes, parse_counts, parse_names
 from .texts import DEFAULT_TEXTS, NumberedTexts, read_texts_file, validate_texts
 from .visible import literal
 
@@ -215,3 +215,4 @@ def _as_argument(parse):
 
 names_argument = _as_argument(parse_names)  # "a,b,c" -> ["a", "b", "c"]
 ints_argument = _as_argument(parse_batch_sizes)  # "1,2,4" -> [1, 2, 4]
+levels_argument = _as_argument(lambda value: parse_counts(value, "concurrency levels"))

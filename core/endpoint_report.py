@@ -10,9 +10,19 @@ from .visible import literal
 
 
 def _verdict_word(split: ContinuationSplit | None) -> str:
+    """`same` (tokens and logprobs bitwise), `Δlp X` (the same tokens, logprobs apart by up to X), `split k`."""
     if split is None:
         return "-"
-    return "same" if split.step is None else f"split {split.step}"
+    if split.step is not None:
+        return f"split {split.step}"
+    return f"Δlp {format_float(split.max_abs_diff)}" if split.logprobs_differ else "same"
+
+
+def _loaded_word(t: ServedText) -> str:
+    """Under load over every round and level: the split shown, or the largest logprob move, or same."""
+    if t.split is None or t.split.differs or not t.logprobs_differ:
+        return _verdict_word(t.split)
+    return f"Δlp {format_float(t.max_abs_diff)}"
 
 
 def split_at(t: ServedText) -> tuple[str, str]:
@@ -47,7 +57,7 @@ def _endpoint_row(t: ServedText, logprobs: bool) -> tuple[str, ...]:
         str(t.line),
         literal(t.text, 32),
         _verdict_word(t.noise),
-        _verdict_word(split),
+        _loaded_word(t),
         alone,
         loaded,
         margin,
@@ -59,9 +69,17 @@ def _endpoint_row(t: ServedText, logprobs: bool) -> tuple[str, ...]:
 def endpoint_verdict(comparison: EndpointComparison) -> str:
     s = comparison.summary
     rounds = comparison.config.get("rounds", 1)
-    verdict = f"{s.differ} of {s.texts} continuations differ under load ({rounds} round{'s' * (rounds != 1)})"
+    levels = comparison.config.get("concurrency") or []
+    at = f"concurrency {','.join(map(str, levels))}; " if levels else ""
+    verdict = f"{s.differ} of {s.texts} continuations differ under load ({at}{rounds} round{'s' * (rounds != 1)})"
     if s.near_ties:
         verdict += f", {s.near_ties} at a near-tie"
+    if s.logprobs_differ:
+        moved = max(t.max_abs_diff for t in comparison.texts if t.logprobs_differ)
+        verdict += f"; {s.logprobs_differ} more keep their tokens with logprobs apart by up to {format_float(moved)}"
+    if len(levels) > 1:
+        first = comparison.first_breaking_concurrency
+        verdict += "; no level breaks" if first is None else f"; first breaks at concurrency {first}"
     verdict += f"; alone vs alone: {s.alone_differ} of {s.texts} differ"
     if s.measured < s.texts:
         verdict += f"; {s.texts - s.measured} not measured"
@@ -110,7 +128,11 @@ def _text(t: ServedText) -> dict:
         "under_load_round": shown,
         "alone_vs_alone": _split(t.noise),
         "split": _split(t.split),
-        "rounds": [{"round": r, "differs": s.differs, "split_step": s.step} for r, s in enumerate(t.rounds)],
+        "logprobs_differ": t.logprobs_differ,
+        "rounds": [
+            {"round": r, "differs": s.differs, "split_step": s.step, "logprobs_differ": s.logprobs_differ}
+            for r, s in enumerate(t.rounds)
+        ],
     }
     if t.prompt is not None:
         out["prompt_positions"] = [
@@ -126,6 +148,7 @@ def endpoint_summary_json(comparison: EndpointComparison) -> dict:
         "texts": s.texts,
         "measured": s.measured,
         "differ": s.differ,
+        "logprobs_differ": s.logprobs_differ,
         "alone_differ": s.alone_differ,
         "near_ties": s.near_ties,
         "max_abs_diff": number(s.max_abs_diff),
@@ -134,5 +157,16 @@ def endpoint_summary_json(comparison: EndpointComparison) -> dict:
 
 def endpoint_json(comparison: EndpointComparison) -> dict:
     report = run_json(comparison, endpoint_summary_json(comparison), [_text(t) for t in comparison.texts])
+    report["levels"] = [
+        {
+            "concurrency": level.concurrency,
+            "rounds": level.rounds,
+            "texts_split": level.texts_split,
+            "texts_logprobs_differ": level.texts_logprobs_differ,
+            "max_abs_logprob_diff": number(level.max_abs_logprob_diff),
+        }
+        for level in comparison.ladder
+    ]
+    report["first_breaking_concurrency"] = comparison.first_breaking_concurrency
     report["failure"] = comparison.failure
     return report

@@ -14,6 +14,8 @@ from functools import cached_property
 from .backend import ServedContinuation
 from .comparison import RunResult
 
+DEFAULT_LADDER = (1, 2, 4, 8, 16, 32)  # `endpoint`'s concurrency levels unless given
+
 
 @dataclass(frozen=True)
 class ContinuationSplit:
@@ -30,6 +32,15 @@ class ContinuationSplit:
     @property
     def differs(self) -> bool:
         return self.step is not None
+
+    @property
+    def logprobs_differ(self) -> bool:
+        """The same tokens, but some step's logprob is not bitwise the alone run's."""
+        return self.step is None and any(d is not None and d != 0.0 for d in self.logprob_diffs)
+
+    @property
+    def bitwise(self) -> bool:
+        return not self.differs and not self.logprobs_differ
 
     @property
     def max_abs_diff(self) -> float:
@@ -109,15 +120,27 @@ def prompt_comparison(reference: ServedContinuation, other: ServedContinuation) 
 
 @dataclass(frozen=True)
 class ServedText:
-    """One text's continuations: alone (nothing else in flight), alone again, and one per round under load.
-    A run that failed part-way leaves the missing ones None or out."""
+    """One text's continuations: alone (nothing else in flight), alone again, and under load at each level of
+    the concurrency ladder (every round's, in order). A run that failed part-way leaves the missing ones None or
+    out."""
 
     index: int
     line: int
     text: str
     alone: ServedContinuation | None
     alone_again: ServedContinuation | None
-    under_load: tuple[ServedContinuation, ...]
+    levels: tuple[tuple[ServedContinuation, ...], ...]
+
+    @cached_property
+    def under_load(self) -> tuple[ServedContinuation, ...]:
+        """Every continuation under load, level after level."""
+        return tuple(answer for level in self.levels for answer in level)
+
+    def level_splits(self, level: int) -> tuple[ContinuationSplit, ...]:
+        """Alone against each continuation at ladder level `level`."""
+        if self.alone is None or level >= len(self.levels):
+            return ()
+        return tuple(split_of(self.alone, answer) for answer in self.levels[level])
 
     @cached_property
     def noise(self) -> ContinuationSplit | None:
@@ -152,6 +175,11 @@ class ServedText:
         return None if not self.rounds else any(s.differs for s in self.rounds)
 
     @property
+    def logprobs_differ(self) -> bool:
+        """Under load every continuation keeps the alone run's tokens, but some logprob is not bitwise its."""
+        return not self.differs and any(s.logprobs_differ for s in self.rounds)
+
+    @property
     def split_step(self) -> int | None:
         split = self.split
         return None if split is None else split.step
@@ -176,10 +204,26 @@ class ServedText:
 class EndpointSummary:
     texts: int
     measured: int  # texts with every run done
-    differ: int  # continuations that differ under load
-    alone_differ: int  # continuations that differ alone against alone
+    differ: int  # continuations that differ under load (their tokens, or their text)
+    logprobs_differ: int  # continuations that keep their tokens under load, with logprobs not bitwise the same
+    alone_differ: int  # continuations alone against alone that are not bitwise the same (tokens or logprobs)
     near_ties: int
     max_abs_diff: float
+
+
+@dataclass(frozen=True)
+class LadderLevel:
+    """One level of the concurrency ladder: what `concurrency` requests in flight did to the texts."""
+
+    concurrency: int
+    rounds: int
+    texts_split: int  # texts some continuation of which parts from the alone run's tokens
+    texts_logprobs_differ: int  # texts that keep their tokens, with some logprob not bitwise the alone run's
+    max_abs_logprob_diff: float  # over the steps both runs share
+
+    @property
+    def breaks(self) -> bool:
+        return bool(self.texts_split or self.texts_logprobs_differ)
 
 
 @dataclass(frozen=True)
@@ -196,7 +240,8 @@ class EndpointComparison(RunResult):
             texts=len(self.texts),
             measured=sum(t.measured for t in self.texts),
             differ=sum(bool(t.differs) for t in self.texts),
-            alone_differ=sum(t.noise is not None and t.noise.differs for t in self.texts),
+            logprobs_differ=sum(t.logprobs_differ for t in self.texts),
+            alone_differ=sum(t.noise is not None and not t.noise.bitwise for t in self.texts),
             near_ties=sum(bool(t.near_tie) for t in self.texts),
             max_abs_diff=self.max_abs_diff,
         )
@@ -204,4 +249,29 @@ class EndpointComparison(RunResult):
     @property
     def any_differs(self) -> bool:
         s = self.summary
-        return bool(s.differ or s.alone_differ)
+        return bool(s.differ or s.logprobs_differ or s.alone_differ)
+
+    @cached_property
+    def ladder(self) -> tuple[LadderLevel, ...]:
+        """Each level of the concurrency ladder, lowest first."""
+        levels = []
+        for number, concurrency in enumerate(self.config.get("concurrency") or ()):
+            splits = [t.level_splits(number) for t in self.texts]
+            measured = [s for s in splits if s]
+            levels.append(
+                LadderLevel(
+                    concurrency=concurrency,
+                    rounds=self.config.get("rounds", 1),
+                    texts_split=sum(any(s.differs for s in text) for text in measured),
+                    texts_logprobs_differ=sum(
+                        not any(s.differs for s in text) and any(s.logprobs_differ for s in text) for text in measured
+                    ),
+                    max_abs_logprob_diff=max((s.max_abs_diff for text in measured for s in text), default=0.0),
+                )
+            )
+        return tuple(levels)
+
+    @property
+    def first_breaking_concurrency(self) -> int | None:
+        """The lowest level at which some text parts or its logprobs move; None when none does."""
+        return next((level.concurrency for level in self.ladder if level.breaks), None)

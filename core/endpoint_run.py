@@ -1,9 +1,9 @@
 """`measure_endpoint()`: does what else is in flight change a served model's greedy answer?
 
 Each text is completed alone (nothing else in flight) twice, which measures run-to-run noise apart from
-batching, then under load: every text in flight together, `concurrency` at a time, for `rounds` rounds in
-shuffled orders so that each text meets other neighbours. A fault stops the run and is kept with what was
-measured before it.
+batching, then under load at each level of a concurrency ladder: `c` requests in flight at once (the texts in a
+shuffled order, repeated where there are fewer texts than `c`), for `rounds` rounds so that each text meets other
+neighbours. A fault stops the run and is kept with what was measured before it.
 """
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ import queue
 import random
 import threading
 import time
+from collections.abc import Sequence
 
 from .backend import Completer, ServedContinuation
 from .endpoint_client import EndpointError
-from .endpoint_result import EndpointComparison, ServedText
+from .endpoint_result import DEFAULT_LADDER, EndpointComparison, ServedText
 from .errors import InputError
 from .generation_result import DEFAULT_MAX_NEW_TOKENS
 from .run_skeleton import CancelledFn, PassSteps, ProgressFn
@@ -35,24 +36,30 @@ def measure_endpoint(
     texts: list[str],
     lines: list[int] | None = None,
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
-    concurrency: int | None = None,
+    concurrency: int | Sequence[int] | None = None,
     rounds: int = 3,
     top_logprobs: int = 5,
     config: dict | None = None,
     progress: ProgressFn | None = None,
     cancelled: CancelledFn | None = None,
 ) -> EndpointComparison:
-    """Alone twice, then `rounds` rounds under load. `config`: what the run reports it ran on (URL, model)."""
+    """Alone twice, then `rounds` rounds under load at each concurrency of the ladder (one level or several;
+    default `DEFAULT_LADDER`). `config`: what the run reports it ran on (URL, model)."""
     started = time.perf_counter()
-    concurrency = len(texts) if concurrency is None else concurrency
-    for name, value in (("max new tokens", max_new_tokens), ("concurrency", concurrency), ("rounds", rounds)):
+    levels = tuple(
+        DEFAULT_LADDER if concurrency is None else [concurrency] if isinstance(concurrency, int) else concurrency
+    )
+    for name, value in (("max new tokens", max_new_tokens), ("rounds", rounds), *(("concurrency", c) for c in levels)):
         _positive(name, value)
+    if not levels:
+        raise InputError("the concurrency ladder needs at least one level")
     if isinstance(top_logprobs, bool) or not isinstance(top_logprobs, int) or top_logprobs < 0:
         raise InputError(f"top logprobs must be 0 or more, not {top_logprobs!r}")
     lines = list(range(1, len(texts) + 1)) if lines is None else lines
-    steps = PassSteps(1 + len(texts) * (2 + rounds), progress, cancelled, "endpoint run")
-    run = _EndpointRun(completer, texts, max_new_tokens, top_logprobs, steps)
-    failure = run.all(rounds, concurrency)
+    requests = 1 + 2 * len(texts) + rounds * sum(max(c, len(texts)) for c in levels)
+    steps = PassSteps(requests, progress, cancelled, "endpoint run")
+    run = _EndpointRun(completer, texts, max_new_tokens, top_logprobs, steps, len(levels))
+    failure = run.all(rounds, levels)
     notes = []
     if run.logprobs is False:
         notes.append(NO_LOGPROBS)
@@ -63,7 +70,7 @@ def measure_endpoint(
     config = {
         **(config or {}),
         "max_new_tokens": max_new_tokens,
-        "concurrency": concurrency,
+        "concurrency": list(levels),
         "rounds": rounds,
         "top_logprobs": top_logprobs,
         "temperature": 0,
@@ -73,14 +80,16 @@ def measure_endpoint(
         "steps_in": "tokens" if run.logprobs and top_logprobs else "characters",
     }
     results = tuple(
-        ServedText(i, line, text, run.alone[i], run.again[i], tuple(run.loaded[i]))
+        ServedText(i, line, text, run.alone[i], run.again[i], tuple(tuple(level[i]) for level in run.loaded))
         for i, (line, text) in enumerate(zip(lines, texts))
     )
     return EndpointComparison(config, results, tuple(notes), time.perf_counter() - started, failure)
 
 
 class _EndpointRun:
-    def __init__(self, completer: Completer, texts: list[str], max_new_tokens: int, top_k: int, steps: PassSteps):
+    def __init__(
+        self, completer: Completer, texts: list[str], max_new_tokens: int, top_k: int, steps: PassSteps, levels: int
+    ):  # fmt: skip
         self.completer = completer
         self.texts = texts
         self.max_new_tokens = max_new_tokens
@@ -91,9 +100,10 @@ class _EndpointRun:
         n = len(texts)
         self.alone: list[ServedContinuation | None] = [None] * n
         self.again: list[ServedContinuation | None] = [None] * n
-        self.loaded: list[list[ServedContinuation]] = [[] for _ in range(n)]
+        # Per level of the ladder, per text: its answers under load, every round.
+        self.loaded: list[list[list[ServedContinuation]]] = [[[] for _ in range(n)] for _ in range(levels)]
 
-    def all(self, rounds: int, concurrency: int) -> str | None:
+    def all(self, rounds: int, levels: tuple[int, ...]) -> str | None:
         """Every run; returns the fault that stopped them, or None."""
         try:
             self._probe()
@@ -102,8 +112,9 @@ class _EndpointRun:
                     self.steps.before()
                     kept[i] = self._complete(i)
                     self.steps.after()
-            for number in range(rounds):
-                self._round(number, concurrency)
+            for level, concurrency in enumerate(levels):
+                for number in range(rounds):
+                    self._round(number, concurrency, self.loaded[level])
         except EndpointError as exc:
             return str(exc)
         return None
@@ -130,11 +141,13 @@ class _EndpointRun:
         prompt = self.top_k if self.prompt_logprobs else 0
         return self.completer.complete(self.texts[i], self.max_new_tokens, top, prompt)
 
-    def _round(self, number: int, concurrency: int) -> None:
-        """Every text in flight, `concurrency` at a time, in this round's shuffled order. The workers are daemon
-        threads: Ctrl+C or a fault ends the command at once, never waiting on a request still in flight."""
-        order = list(range(len(self.texts)))
-        random.Random(number).shuffle(order)
+    def _round(self, number: int, concurrency: int, kept: list[list[ServedContinuation]]) -> None:
+        """`concurrency` requests in flight at once: every text in this round's shuffled order, repeated to fill
+        the level where there are fewer texts. The workers are daemon threads: Ctrl+C or a fault ends the command
+        at once, never waiting on a request still in flight."""
+        shuffled = list(range(len(self.texts)))
+        random.Random(number).shuffle(shuffled)
+        order = [shuffled[k % len(shuffled)] for k in range(max(concurrency, len(shuffled)))]
         jobs: queue.SimpleQueue[int] = queue.SimpleQueue()
         for i in order:
             jobs.put(i)
@@ -154,7 +167,7 @@ class _EndpointRun:
         self.steps.before()
         for _ in range(min(concurrency, len(order))):
             threading.Thread(target=work, name="batchtui-endpoint", daemon=True).start()
-        answers: dict[int, ServedContinuation] = {}
+        answers: list[tuple[int, ServedContinuation]] = []
         try:
             while len(answers) < len(order):
                 self.steps.before()
@@ -164,11 +177,11 @@ class _EndpointRun:
                     continue
                 if failure is not None:
                     raise failure
-                answers[i] = answer
+                answers.append((i, answer))
                 self.steps.after()
         finally:
             while not jobs.empty():  # nothing new starts once the round ends early
                 with contextlib.suppress(queue.Empty):
                     jobs.get_nowait()
-        for i, answer in answers.items():
-            self.loaded[i].append(answer)
+        for i, answer in answers:
+            kept[i].append(answer)

@@ -36,15 +36,19 @@ def parse_names(value: str) -> list[str]:
     return items
 
 
-def parse_batch_sizes(value: str) -> list[int]:
-    """Comma-separated batch sizes (`1,2,4,8`), each a positive integer."""
+def parse_counts(value: str, what: str) -> list[int]:
+    """Comma-separated positive integers (`1,2,4,8`): batch sizes, concurrency levels..."""
     try:
-        sizes = [int(item) for item in parse_names(value)]
+        counts = [int(item) for item in parse_names(value)]
     except ValueError:
-        raise InputError(f"batch sizes must be comma-separated integers, not {value!r}") from None
-    if any(size < 1 for size in sizes):
-        raise InputError(f"batch sizes must be 1 or more, not {value!r}")
-    return sizes
+        raise InputError(f"{what} must be comma-separated integers, not {value!r}") from None
+    if any(count < 1 for count in counts):
+        raise InputError(f"{what} must be 1 or more, not {value!r}")
+    return counts
+
+
+def parse_batch_sizes(value: str) -> list[int]:
+    return parse_counts(value, "batch sizes")
 
 
 def sweep_grid(settings: Settings, dtypes, batch_sizes, attns, padding_sides) -> list[Settings]:

@@ -71,13 +71,14 @@ def test_alone_the_server_says_what_transformers_says_locally(served, english):
 
 def test_endpoint_command_compares_alone_and_under_load_without_logprobs(served, tmp_path, capsys):
     report = tmp_path / "endpoint.json"
-    code = main(["endpoint", "--url", served, *TEXTS, "--max-new-tokens", "24", "--rounds", "2", "--json", str(report)])
+    code = main(["endpoint", "--url", served, *TEXTS, "--max-new-tokens", "24", "--rounds", "2", "--concurrency", "8",
+                 "--json", str(report)])  # fmt: skip
     out = capsys.readouterr().out
     data = json.loads(report.read_text())
     assert data["failure"] is None and data["summary"]["measured"] == len(TEXTS)
     assert data["notes"] == [NO_LOGPROBS, NO_PROMPT_LOGPROBS] and f"note: {NO_LOGPROBS}" in out
     assert data["config"]["logprobs"] is False and data["config"]["steps_in"] == "characters"
-    assert data["config"]["concurrency"] == len(TEXTS) and data["config"]["rounds"] == 2
+    assert data["config"]["concurrency"] == [len(TEXTS)] and data["config"]["rounds"] == 2
     assert data["environment"]["identity"] == {"url": served, "model": data["config"]["model"]}
     for entry in data["texts"]:
         alone, loaded = entry["alone"]["text"], entry["under_load"]["text"]
@@ -98,8 +99,8 @@ def test_endpoint_command_compares_alone_and_under_load_without_logprobs(served,
 def test_the_api_key_is_sent_from_its_variable_and_never_shown(served, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("SERVED_KEY", "sk-do-not-print-42")
     report = tmp_path / "r.json"
-    code = main(["endpoint", "--url", served, "a", "--max-new-tokens", "2", "--rounds", "1", "--api-key-env",
-                 "SERVED_KEY", "--json", str(report)])  # fmt: skip
+    code = main(["endpoint", "--url", served, "a", "--max-new-tokens", "2", "--rounds", "1", "--concurrency", "1",
+                 "--api-key-env", "SERVED_KEY", "--json", str(report)])  # fmt: skip
     seen = capsys.readouterr()
     assert code in (0, 1)
     assert "sk-do-not-print-42" not in seen.out + seen.err + report.read_text()
@@ -167,7 +168,7 @@ def test_a_server_killed_mid_run_keeps_what_was_measured(server):
                     stop(process)
             return endpoint.complete(text, max_new_tokens, *args)
 
-    result = measure_endpoint(KilledAfterThreeTexts(), TEXTS, max_new_tokens=4, rounds=1)
+    result = measure_endpoint(KilledAfterThreeTexts(), TEXTS, max_new_tokens=4, concurrency=8, rounds=1)
     assert result.failure is not None and "connection refused" in result.failure
     kept = [t for t in result.texts if t.alone is not None]
     assert len(kept) == 3  # three texts alone before the fourth request failed

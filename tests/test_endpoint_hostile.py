@@ -108,7 +108,7 @@ def test_the_api_key_never_leaves_through_the_server_s_words(tmp_path, monkeypat
 
     with raw_socket_server(answer) as (url, _):
         code = main(["endpoint", "--url", url, "--api-key-env", "SERVER_KEY", "a", "--rounds", "1",
-                     "--json", str(report)])  # fmt: skip
+                     "--concurrency", "1", "--json", str(report)])  # fmt: skip
     out, err = capsys.readouterr()
     assert code == 0 and SECRET not in out + err + report.read_text()
     assert json.loads(report.read_text())["texts"][0]["alone"]["text"] == " [api key]"

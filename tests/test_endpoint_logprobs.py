@@ -72,10 +72,53 @@ def test_measure_endpoint_reports_logprob_splits_in_the_json():
             self.calls += 1
             return moved if self.calls == 4 else steady  # probe, alone, alone again, then under load
 
-    result = measure_endpoint(Answers(), ["t"], max_new_tokens=2, rounds=2, top_logprobs=2)
+    result = measure_endpoint(Answers(), ["t"], max_new_tokens=2, concurrency=1, rounds=2, top_logprobs=2)
     entry = endpoint_json(result)["texts"][0]
     assert result.config["steps_in"] == "tokens" and result.notes == (NO_PROMPT_LOGPROBS,)
     assert entry["differs"] is True and entry["split_step"] == 1 and entry["under_load_round"] == 0
     assert entry["under_load"]["tokens"] == [" a", " d"] and entry["alone"]["text"] == " a b"
     assert entry["split"]["near_tie"] is True and entry["split"]["top_alone"][0] == [" b", -0.70]
     assert entry["alone_vs_alone"]["differs"] is False and [r["differs"] for r in entry["rounds"]] == [True, False]
+
+
+def test_the_ladder_says_per_level_what_splits_what_keeps_its_tokens_and_where_it_first_breaks():
+    """Two texts, one round per level: from the level of 4 on, the same tokens come back with a logprob moved by
+    2**-10; at 8 the second step's token changes. The calls are counted, so each level's answers are known."""
+    from batchtui.core.endpoint_client import continuation_from
+    from batchtui.core.endpoint_report import endpoint_json, endpoint_verdict, format_endpoint_table
+
+    def answer(first: float, second: str):
+        return continuation_from(_choice(" a" + second, [" a", second], [first, -0.70],
+                                         [{" a": first, " c": -2.0}, {second: -0.70, " d": -0.71}]))  # fmt: skip
+
+    steady, moved, split = answer(-0.5, " b"), answer(-0.5 + 2**-10, " b"), answer(-0.5, " d")
+
+    class Answers:
+        calls = 0
+
+        def complete(self, text, max_new_tokens, top_logprobs=0, prompt_logprobs=0):
+            self.calls += 1  # 1 probe, 4 alone; levels 1 and 2: 2 calls each; 4: 4 calls; 8: 8 calls
+            return steady if self.calls <= 9 else moved if self.calls <= 13 else split
+
+    result = measure_endpoint(Answers(), ["t", "u"], max_new_tokens=2, concurrency=[1, 2, 4, 8], rounds=1,
+                              top_logprobs=2)  # fmt: skip
+    levels = endpoint_json(result)["levels"]
+    assert [(lv["concurrency"], lv["texts_split"], lv["texts_logprobs_differ"]) for lv in levels] == [
+        (1, 0, 0), (2, 0, 0), (4, 0, 2), (8, 2, 0)
+    ]  # fmt: skip
+    assert levels[2]["max_abs_logprob_diff"] == 2**-10 and levels[0]["max_abs_logprob_diff"] == 0
+    assert result.first_breaking_concurrency == 4 and endpoint_json(result)["first_breaking_concurrency"] == 4
+    assert "first breaks at concurrency 4" in endpoint_verdict(result)
+    assert "split 1" in format_endpoint_table(result)  # over all levels, the split is the outcome shown
+
+    class LogprobsOnly(Answers):
+        def complete(self, *args, **kwargs):
+            self.calls += 1
+            return steady if self.calls <= 7 else moved
+
+    same_tokens = measure_endpoint(LogprobsOnly(), ["t", "u"], max_new_tokens=2, concurrency=[1, 2], rounds=1,
+                                   top_logprobs=2)  # fmt: skip
+    assert same_tokens.first_breaking_concurrency == 2 and same_tokens.any_differs
+    assert "Δlp 9.77e-04" in format_endpoint_table(same_tokens)
+    assert "0 of 2 continuations differ under load" in endpoint_verdict(same_tokens)
+    assert "2 more keep their tokens with logprobs apart by up to 9.77e-04" in endpoint_verdict(same_tokens)

@@ -67,7 +67,9 @@ def test_a_hostile_server_s_answers_are_escaped(capsys):
         return http_json(models if request.startswith(b"GET") else completion)
 
     with raw_socket_server(answer) as (url, _):
-        code = main(["endpoint", "--url", url, "--rounds", "1", "--max-new-tokens", "2", *TEXTS[:2]])
+        code = main(
+            ["endpoint", "--url", url, "--rounds", "1", "--concurrency", "2", "--max-new-tokens", "2", *TEXTS[:2]]
+        )
     out, err = capsys.readouterr()
     assert code in (0, 1), err
     assert not _unsafe(out + err), (out + err)[-600:]
