@@ -1,6 +1,7 @@
 import gc
 import os
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -31,6 +32,7 @@ def pytest_configure(config):
     # One fresh model cache per test session (subprocesses inherit it); never the network.
     os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="batchtui-test-cache-")
     os.environ["HF_HUB_OFFLINE"] = "1"
+    _launch_vllm(config)
     if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
         # Parallel workers share the cores: one kernel thread each (and in the commands they start), or torch's
         # spinning threads would fight over them.
@@ -38,6 +40,39 @@ def pytest_configure(config):
         import torch
 
         torch.set_num_threads(1)
+
+
+def _runs_vllm_tests(config) -> bool:
+    """Whether the run's paths include the tests that need vLLM (the whole suite, or test_vllm.py)."""
+    if config.option.collectonly:
+        return False
+    for arg in config.args:
+        path = os.path.abspath(arg.split("::")[0])
+        if os.path.isdir(path) and os.path.exists(os.path.join(path, "test_vllm.py")):
+            return True
+        if os.path.basename(path) == "test_vllm.py":
+            return True
+    return False
+
+
+def _launch_vllm(config) -> None:
+    """In the run's first process only (not in xdist's workers): vLLM's minutes of setting up overlap the tests."""
+    if hasattr(config, "workerinput") or not _runs_vllm_tests(config):
+        return
+    from vllm_server import launch
+
+    from batchtui.core.builtin_models import builtin_path
+
+    config._vllm_state = tempfile.mkdtemp(prefix="batchtui-vllm-")
+    launch(Path(config._vllm_state), builtin_path("qwen2-english-4m"))
+
+
+def pytest_unconfigure(config):
+    state = getattr(config, "_vllm_state", None)
+    if state is not None:
+        from vllm_server import shut_down
+
+        shut_down(Path(state))
 
 
 @pytest.hookimpl(tryfirst=True)
