@@ -124,12 +124,24 @@ class ServedContinuation:
     finish_reason: str | None
     steps: tuple[ServedStep, ...] | None
     prompt: tuple[tuple[tuple[str, float], ...] | None, ...] | None = None
+    # Where the server gives them (vLLM's `return_token_ids`): the prompt's and the continuation's token ids, and
+    # per prompt position the logprob of each token id it lists (the prompt's own token always among them).
+    prompt_token_ids: tuple[int, ...] | None = None
+    token_ids: tuple[int, ...] | None = None
+    prompt_by_id: tuple[dict[int, float] | None, ...] | None = None
+    cached_tokens: int | None = None  # prompt tokens the server found in its prefix cache, where it says
 
 
 class Completer(Protocol):
-    """A model that continues a text greedily (temperature 0, a fixed seed), with the logprobs it can give:
-    a served model behind an OpenAI-compatible API (`endpoint_client.Endpoint`)."""
+    """A model that continues a text (or token ids) greedily (temperature 0, a fixed seed), with the logprobs it
+    can give and, asked for them, the token ids: a served model behind an OpenAI-compatible API
+    (`endpoint_client.Endpoint`)."""
 
     def complete(
-        self, text: str, max_new_tokens: int, top_logprobs: int = 0, prompt_logprobs: int = 0
+        self,
+        text: str | list[int],
+        max_new_tokens: int,
+        top_logprobs: int = 0,
+        prompt_logprobs: int = 0,
+        token_ids: bool = False,
     ) -> ServedContinuation: ...

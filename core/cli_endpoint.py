@@ -9,10 +9,12 @@ from .cli_exit import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OK, error_line, parsed
 from .cli_options import (
     OneLineParser,
     ProgressLine,
+    add_threads_option,
     check_report_destination,
     human_output,
     int_at_least,
     levels_argument,
+    start_torch,
     texts_from_args,
 )
 from .endpoint_client import DEFAULT_TIMEOUT_S
@@ -20,6 +22,7 @@ from .endpoint_result import DEFAULT_LADDER
 from .endpoint_transport import DEFAULT_MAX_ANSWER_MB
 from .errors import InputError
 from .generation_result import DEFAULT_MAX_NEW_TOKENS
+from .settings import DTYPES, Settings
 
 DESCRIPTION = (
     "Greedy-complete each text on an OpenAI-compatible server (vLLM, SGLang, llama.cpp, TGI, transformers serve) "
@@ -64,6 +67,17 @@ def endpoint_parser(prog: str) -> OneLineParser:
         metavar="MB",
         help="the largest answer read from the server (after decompression)",
     )
+    parser.add_argument(
+        "--local",
+        metavar="MODEL",
+        help="also run each served continuation through this local model (a folder, a cached hub id, a built-in): "
+        "its logprobs against the served ones, and RL's importance ratio",
+    )
+    parser.add_argument("--local-dtype", default="auto", choices=DTYPES, help="the local model's dtype")
+    parser.add_argument(
+        "--invariant", action="store_true", help="run the local model in the batch-invariant mode (with --local)"
+    )
+    add_threads_option(parser)
     parser.add_argument("--json", metavar="PATH", help="write the full report to PATH ('-' for stdout)")
     return parser
 
@@ -79,8 +93,14 @@ def _endpoint(args: argparse.Namespace) -> int:
         raise InputError(f"--max-answer-mb must be more than 0, not {args.max_answer_mb:g}")
     numbered = texts_from_args(args)
     check_report_destination(args.json)
+    local = None
+    if args.local:
+        local = Settings(model=args.local, dtype=args.local_dtype, invariant=args.invariant).validated()
+        start_torch(args)
+    elif args.invariant:
+        raise InputError("--invariant is for the local model: give it with --local MODEL")
     from .endpoint_client import Endpoint
-    from .endpoint_report import endpoint_json, endpoint_verdict, format_endpoint_table
+    from .endpoint_report import endpoint_json, endpoint_verdict, format_endpoint_table, served_checks_lines
     from .endpoint_run import measure_endpoint
     from .report import write_json
 
@@ -98,6 +118,7 @@ def _endpoint(args: argparse.Namespace) -> int:
             args.top_logprobs,
             config={"url": endpoint.url, "model": model},
             progress=lambda done, total: bar(done, total, "requests"),
+            local=local,
         )
     finally:
         endpoint.close()
@@ -105,6 +126,8 @@ def _endpoint(args: argparse.Namespace) -> int:
     print(format_endpoint_table(result), file=out)
     for note in result.notes:
         print(f"note: {note}", file=out)
+    for line in served_checks_lines(result):
+        print(line, file=out)
     print(endpoint_verdict(result), file=out)
     if args.json:
         write_json(endpoint_json(result), args.json)  # with what was measured before a fault, and the fault

@@ -118,9 +118,18 @@ class Endpoint:
         return self.model
 
     def complete(
-        self, text: str, max_new_tokens: int, top_logprobs: int = 0, prompt_logprobs: int = 0
+        self,
+        text: str | list[int],
+        max_new_tokens: int,
+        top_logprobs: int = 0,
+        prompt_logprobs: int = 0,
+        token_ids: bool = False,
     ) -> ServedContinuation:
-        extra = {"prompt_logprobs": prompt_logprobs} if prompt_logprobs else None
+        """A greedy completion of `text` (or of token ids). `prompt_logprobs` and `token_ids` are vLLM's
+        fields (`prompt_logprobs`, `return_token_ids`): a server that does not know them may refuse them."""
+        extra = {"prompt_logprobs": prompt_logprobs} if prompt_logprobs else {}
+        if token_ids:
+            extra["return_token_ids"] = True
         answer = self._call(
             self._client.completions.create,
             model=self.model,
@@ -129,10 +138,10 @@ class Endpoint:
             temperature=0,
             seed=GREEDY_SEED,
             logprobs=top_logprobs or None,
-            extra_body=extra,
+            extra_body=extra or None,
         )
         try:
-            return continuation_from(answer.choices[0], self.scrubbed)
+            return continuation_from(answer.choices[0], self.scrubbed, getattr(answer, "usage", None))
         except (AttributeError, IndexError, KeyError, TypeError, ValueError):
             raise EndpointError(f"{self.url}/completions: the answer is not a completion") from None
 
@@ -181,9 +190,9 @@ def _cause(exc: BaseException, kind: type) -> BaseException | None:
     return exc
 
 
-def continuation_from(choice, scrubbed=str) -> ServedContinuation:
-    """A `CompletionChoice` (the openai package's type, or vLLM's with `prompt_logprobs`) as a continuation, every
-    string the server sent passed through `scrubbed`."""
+def continuation_from(choice, scrubbed=str, usage=None) -> ServedContinuation:
+    """A `CompletionChoice` (the openai package's type, or vLLM's with `prompt_logprobs` and token ids) as a
+    continuation, every string the server sent passed through `scrubbed`; `usage` gives the cached tokens."""
     from .backend import ServedContinuation, ServedStep
 
     if not isinstance(choice.text, str):
@@ -201,7 +210,41 @@ def continuation_from(choice, scrubbed=str) -> ServedContinuation:
     prompt = extra.get("prompt_logprobs")
     prompt_steps = None if prompt is None else tuple(_prompt_position(p, scrubbed) for p in prompt)
     reason = None if choice.finish_reason is None else scrubbed(str(choice.finish_reason))
-    return ServedContinuation(scrubbed(choice.text), reason, steps, prompt_steps)
+    return ServedContinuation(
+        scrubbed(choice.text),
+        reason,
+        steps,
+        prompt_steps,
+        _ids(extra.get("prompt_token_ids")),
+        _ids(extra.get("token_ids")),
+        None if prompt is None else tuple(_by_id(p) for p in prompt),
+        _cached_tokens(usage),
+    )
+
+
+def _ids(value) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+        raise TypeError("token ids that are not a list of integers")
+    return tuple(value)
+
+
+def _by_id(position: dict | None) -> dict[int, float] | None:
+    """vLLM's prompt logprobs at one position by token id (positions keyed otherwise give none)."""
+    if position is None:
+        return None
+    found = {}
+    for key, entry in position.items():
+        if str(key).isdigit():
+            found[int(key)] = float(entry["logprob"] if isinstance(entry, dict) else entry)
+    return found
+
+
+def _cached_tokens(usage) -> int | None:
+    details = getattr(usage, "prompt_tokens_details", None)
+    cached = getattr(details, "cached_tokens", None)
+    return cached if isinstance(cached, int) and not isinstance(cached, bool) and cached >= 0 else None
 
 
 def _ranked(top: dict | None, scrubbed) -> tuple[tuple[str, float], ...]:

@@ -86,6 +86,40 @@ def endpoint_verdict(comparison: EndpointComparison) -> str:
     return verdict
 
 
+def served_checks_lines(comparison: EndpointComparison) -> list[str]:
+    """One line per served check that was measured: prefill vs decode, the prefix cache."""
+    lines = []
+    prefills = [t.prefill_decode for t in comparison.texts if t.prefill_decode is not None]
+    if prefills:
+        apart = [p for p in prefills if p.first_differing_step is not None]
+        lines.append(
+            f"prefill vs decode: {len(prefills) - len(apart)} of {len(prefills)} continuations bitwise"
+            + (f", {len(apart)} apart by up to {format_float(max(p.max_abs_diff for p in apart))} in logprob"
+               if apart else "")
+        )  # fmt: skip
+    locals_ = [t.served_vs_local for t in comparison.texts if t.served_vs_local is not None]
+    if locals_:
+        side = comparison.config["local"]
+        mode = ", invariant mode" if side["invariant"] else ""
+        lines.append(
+            f"served vs local ({literal(side['model'], 40)}, {side['dtype']}{mode}): max|Δlp| "
+            f"{format_float(max(v.max_abs_diff for v in locals_))}, mean "
+            f"{format_float(sum(v.mean_abs_diff * v.steps for v in locals_) / max(1, sum(v.steps for v in locals_)))}"
+            f" per token, {sum(v.top1_disagree for v in locals_)} top-1 disagreements, importance ratio "
+            f"{format_float(min(v.ratio_min for v in locals_))}..{format_float(max(v.ratio_max for v in locals_))}"
+        )
+    caches = [t.prefix_cache for t in comparison.texts if t.prefix_cache is not None]
+    if caches:
+        cached = [c.cached_tokens for c in caches if c.cached_tokens is not None]
+        hits = f"{min(cached)}-{max(cached)} prompt tokens cached" if cached else "cache hits unknown"
+        differ = [c for c in caches if c.differs]
+        lines.append(
+            f"prefix cache, miss vs hit ({hits}): {len(differ)} of {len(caches)} continuations differ"
+            + (f" (max|Δlp| {format_float(max(c.max_abs_diff for c in differ))})" if differ else "")
+        )
+    return lines
+
+
 def _continuation(c: ServedContinuation | None) -> dict | None:
     if c is None:
         return None
@@ -134,6 +168,29 @@ def _text(t: ServedText) -> dict:
             for r, s in enumerate(t.rounds)
         ],
     }
+    prefill, cache = t.prefill_decode, t.prefix_cache
+    out["prefill_vs_decode"] = None if prefill is None else {
+        "steps": prefill.steps,
+        "max_abs_diff": number(prefill.max_abs_diff),
+        "first_differing_step": prefill.first_differing_step,
+        "diffs": [number(d) for d in prefill.diffs],
+    }  # fmt: skip
+    out["prefix_cache"] = None if cache is None else {
+        "cached_tokens": cache.cached_tokens,
+        "differs": cache.differs,
+        "split_step": cache.split.step,
+        "max_abs_diff": number(cache.max_abs_diff),
+    }  # fmt: skip
+    local = t.served_vs_local
+    out["served_vs_local"] = None if local is None else {
+        "steps": local.steps,
+        "max_abs_diff": number(local.max_abs_diff),
+        "mean_abs_diff": number(local.mean_abs_diff),
+        "top1_disagree": local.top1_disagree,
+        "ratio_min": number(local.ratio_min),
+        "ratio_max": number(local.ratio_max),
+        "diffs": [number(d) for d in local.diffs],
+    }  # fmt: skip
     if t.prompt is not None:
         out["prompt_positions"] = [
             {"index": i, "max_abs_diff": number(d), "top1_flip": flip}

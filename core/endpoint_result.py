@@ -10,9 +10,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from .backend import ServedContinuation
 from .comparison import RunResult
+
+if TYPE_CHECKING:
+    from .served_checks import PrefillDecode, PrefixCacheCheck
+    from .served_vs_local import ServedVsLocal
 
 DEFAULT_LADDER = (1, 2, 4, 8, 16, 32)  # `endpoint`'s concurrency levels unless given
 
@@ -130,6 +135,9 @@ class ServedText:
     alone: ServedContinuation | None
     alone_again: ServedContinuation | None
     levels: tuple[tuple[ServedContinuation, ...], ...]
+    prefill_decode: PrefillDecode | None = None  # None: not measured (the notes say why)
+    prefix_cache: PrefixCacheCheck | None = None
+    served_vs_local: ServedVsLocal | None = None  # with a local model (`--local`)
 
     @cached_property
     def under_load(self) -> tuple[ServedContinuation, ...]:

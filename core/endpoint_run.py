@@ -21,6 +21,9 @@ from .endpoint_result import DEFAULT_LADDER, EndpointComparison, ServedText
 from .errors import InputError
 from .generation_result import DEFAULT_MAX_NEW_TOKENS
 from .run_skeleton import CancelledFn, PassSteps, ProgressFn
+from .served_checks import CACHE_UNKNOWN, NO_PREFILL, PrefillDecode, PrefixCacheCheck, prefill_vs_decode, prefix_cache
+from .served_vs_local import ServedVsLocal, served_vs_local
+from .settings import Settings
 
 NO_LOGPROBS = "this server returns no logprobs: continuations compared as text only, steps counted in characters"
 NO_PROMPT_LOGPROBS = "this server returns no prompt logprobs (vLLM's prompt_logprobs): the prompts are not compared"
@@ -42,6 +45,7 @@ def measure_endpoint(
     config: dict | None = None,
     progress: ProgressFn | None = None,
     cancelled: CancelledFn | None = None,
+    local: Settings | None = None,
 ) -> EndpointComparison:
     """Alone twice, then `rounds` rounds under load at each concurrency of the ladder (one level or several;
     default `DEFAULT_LADDER`). `config`: what the run reports it ran on (URL, model)."""
@@ -56,10 +60,10 @@ def measure_endpoint(
     if isinstance(top_logprobs, bool) or not isinstance(top_logprobs, int) or top_logprobs < 0:
         raise InputError(f"top logprobs must be 0 or more, not {top_logprobs!r}")
     lines = list(range(1, len(texts) + 1)) if lines is None else lines
-    requests = 1 + 2 * len(texts) + rounds * sum(max(c, len(texts)) for c in levels)
+    requests = 1 + 2 * len(texts) + rounds * sum(max(c, len(texts)) for c in levels) + 3 * len(texts)
     steps = PassSteps(requests, progress, cancelled, "endpoint run")
     run = _EndpointRun(completer, texts, max_new_tokens, top_logprobs, steps, len(levels))
-    failure = run.all(rounds, levels)
+    failure = run.all(rounds, levels, lines, local)
     notes = []
     if run.logprobs is False:
         notes.append(NO_LOGPROBS)
@@ -67,6 +71,13 @@ def measure_endpoint(
         notes.append("--top-logprobs 0: continuations compared as text only, steps counted in characters")
     if top_logprobs and run.prompt_logprobs is False:
         notes.append(NO_PROMPT_LOGPROBS)
+    if failure is None and not all(run.prefill):
+        notes.append(NO_PREFILL)
+    if failure is None and any(c is not None and c.cached_tokens is None for c in run.cache):
+        notes.append(CACHE_UNKNOWN)
+    local_side = (
+        None if local is None else {"model": local.model, "dtype": run.local_dtype, "invariant": local.invariant}
+    )
     config = {
         **(config or {}),
         "max_new_tokens": max_new_tokens,
@@ -77,10 +88,22 @@ def measure_endpoint(
         "seed": 0,
         "logprobs": bool(run.logprobs),
         "prompt_logprobs": bool(run.prompt_logprobs),
+        "token_ids": bool(run.token_ids),
+        "local": local_side,
         "steps_in": "tokens" if run.logprobs and top_logprobs else "characters",
     }
     results = tuple(
-        ServedText(i, line, text, run.alone[i], run.again[i], tuple(tuple(level[i]) for level in run.loaded))
+        ServedText(
+            i,
+            line,
+            text,
+            run.alone[i],
+            run.again[i],
+            tuple(tuple(level[i]) for level in run.loaded),
+            run.prefill[i],
+            run.cache[i],
+            run.vs_local[i],
+        )
         for i, (line, text) in enumerate(zip(lines, texts))
     )
     return EndpointComparison(config, results, tuple(notes), time.perf_counter() - started, failure)
@@ -97,14 +120,20 @@ class _EndpointRun:
         self.steps = steps
         self.logprobs: bool | None = None  # what the server gives back, found by the probe
         self.prompt_logprobs: bool | None = None
+        self.token_ids: bool | None = None
         n = len(texts)
         self.alone: list[ServedContinuation | None] = [None] * n
         self.again: list[ServedContinuation | None] = [None] * n
         # Per level of the ladder, per text: its answers under load, every round.
         self.loaded: list[list[list[ServedContinuation]]] = [[[] for _ in range(n)] for _ in range(levels)]
+        self.prefill: list[PrefillDecode | None] = [None] * n
+        self.cache: list[PrefixCacheCheck | None] = [None] * n
+        self.vs_local: list[ServedVsLocal | None] = [None] * n
+        self.local_dtype: str | None = None
 
-    def all(self, rounds: int, levels: tuple[int, ...]) -> str | None:
-        """Every run; returns the fault that stopped them, or None."""
+    def all(self, rounds: int, levels: tuple[int, ...], lines: list[int], local: Settings | None) -> str | None:
+        """Every run; returns the fault that stopped them, or None. With `local`, the alone runs go through that
+        model right after they are made: one with another tokenizer is refused (InputError) before the ladder."""
         try:
             self._probe()
             for kept in (self.alone, self.again):
@@ -112,34 +141,54 @@ class _EndpointRun:
                     self.steps.before()
                     kept[i] = self._complete(i)
                     self.steps.after()
+            if local is not None:
+                from .models import load_model
+
+                self.vs_local = served_vs_local(self.texts, lines, self.alone, local)
+                self.local_dtype = load_model(local).dtype
             for level, concurrency in enumerate(levels):
                 for number in range(rounds):
                     self._round(number, concurrency, self.loaded[level])
+            self._served_checks()
         except EndpointError as exc:
             return str(exc)
         return None
+
+    def _served_checks(self) -> None:
+        """Each text's prefill vs decode (where the server gives token ids and prompt logprobs) and prefix cache."""
+        for i, text in enumerate(self.texts):
+            self.steps.before()
+            if self.token_ids and self.prompt_logprobs and self.logprobs:
+                self.prefill[i] = prefill_vs_decode(self.completer, self.alone[i])
+            self.steps.after()
+            self.steps.before()
+            self.cache[i] = prefix_cache(self.completer, text, self.max_new_tokens, self.top_k if self.logprobs else 0)
+            self.steps.after()
+            self.steps.after()  # two requests: cold, then warm
 
     def _probe(self) -> None:
         """Ask for logprobs and prompt logprobs once; a server that refuses a field is asked without it. What
         comes back says what the server gives (and the first request warms the server up)."""
         self.steps.before()
-        asks = [(self.top_k, self.top_k), (self.top_k, 0), (0, 0)] if self.top_k else [(0, 0)]
-        for number, (top, prompt) in enumerate(asks):
+        k = self.top_k
+        asks = [(k, k, True), (k, k, False), (k, 0, False), (0, 0, False)] if k else [(0, 0, True), (0, 0, False)]
+        for number, (top, prompt, ids) in enumerate(asks):
             try:
-                answer = self.completer.complete(self.texts[0], 1, top, prompt)
+                answer = self.completer.complete(self.texts[0], 1, top, prompt, ids)
             except EndpointError as exc:
                 if exc.status not in (400, 422) or number == len(asks) - 1:
                     raise
                 continue
             self.logprobs = answer.steps is not None and bool(top)
             self.prompt_logprobs = answer.prompt is not None and bool(prompt)
+            self.token_ids = answer.token_ids is not None and answer.prompt_token_ids is not None
             break
         self.steps.after()
 
     def _complete(self, i: int) -> ServedContinuation:
         top = self.top_k if self.logprobs else 0
         prompt = self.top_k if self.prompt_logprobs else 0
-        return self.completer.complete(self.texts[i], self.max_new_tokens, top, prompt)
+        return self.completer.complete(self.texts[i], self.max_new_tokens, top, prompt, bool(self.token_ids))
 
     def _round(self, number: int, concurrency: int, kept: list[list[ServedContinuation]]) -> None:
         """`concurrency` requests in flight at once: every text in this round's shuffled order, repeated to fill

@@ -14,6 +14,7 @@ from batchtui.core.builtin_models import builtin_path
 from batchtui.core.cli import main
 from batchtui.core.endpoint_client import Endpoint
 from batchtui.core.endpoint_run import NO_LOGPROBS, NO_PROMPT_LOGPROBS, measure_endpoint
+from batchtui.core.served_checks import CACHE_UNKNOWN, NO_PREFILL
 
 pytestmark = pytest.mark.xdist_group("endpoint")  # one worker starts the server once for the module
 
@@ -76,7 +77,9 @@ def test_endpoint_command_compares_alone_and_under_load_without_logprobs(served,
     out = capsys.readouterr().out
     data = json.loads(report.read_text())
     assert data["failure"] is None and data["summary"]["measured"] == len(TEXTS)
-    assert data["notes"] == [NO_LOGPROBS, NO_PROMPT_LOGPROBS] and f"note: {NO_LOGPROBS}" in out
+    assert data["notes"] == [NO_LOGPROBS, NO_PROMPT_LOGPROBS, NO_PREFILL, CACHE_UNKNOWN]
+    assert f"note: {NO_LOGPROBS}" in out
+    assert all(e["prefill_vs_decode"] is None and e["prefix_cache"]["cached_tokens"] is None for e in data["texts"])
     assert data["config"]["logprobs"] is False and data["config"]["steps_in"] == "characters"
     assert data["config"]["concurrency"] == [len(TEXTS)] and data["config"]["rounds"] == 2
     assert data["environment"]["identity"] == {"url": served, "model": data["config"]["model"]}

@@ -8,6 +8,7 @@ import math
 import pytest
 
 from batchtui.core.endpoint_run import NO_PROMPT_LOGPROBS, measure_endpoint
+from batchtui.core.served_checks import CACHE_UNKNOWN, NO_PREFILL
 
 
 def _choice(text: str, tokens: list[str], logprobs: list[float], tops: list[dict], prompt=None):
@@ -68,13 +69,13 @@ def test_measure_endpoint_reports_logprob_splits_in_the_json():
     class Answers:
         calls = 0
 
-        def complete(self, text, max_new_tokens, top_logprobs=0, prompt_logprobs=0):
+        def complete(self, text, max_new_tokens, top_logprobs=0, prompt_logprobs=0, token_ids=False):
             self.calls += 1
             return moved if self.calls == 4 else steady  # probe, alone, alone again, then under load
 
     result = measure_endpoint(Answers(), ["t"], max_new_tokens=2, concurrency=1, rounds=2, top_logprobs=2)
     entry = endpoint_json(result)["texts"][0]
-    assert result.config["steps_in"] == "tokens" and result.notes == (NO_PROMPT_LOGPROBS,)
+    assert result.config["steps_in"] == "tokens" and result.notes == (NO_PROMPT_LOGPROBS, NO_PREFILL, CACHE_UNKNOWN)
     assert entry["differs"] is True and entry["split_step"] == 1 and entry["under_load_round"] == 0
     assert entry["under_load"]["tokens"] == [" a", " d"] and entry["alone"]["text"] == " a b"
     assert entry["split"]["near_tie"] is True and entry["split"]["top_alone"][0] == [" b", -0.70]
@@ -96,7 +97,7 @@ def test_the_ladder_says_per_level_what_splits_what_keeps_its_tokens_and_where_i
     class Answers:
         calls = 0
 
-        def complete(self, text, max_new_tokens, top_logprobs=0, prompt_logprobs=0):
+        def complete(self, text, max_new_tokens, top_logprobs=0, prompt_logprobs=0, token_ids=False):
             self.calls += 1  # 1 probe, 4 alone; levels 1 and 2: 2 calls each; 4: 4 calls; 8: 8 calls
             return steady if self.calls <= 9 else moved if self.calls <= 13 else split
 

@@ -63,3 +63,78 @@ def test_the_ladder_on_a_real_vllm_with_logprobs(vllm, tmp_path, capsys):
     s = data["summary"]
     assert code == (1 if s["differ"] or s["logprobs_differ"] or s["alone_differ"] else 0)
     assert "concurrency 1,4,16; 2 rounds" in out
+
+
+def test_prefill_vs_decode_and_the_prefix_cache_on_a_real_vllm(vllm, tmp_path, capsys):
+    url, model = vllm
+    report = tmp_path / "checks.json"
+    assert main(["endpoint", "--url", url, *TEXTS[:3], "--max-new-tokens", "12", "--concurrency", "2",
+                 "--rounds", "1", "--json", str(report)]) in (0, 1)  # fmt: skip
+    out = capsys.readouterr().out
+    data = json.loads(report.read_text())
+    assert data["config"]["token_ids"] is True and data["notes"] == []
+    for text, entry in zip(TEXTS, data["texts"]):
+        # Our own: the continuation decoded with its ids, then prompt + continuation as one prefill, by token id.
+        decoded = ask(url, {"model": model, "prompt": text, "max_tokens": 12, "temperature": 0, "seed": 0,
+                            "logprobs": 1, "return_token_ids": True})["choices"][0]  # fmt: skip
+        ids = decoded["prompt_token_ids"] + decoded["token_ids"]
+        prefill = ask(url, {"model": model, "prompt": ids, "max_tokens": 1, "temperature": 0,
+                            "prompt_logprobs": 0})["choices"][0]["prompt_logprobs"]  # fmt: skip
+        start = len(decoded["prompt_token_ids"])
+        expected = [
+            prefill[start + step][str(token)]["logprob"] - logprob
+            for step, (token, logprob) in enumerate(zip(decoded["token_ids"], decoded["logprobs"]["token_logprobs"]))
+        ]
+        checked = entry["prefill_vs_decode"]
+        assert checked["diffs"] == expected and checked["steps"] == 12
+        assert checked["max_abs_diff"] == max(abs(d) for d in expected)
+        first = next((step for step, d in enumerate(expected) if d != 0), None)
+        assert checked["first_differing_step"] == first
+        cache = entry["prefix_cache"]
+        assert cache["cached_tokens"] > 0  # the second request found the first one's prefix
+        assert cache["differs"] == (cache["split_step"] is not None or cache["max_abs_diff"] > 0)
+    assert "prefill vs decode: " in out and "prefix cache, miss vs hit (" in out
+
+
+@pytest.mark.parametrize("invariant", [False, True], ids=["local", "local-invariant"])
+def test_served_vs_local_matches_a_forward_of_the_served_ids_here(vllm, tmp_path, capsys, invariant):
+    import math
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from batchtui.core import batch_invariant
+    from batchtui.core.builtin_models import builtin_path
+
+    url, model = vllm
+    report = tmp_path / "local.json"
+    extra = ["--invariant"] if invariant else []
+    assert main(["endpoint", "--url", url, *TEXTS[:3], "--max-new-tokens", "12", "--concurrency", "1", "--rounds", "1",
+                 "--local", "qwen2-english-4m", *extra, "--json", str(report)]) in (0, 1)  # fmt: skip
+    data = json.loads(report.read_text())
+    assert data["config"]["local"] == {"model": "qwen2-english-4m", "dtype": "bfloat16", "invariant": invariant}
+    local = AutoModelForCausalLM.from_pretrained(builtin_path("qwen2-english-4m")).eval()
+    for text, entry in zip(TEXTS, data["texts"]):
+        served = ask(url, {"model": model, "prompt": text, "max_tokens": 12, "temperature": 0, "seed": 0,
+                           "logprobs": 1, "return_token_ids": True})["choices"][0]  # fmt: skip
+        prompt, new = served["prompt_token_ids"], served["token_ids"]
+        ids = torch.tensor([prompt + new])
+        with torch.inference_mode(), batch_invariant(local) if invariant else torch.inference_mode():
+            logprobs = local(input_ids=ids).logits[0].float().log_softmax(-1)
+        mine = [logprobs[len(prompt) - 1 + step, token].item() for step, token in enumerate(new)]
+        diffs = [lo - se for lo, se in zip(mine, served["logprobs"]["token_logprobs"])]
+        checked = entry["served_vs_local"]
+        assert checked["diffs"] == diffs and checked["steps"] == 12
+        assert checked["max_abs_diff"] == max(abs(d) for d in diffs)
+        assert checked["ratio_min"] == min(math.exp(d) for d in diffs)
+        assert checked["ratio_max"] == max(math.exp(d) for d in diffs)
+        top1 = [logprobs[len(prompt) - 1 + step].argmax().item() != token for step, token in enumerate(new)]
+        assert checked["top1_disagree"] == sum(top1)
+    assert "served vs local (qwen2-english-4m, bfloat16" in capsys.readouterr().out
+
+
+def test_a_local_model_with_another_tokenizer_is_refused_in_one_line(vllm, capsys):
+    url, _ = vllm
+    assert main(["endpoint", "--url", url, "The list of objects is", "--local", "tiny", "--concurrency", "1"]) == 2
+    err = capsys.readouterr().err  # the progress lines, then one line with the reason
+    assert err.count("batchtui: error:") == 1 and "tokenizes it otherwise than the server does" in err.splitlines()[-1]

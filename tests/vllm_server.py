@@ -81,7 +81,8 @@ def launch(state: Path, model: Path) -> None:
                 command = [
                     str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
                     "--host", "127.0.0.1", "--port", str(port), "--dtype", "bfloat16", "--max-model-len", "512",
-                    "--max-num-seqs", "16", "--enable-prompt-tokens-details", "--disable-log-stats",
+                    "--max-num-seqs", "16", "--enable-prompt-tokens-details", "--enable-prefix-caching",
+                    "--disable-log-stats",
                 ]  # fmt: skip
                 env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
                 env.pop("OMP_NUM_THREADS", None)  # vLLM sets its own threads
