@@ -27,6 +27,11 @@ def add_generation_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--from-embeds", action="store_true", help="generate from inputs_embeds (the original report's path)"
     )
+    parser.add_argument(
+        "--vs-prefill",
+        action="store_true",
+        help="also set each decode step of the text alone (KV cache) against one forward of the sequence so far",
+    )
 
 
 def run_generate(argv: list[str], prog: str = "batchtui generate") -> int:
@@ -45,8 +50,9 @@ def _generate(args: argparse.Namespace, command_line: list[str]) -> int:
         from .generation import generate_and_compare
 
         return generate_and_compare(
-            texts, settings, args.max_new_tokens, args.from_embeds, lines=lines, logits_sink=sink
-        )
+            texts, settings, args.max_new_tokens, args.from_embeds, lines=lines, logits_sink=sink,
+            vs_prefill=args.vs_prefill,
+        )  # fmt: skip
 
     return report_command(args, run, _generation_report)
 

@@ -18,7 +18,13 @@ from .assemble import columns_by_text
 from .backend import Backend, Decoded
 from .comparison import PositionColumns
 from .errors import InputError
-from .generation_result import DEFAULT_MAX_NEW_TOKENS, Continuation, GenerationComparison, TextGeneration
+from .generation_result import (
+    DEFAULT_MAX_NEW_TOKENS,
+    Continuation,
+    DecodeVsPrefill,
+    GenerationComparison,
+    TextGeneration,
+)
 from .invariant import invariant_if, outside_the_mode
 from .metrics import position_stats
 from .models import LoadedModel
@@ -38,11 +44,13 @@ def generate_and_compare(
     cancelled: CancelledFn | None = None,
     lines: list[int] | None = None,
     logits_sink=None,
+    vs_prefill: bool = False,
 ) -> GenerationComparison:
     """Greedy continuations of every text, batched (chunks of batch_size, left-padded) and alone.
 
     `from_embeds`: call `generate(inputs_embeds=...)`, the original report's path, instead of input ids.
     `logits_sink(index, single, batched)`: handed each text's per-step next-token logits of both runs ([steps, V]).
+    `vs_prefill`: also set each decode step of the text alone against one forward of the sequence so far.
     """
     started = time.perf_counter()
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
@@ -53,20 +61,31 @@ def generate_and_compare(
     if settings.padding_side != GENERATION_PADDING:
         notes.append("generation pads on the left (new tokens follow the prompt); right padding is for check")
     runner = Runner(loaded, GENERATION_PADDING, "mask", max_tokens=settings.max_tokens, from_embeds=from_embeds)
-    steps = run.steps(1, progress, cancelled, "generation")
-    generation = _Generation(loaded, runner, settings, max_new_tokens, steps, logits_sink)
+    steps = run.steps(2 if vs_prefill else 1, progress, cancelled, "generation")
+    generation = _Generation(loaded, runner, settings, max_new_tokens, steps, logits_sink, vs_prefill)
     results = run.guarded(lambda: generation.all(run))
     config = run.config
     config.update(
-        padding_side=GENERATION_PADDING, positions="mask", max_new_tokens=max_new_tokens, from_embeds=from_embeds
+        padding_side=GENERATION_PADDING,
+        positions="mask",
+        max_new_tokens=max_new_tokens,
+        from_embeds=from_embeds,
+        vs_prefill=vs_prefill,
     )
     return GenerationComparison(config, tuple(results), tuple(notes), time.perf_counter() - started)
 
 
 class _Generation:
     def __init__(
-        self, loaded: LoadedModel, backend: Backend, settings: Settings, max_new_tokens, steps: PassSteps, sink
-    ):
+        self,
+        loaded: LoadedModel,
+        backend: Backend,
+        settings: Settings,
+        max_new_tokens,
+        steps: PassSteps,
+        sink,
+        vs_prefill: bool,
+    ):  # fmt: skip
         self.loaded = loaded
         self.backend = backend
         self.settings = settings
@@ -74,6 +93,7 @@ class _Generation:
         self.steps = steps
         self.eos_ids = set(backend.eos_ids)
         self.sink = sink  # handed each text's per-step logits of both runs, or None
+        self.vs_prefill = vs_prefill
 
     def all(self, run: PreparedRun) -> list[TextGeneration]:
         results = []
@@ -131,6 +151,7 @@ class _Generation:
         chosen = [*batched_run.token_ids, *single_run.token_ids]  # the views show continuations token by token
         self.loaded.decode(sorted({*fed, *top_ids, *chosen}))
         columns = columns_by_text(stats, [compared])[0]
+        prefill = self._decode_vs_prefill(ids, single_run, single) if self.vs_prefill else None
         return TextGeneration(
             index=index,
             line=line,
@@ -141,7 +162,67 @@ class _Generation:
             batched=batched_run,
             split_step=split,
             steps=PositionColumns.deferring(token_ids=tuple(fed), token_texts=self.loaded.token_texts, **columns),
+            vs_prefill=prefill,
         )
+
+    def _decode_vs_prefill(self, ids: list[int], run: Continuation, decoded: Decoded) -> DecodeVsPrefill:
+        """The single run's decode steps against one forward of prompt + continuation (its last token needs none):
+        the logits at position p of the prefill predict what decode step p - len(prompt) + 1 chose."""
+        self.steps.before()
+        n = len(run.token_ids)
+        sequence = torch.tensor([ids + list(run.token_ids[: n - 1])], device=self.loaded.device)
+        prefill = self.loaded.model(input_ids=sequence, attention_mask=torch.ones_like(sequence), use_cache=False)
+        prefilled = prefill.logits[0, len(ids) - 1 : len(ids) - 1 + n].float()
+        stepped = _model_logits(decoded.logits[0, :n], self.loaded).float().to(prefilled.device)
+        self.steps.after()
+        apart = tuple((stepped - prefilled).abs().amax(dim=-1).tolist())
+        first = next((step for step, d in enumerate(apart) if d != 0), None)
+        where = None if first is None else self._first_module(ids, list(run.token_ids[: n - 1]), first)
+        return DecodeVsPrefill(apart, where)
+
+    def _first_module(self, prompt: list[int], continuation: list[int], step: int) -> str | None:
+        """The first module (in run order) whose output for decode step `step` differs between the decode (the
+        prompt's own prefill at step 0, else one token after the earlier positions' KV cache) and the prefill of
+        prompt + continuation, at the same position."""
+        device = self.loaded.device
+        sequence = torch.tensor([prompt + continuation], device=device)
+        position = len(prompt) - 1 + step
+        prefilled = self._module_outputs(position, input_ids=sequence, use_cache=False)
+        if step == 0:
+            decoded = self._module_outputs(-1, input_ids=sequence[:, : len(prompt)], use_cache=False)
+        else:
+            cached = self.loaded.model(input_ids=sequence[:, :position], use_cache=True).past_key_values
+            token = sequence[:, position : position + 1]
+            decoded = self._module_outputs(-1, input_ids=token, past_key_values=cached, use_cache=True)
+        order = [m.name for m in self.loaded.structure.recorded(modules=True)]
+        return next(
+            (name for name in order if name in prefilled and name in decoded and not torch.equal(prefilled[name],
+                                                                                               decoded[name])),
+            None,
+        )  # fmt: skip
+
+    def _module_outputs(self, position: int, **inputs) -> dict[str, torch.Tensor]:
+        """One forward of the model; each recorded module's output at `position` of the call's tokens."""
+        model = self.loaded.model
+        named = dict(model.named_modules())
+        outputs: dict[str, torch.Tensor] = {}
+
+        def keep(name: str):
+            def hook(module, args, output):
+                tensor = output[0] if isinstance(output, tuple) else output
+                if isinstance(tensor, torch.Tensor) and tensor.dim() == 3:
+                    outputs[name] = tensor[0, position].clone()
+
+            return hook
+
+        recorded = [m.name for m in self.loaded.structure.recorded(modules=True) if m.name in named]
+        handles = [named[name].register_forward_hook(keep(name)) for name in recorded]
+        try:
+            model(**inputs)
+        finally:
+            for handle in handles:
+                handle.remove()
+        return outputs
 
     def _continuation(self, new_tokens: torch.Tensor) -> Continuation:
         """The row's new tokens up to and including its first EOS (`generate` pads finished rows after it)."""

@@ -43,6 +43,18 @@ def generation_verdict(comparison: GenerationComparison) -> str:
     verdict = f"{s.differ} of {s.texts} continuations differ"
     if s.differ:
         verdict += f" ({s.near_ties} at a near-tie: single margin <= 2·max|Δ|)"
+    measured = [t for t in comparison.texts if t.vs_prefill is not None]
+    if measured:
+        apart = [t for t in measured if not t.vs_prefill.bitwise]
+        verdict += f"; decode vs prefill (alone): {len(measured) - len(apart)} of {len(measured)} texts bitwise"
+        if apart:
+            first = apart[0]
+            largest = max(max(t.vs_prefill.max_abs_diff) for t in apart)
+            verdict += (
+                f", text {first.line} first differs at step {first.vs_prefill.first_differing_step}"
+                + (f" in {first.vs_prefill.first_module}" if first.vs_prefill.first_module else "")
+                + f" (max|Δ| up to {format_float(largest)})"
+            )
     return verdict
 
 
@@ -65,6 +77,15 @@ def _text(t: TextGeneration) -> dict:
         "batched": _continuation(t.batched),
         # Up to the split (inclusive): both runs read the same prefix. After it they diverged.
         "steps": [position_json(p) for p in t.step_metrics],
+        "vs_prefill": None
+        if t.vs_prefill is None
+        else {
+            "steps": len(t.vs_prefill.max_abs_diff),
+            "max_abs_diff": [number(d) for d in t.vs_prefill.max_abs_diff],
+            "first_differing_step": t.vs_prefill.first_differing_step,
+            "first_module": t.vs_prefill.first_module,
+            "bitwise": t.vs_prefill.bitwise,
+        },  # fmt: skip
     }
 
 

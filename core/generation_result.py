@@ -20,6 +20,26 @@ class Continuation:
 
 
 @dataclass(frozen=True)
+class DecodeVsPrefill:
+    """The text alone: each decode step's next-token logits (with the KV cache) against one forward of the whole
+    sequence so far (a prefill), per step max|Δ| in float32."""
+
+    max_abs_diff: tuple[float, ...]
+    # At the first step that differs: the first module, in run order, whose output for the step's position is
+    # not bitwise the same with the cache (one new token after the earlier ones' keys and values) and in the
+    # prefill. None where no step differs.
+    first_module: str | None = None
+
+    @property
+    def first_differing_step(self) -> int | None:
+        return next((step for step, d in enumerate(self.max_abs_diff) if d != 0), None)
+
+    @property
+    def bitwise(self) -> bool:
+        return self.first_differing_step is None
+
+
+@dataclass(frozen=True)
 class TextGeneration:
     index: int
     line: int  # the line the text came from, as in `TextResult.line`
@@ -33,6 +53,7 @@ class TextGeneration:
     # Per step up to the split (inclusive), the two runs' next-token logits compared like positions: the
     # prefixes are the same there. After the split the runs read different prefixes: not comparable.
     steps: PositionColumns
+    vs_prefill: DecodeVsPrefill | None = None  # with `--vs-prefill`
 
     @property
     def differs(self) -> bool:

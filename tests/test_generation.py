@@ -230,3 +230,33 @@ def test_sweep_generate_counts_differing_continuations(tiny_path, capsys):
     out = capsys.readouterr().out
     rows = [line.split() for line in out.splitlines()[2:]]
     assert code == 1 and rows[0][4] == f"0/{len(TEXTS)}" and rows[1][4] != f"0/{len(TEXTS)}"
+
+
+@pytest.mark.parametrize("invariant", [False, True], ids=["plain", "invariant"])
+def test_decode_vs_prefill_matches_generate_and_a_prefill_here(tiny_path, invariant):
+    """Each decode step's logits (generate, KV cache) against one forward of prompt + continuation, computed here
+    independently; where they differ the first module named is one of the model's, and float64 never differs in a
+    way the engine misses."""
+    from batchtui.core import batch_invariant
+
+    settings = Settings(model="tiny", dtype="bfloat16", invariant=invariant)
+    result = generate_and_compare(TEXTS, settings, max_new_tokens=NEW, vs_prefill=True)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_path)
+    model = AutoModelForCausalLM.from_pretrained(tiny_path, dtype=torch.bfloat16).eval()
+    names = dict(model.named_modules())
+    mode = batch_invariant(model) if invariant else torch.inference_mode()
+    with torch.inference_mode(), mode:
+        for text, measured in zip(TEXTS, result.texts):
+            ids = tokenizer(text, return_tensors="pt").input_ids
+            out = model.generate(ids, max_new_tokens=NEW, do_sample=False, output_logits=True,
+                                 return_dict_in_generate=True)  # fmt: skip
+            new = list(measured.single.token_ids)
+            decoded = torch.stack(out.logits[: len(new)])[:, 0].to(torch.bfloat16).float()
+            sequence = torch.tensor([ids[0].tolist() + new[:-1]])
+            prefilled = model(input_ids=sequence).logits[0, ids.shape[1] - 1 :].float()
+            expected = (decoded - prefilled).abs().amax(dim=-1).tolist()
+            assert list(measured.vs_prefill.max_abs_diff) == expected
+            first = next((step for step, d in enumerate(expected) if d != 0), None)
+            assert measured.vs_prefill.first_differing_step == first
+            assert (measured.vs_prefill.first_module is None) == (first is None)
+            assert first is None or measured.vs_prefill.first_module in names
