@@ -16,7 +16,6 @@ from .backend import ServedContinuation
 from .comparison import RunResult
 
 if TYPE_CHECKING:
-    from .served_checks import PrefillDecode, PrefixCacheCheck
     from .served_vs_local import ServedVsLocal
 
 DEFAULT_LADDER = (1, 2, 4, 8, 16, 32)  # `endpoint`'s concurrency levels unless given
@@ -121,6 +120,39 @@ def prompt_comparison(reference: ServedContinuation, other: ServedContinuation) 
         diffs.append(max(shared, default=math.nan))
         flips.append(ours[0][0] != theirs[0][0])
     return PromptComparison(tuple(diffs), tuple(flips))
+
+
+@dataclass(frozen=True)
+class PrefillDecode:
+    """Per continuation token: its logprob in one prefill of prompt + continuation minus its decoded logprob."""
+
+    diffs: tuple[float, ...]
+
+    @property
+    def steps(self) -> int:
+        return len(self.diffs)
+
+    @property
+    def max_abs_diff(self) -> float:
+        return max((abs(d) for d in self.diffs), default=0.0)
+
+    @property
+    def first_differing_step(self) -> int | None:
+        return next((step for step, d in enumerate(self.diffs) if d != 0.0), None)
+
+
+@dataclass(frozen=True)
+class PrefixCacheCheck:
+    cached_tokens: int | None  # of the second request's prompt, where the server says; None: unknown
+    split: ContinuationSplit  # the second request's continuation against the first's
+
+    @property
+    def differs(self) -> bool:
+        return not self.split.bitwise
+
+    @property
+    def max_abs_diff(self) -> float:
+        return self.split.max_abs_diff
 
 
 @dataclass(frozen=True)

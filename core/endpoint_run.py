@@ -17,11 +17,11 @@ from collections.abc import Sequence
 
 from .backend import Completer, ServedContinuation
 from .endpoint_client import EndpointError
-from .endpoint_result import DEFAULT_LADDER, EndpointComparison, ServedText
+from .endpoint_result import DEFAULT_LADDER, EndpointComparison, PrefillDecode, PrefixCacheCheck, ServedText
 from .errors import InputError
 from .generation_result import DEFAULT_MAX_NEW_TOKENS
 from .run_skeleton import CancelledFn, PassSteps, ProgressFn
-from .served_checks import CACHE_UNKNOWN, NO_PREFILL, PrefillDecode, PrefixCacheCheck, prefill_vs_decode, prefix_cache
+from .served_checks import CACHE_UNKNOWN, NO_PREFILL, prefill_vs_decode, prefix_cache
 from .served_vs_local import ServedVsLocal, served_vs_local
 from .settings import Settings
 

@@ -9,7 +9,8 @@ from .backend import ServedContinuation
 from .comparison import TopToken
 from .endpoint_report import endpoint_verdict, split_at
 from .endpoint_result import ContinuationSplit, EndpointComparison, ServedText
-from .generation_views import ContinuationToken, GenerationScreen, RunText, StepCurve, TextRow
+from .generation_views import ContinuationToken, GenerationScreen, LadderView, RunText, StepCurve, TextRow
+from .plain_text import format_float
 
 
 def endpoint_screen(comparison: EndpointComparison) -> GenerationScreen:
@@ -20,7 +21,52 @@ def endpoint_screen(comparison: EndpointComparison) -> GenerationScreen:
         ("|Δ logprob| of the alone run's token", "alone run's top-1 margin"),
         "logprob",
         tuple(_row(t, unit) for t in comparison.texts),
+        _ladder(comparison),
     )
+
+
+def _ladder(comparison: EndpointComparison) -> LadderView | None:
+    levels = comparison.ladder
+    if len(levels) < 2:
+        return None
+    first = comparison.first_breaking_concurrency
+    moved = max(level.max_abs_logprob_diff for level in levels)
+    caption = (
+        f"concurrency ladder, {levels[0].rounds} round{'s' * (levels[0].rounds != 1)} a level: "
+        + ("no level breaks" if first is None else f"first breaks at {first}")
+        + (f" · max|Δlp| {format_float(moved)}" if moved else "")
+    )
+    return LadderView(
+        tuple(level.concurrency for level in levels),
+        tuple(level.texts_split for level in levels),
+        tuple(level.texts_logprobs_differ for level in levels),
+        caption,
+    )
+
+
+def checks_words(t: ServedText) -> str:
+    """The text's served checks beside the ladder, in words (empty where none was measured)."""
+    words = []
+    if t.prefill_decode is not None:
+        p = t.prefill_decode
+        words.append(
+            "prefill vs decode: bitwise"
+            if p.first_differing_step is None
+            else f"prefill vs decode: apart from token {p.first_differing_step}, "
+            f"max|Δlp| {format_float(p.max_abs_diff)}"
+        )
+    if t.prefix_cache is not None:
+        c = t.prefix_cache
+        cached = "hit unknown" if c.cached_tokens is None else f"{c.cached_tokens} tokens cached"
+        outcome = "differs" if c.differs else "the same"
+        words.append(f"prefix cache ({cached}): {outcome}")
+    if t.served_vs_local is not None:
+        v = t.served_vs_local
+        words.append(
+            f"vs local: max|Δlp| {format_float(v.max_abs_diff)}, ratio {format_float(v.ratio_min)}.."
+            f"{format_float(v.ratio_max)}"
+        )
+    return " · ".join(words)
 
 
 def _row(t: ServedText, unit: str) -> TextRow:
@@ -31,6 +77,9 @@ def _row(t: ServedText, unit: str) -> TextRow:
     runs = (_run("alone", t.alone, step, unit), _run(f"under load, round {t.shown_round}", shown, step, unit))
     if split is None:
         cell, about = "-", f"text {t.line}: not measured"
+    elif step is None and t.logprobs_differ:
+        moved = format_float(t.max_abs_diff)
+        cell, about = f"Δlp {moved}", f"text {t.line}: the same tokens under load, logprobs apart by up to {moved}"
     elif step is None:
         cell, about = "same", f"text {t.line}: the same alone and under load"
     else:
@@ -47,6 +96,7 @@ def _row(t: ServedText, unit: str) -> TextRow:
         upto="up to the split" if step is not None else "every step",
         about=about,
         split_top=_tops(split) if split is not None and split.reference_top else None,
+        checks=checks_words(t),
     )
 
 

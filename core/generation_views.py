@@ -76,6 +76,18 @@ class TextRow:
     upto: str  # which steps the curve covers
     about: str  # `split at step 3 (near-tie)`, shown where there is no split top-k
     split_top: tuple[tuple[TopToken, ...], tuple[TopToken, ...]] | None
+    checks: str = ""  # a served text's other checks in words: prefill vs decode, prefix cache, served vs local
+
+
+@dataclass(frozen=True)
+class LadderView:
+    """A served run's concurrency ladder as the app charts it: per level, the texts that split and those that keep
+    their tokens with logprobs moved."""
+
+    concurrency: tuple[int, ...]
+    split: tuple[int, ...]
+    logprobs_differ: tuple[int, ...]
+    caption: str
 
 
 @dataclass(frozen=True)
@@ -87,6 +99,7 @@ class GenerationScreen:
     curve_labels: tuple[str, str]
     value_name: str  # what the top-k's numbers are: "logit" or "logprob"
     rows: tuple[TextRow, ...]
+    ladder: LadderView | None = None  # a served run's, where it has more than one level
 
 
 def local_generation_screen(comparison: GenerationComparison) -> GenerationScreen:

@@ -10,10 +10,9 @@
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass
 
 from .backend import Completer, ServedContinuation
-from .endpoint_result import ContinuationSplit, split_of
+from .endpoint_result import PrefillDecode, PrefixCacheCheck, split_of
 
 NO_PREFILL = (
     "this server returns no token ids or prompt logprobs (vLLM's return_token_ids, prompt_logprobs): prefill vs "
@@ -43,25 +42,6 @@ SHARED_PREFIX = (
 )
 
 
-@dataclass(frozen=True)
-class PrefillDecode:
-    """Per continuation token: its logprob in one prefill of prompt + continuation minus its decoded logprob."""
-
-    diffs: tuple[float, ...]
-
-    @property
-    def steps(self) -> int:
-        return len(self.diffs)
-
-    @property
-    def max_abs_diff(self) -> float:
-        return max((abs(d) for d in self.diffs), default=0.0)
-
-    @property
-    def first_differing_step(self) -> int | None:
-        return next((step for step, d in enumerate(self.diffs) if d != 0.0), None)
-
-
 def prefill_vs_decode(completer: Completer, alone: ServedContinuation) -> PrefillDecode | None:
     """None where the continuation lacks what it takes (token ids and logprobs) or the server lists no prompt
     logprob for one of its tokens."""
@@ -79,20 +59,6 @@ def prefill_vs_decode(completer: Completer, alone: ServedContinuation) -> Prefil
             return None
         diffs.append(listed[token] - decoded.logprob)
     return PrefillDecode(tuple(diffs))
-
-
-@dataclass(frozen=True)
-class PrefixCacheCheck:
-    cached_tokens: int | None  # of the second request's prompt, where the server says; None: unknown
-    split: ContinuationSplit  # the second request's continuation against the first's
-
-    @property
-    def differs(self) -> bool:
-        return not self.split.bitwise
-
-    @property
-    def max_abs_diff(self) -> float:
-        return self.split.max_abs_diff
 
 
 def prefix_cache(completer: Completer, text: str, max_new_tokens: int, top_logprobs: int) -> PrefixCacheCheck:

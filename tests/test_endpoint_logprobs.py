@@ -123,3 +123,9 @@ def test_the_ladder_says_per_level_what_splits_what_keeps_its_tokens_and_where_i
     assert "Δlp 9.77e-04" in format_endpoint_table(same_tokens)
     assert "0 of 2 continuations differ under load" in endpoint_verdict(same_tokens)
     assert "2 more keep their tokens with logprobs apart by up to 9.77e-04" in endpoint_verdict(same_tokens)
+    from batchtui.core.endpoint_views import endpoint_screen
+
+    screen = endpoint_screen(same_tokens)  # the app's view says the same
+    assert [row.split_cell for row in screen.rows] == ["Δlp 9.77e-04"] * 2
+    assert screen.ladder.logprobs_differ == (0, 2) and screen.ladder.split == (0, 0)
+    assert screen.ladder.caption.startswith("concurrency ladder, 1 round a level: first breaks at 2")

@@ -138,3 +138,29 @@ def test_a_local_model_with_another_tokenizer_is_refused_in_one_line(vllm, capsy
     assert main(["endpoint", "--url", url, "The list of objects is", "--local", "tiny", "--concurrency", "1"]) == 2
     err = capsys.readouterr().err  # the progress lines, then one line with the reason
     assert err.count("batchtui: error:") == 1 and "tokenizes it otherwise than the server does" in err.splitlines()[-1]
+
+
+async def test_the_app_on_a_real_vllm_charts_the_ladder_and_says_each_text_s_checks(vllm, tmp_path):
+    from tui_helpers import settle
+
+    from batchtui.core.settings import Settings
+    from batchtui.tui.app import BatchtuiApp
+    from batchtui.tui.endpoint_runs import EndpointTarget
+    from batchtui.tui.ladder_chart import LadderChart
+
+    url, _ = vllm
+    app = BatchtuiApp(TEXTS[:4], Settings(model="tiny"), output_dir=tmp_path, endpoint=EndpointTarget(url))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        result = app.state.generation_on_screen
+        assert result is not None and result.failure is None
+        assert [level.concurrency for level in result.ladder] == [1, 2, 4, 8, 16, 32]  # the default ladder
+        ladder = app.query_one(LadderChart)
+        assert ladder.display and "concurrency ladder, 3 rounds a level" in str(
+            app.query_one("#ladder-caption").render()
+        )
+        checks = str(app.query_one("#gen-checks").render())
+        assert "prefill vs decode: " in checks and "prefix cache (" in checks and "tokens cached" in checks
+        await pilot.press("j")  # the next text: its own checks
+        await pilot.pause()
+        assert str(app.query_one("#gen-checks").render()).startswith("prefill vs decode: ")

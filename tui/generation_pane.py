@@ -19,6 +19,7 @@ from ..core.generation_views import GenerationScreen, RunText, TextRow
 from ..core.generation_views import local_generation_screen as local_screen
 from ..core.visible import literal
 from . import chart_colors
+from .ladder_chart import LadderChart
 from .topk_table import runs_topk_table
 
 
@@ -39,8 +40,10 @@ class GenerationPane(Vertical):
         yield DataTable(id="gen-table", cursor_type="row", zebra_stripes=True)
         with Horizontal(id="gen-continuations"):
             yield from (Static(id=f"gen-{run}") for run in ("single", "batched"))
+        yield Static(id="gen-checks")
         yield PlotextPlot(id="gen-chart")
         yield from (Static(id=name) for name in ("gen-chart-legend", "gen-topk"))
+        yield LadderChart(id="gen-ladder")
 
     def on_mount(self) -> None:
         self.query_one(DataTable).add_columns("#", "split", "batched →", "single →")
@@ -73,6 +76,10 @@ class GenerationPane(Vertical):
         for widget, run in zip(self.query("#gen-continuations Static").results(Static), row.runs):
             widget.update(self._continuation(run))
         self._chart(row, screen.curve_labels)
+        checks = self.query_one("#gen-checks", Static)
+        checks.update(Text(literal(row.checks)))
+        checks.display = bool(row.checks)
+        self.query_one(LadderChart).show(screen.ladder)
         topk = self.query_one("#gen-topk", Static)
         if row.split_top is None:
             topk.update(Text(row.about))
