@@ -16,6 +16,17 @@ import urllib.request
 from pathlib import Path
 
 STARTUP_S = 240  # the server imports transformers and loads the model first
+# Eight short prompts in the built-in English model's own register, for every served-model test.
+PROMPTS = [
+    "The list of objects is",
+    "Return a bool indicating whether",
+    "def main",
+    "The default value",
+    "If the file",
+    "This module provides",
+    "Raise an error if",
+    "The number of bytes",
+]
 
 
 def free_port() -> int:

@@ -8,7 +8,7 @@ import json
 
 import pytest
 import torch
-from servers import stop, transformers_serve
+from servers import PROMPTS, stop, transformers_serve
 
 from batchtui.core.builtin_models import builtin_path
 from batchtui.core.cli import main
@@ -18,16 +18,7 @@ from batchtui.core.served_checks import CACHE_UNKNOWN, NO_PREFILL
 
 pytestmark = pytest.mark.xdist_group("endpoint")  # one worker starts the server once for the module
 
-TEXTS = [
-    "The list of objects is",
-    "Return a bool indicating whether",
-    "def main",
-    "The default value",
-    "If the file",
-    "This module provides",
-    "Raise an error if",
-    "The number of bytes",
-]
+TEXTS = PROMPTS
 NEW_TOKENS = 16
 
 

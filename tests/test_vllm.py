@@ -7,22 +7,14 @@ import json
 import urllib.request
 
 import pytest
+from servers import PROMPTS
 from vllm_server import wait_for_vllm
 
 from batchtui.core.cli import main
 
 pytestmark = pytest.mark.xdist_group("vllm")  # one worker waits for the one server
 
-TEXTS = [
-    "The list of objects is",
-    "Return a bool indicating whether",
-    "def main",
-    "The default value",
-    "If the file",
-    "This module provides",
-    "Raise an error if",
-    "The number of bytes",
-]
+TEXTS = PROMPTS
 
 
 @pytest.fixture(scope="module")
