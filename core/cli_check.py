@@ -22,6 +22,12 @@ def check_parser(prog: str) -> OneLineParser:
     parser.add_argument(
         "--from", dest="from_pack", metavar="DIR", help="run a repro pack again here and compare its logits bitwise"
     )
+    parser.add_argument(
+        "--explain",
+        choices=("kernels",),
+        help="kernels: which of the invariant mode's classes (matmul, reduction, attention, elementwise) the "
+        "difference comes from, one at a time and all but one, and the minimal set that makes every text bitwise",
+    )
     return parser
 
 
@@ -35,6 +41,10 @@ def _check(args: argparse.Namespace, command_line: list[str], parser: OneLinePar
         from .cli_from_pack import check_from_pack
 
         return check_from_pack(args, given_options(parser, argv))
+    if args.explain == "kernels":
+        from .cli_kernels import explain_kernels
+
+        return explain_kernels(args)
     args.command_line = command_line
 
     def run(texts, settings, lines, sink):

@@ -12,7 +12,16 @@ from typing import TextIO
 from .errors import InputError
 from .remedies import REMEDIES
 from .safe_files import check_writable_file, is_standard_output
-from .settings import DEFAULT_ATOL, DEFAULT_MODEL, DEFAULT_RTOL, DTYPES, PADDING_SIDES, POSITION_MODES, Settings
+from .settings import (
+    DEFAULT_ATOL,
+    DEFAULT_MODEL,
+    DEFAULT_RTOL,
+    DTYPES,
+    KERNEL_CLASSES,
+    PADDING_SIDES,
+    POSITION_MODES,
+    Settings,
+)
 from .sweep import parse_batch_sizes, parse_counts, parse_names
 from .texts import DEFAULT_TEXTS, NumberedTexts, read_texts_file, validate_texts
 from .visible import literal
@@ -62,6 +71,13 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
+    def parse_known_args(self, args=None, namespace=None):
+        # `--invariant=CLASSES` is `--invariant-classes CLASSES`: `--invariant` itself stays a flag, so that the text
+        # after it is never read as its value.
+        if args is not None and any(a.startswith("--invariant-classes") for a in self._option_string_actions):
+            args = [f"--invariant-classes={a.split('=', 1)[1]}" if a.startswith("--invariant=") else a for a in args]
+        return super().parse_known_args(args, namespace)
+
 
 def command_parser(prog: str, description: str) -> OneLineParser:
     """A command's parser with the options every comparing command takes."""
@@ -104,6 +120,12 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reference", action="store_true", help="also run each text alone in float64 on the CPU")
     parser.add_argument(
         "--invariant", action="store_true", help="run in the batch-invariant mode: batched logits equal single runs"
+    )
+    parser.add_argument(
+        "--invariant-classes",
+        metavar="CLASSES",
+        default="",
+        help=f"only these parts of the mode, comma-separated ({','.join(KERNEL_CLASSES)}); also --invariant=CLASSES",
     )
 
 
@@ -152,7 +174,8 @@ def add_remedy_option(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="NAME",
-        help=f"measure a remedy before/after (repeatable): {', '.join(REMEDIES)}; the exit code then follows the "
+        help=f"measure a remedy before/after (repeatable): {', '.join(REMEDIES)}, invariant:CLASS+CLASS (the mode's "
+        "parts alone); the exit code then follows the "
         "run with all applied",
     )
 
@@ -161,6 +184,8 @@ def settings_from_args(args: argparse.Namespace, ignored: tuple[str, ...] = ()) 
     """The settings the arguments name (each option's dest is its Settings field), checked. `ignored`: options
     of the same name that mean something else to the command."""
     given = {f.name: getattr(args, f.name) for f in fields(Settings) if hasattr(args, f.name) and f.name not in ignored}
+    if given.get("invariant_classes"):
+        given["invariant"] = True  # naming the mode's parts asks for the mode
     return Settings(**given).validated()
 
 

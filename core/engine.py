@@ -74,7 +74,7 @@ def _run(run: PreparedRun, reference, steps: PassSteps, sink: LogitsSink | None)
         loaded, settings.padding_side, settings.positions, modules=settings.modules, max_tokens=settings.max_tokens
     )
     results: list[TextResult] = []
-    with torch.inference_mode(), invariant_if(settings.invariant, loaded.model), runner:
+    with torch.inference_mode(), invariant_if(settings.invariant, loaded.model, settings.kernel_classes), runner:
         group = _Group(runner, settings, loaded)
         for chunk in run.chunks():
             results += _chunk(chunk, group, reference, steps, sink)

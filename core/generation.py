@@ -97,7 +97,10 @@ class _Generation:
 
     def all(self, run: PreparedRun) -> list[TextGeneration]:
         results = []
-        with torch.inference_mode(), invariant_if(self.settings.invariant, self.loaded.model):
+        with (
+            torch.inference_mode(),
+            invariant_if(self.settings.invariant, self.loaded.model, self.settings.kernel_classes),
+        ):
             for chunk in run.chunks():
                 results += self._chunk(chunk)
         return results

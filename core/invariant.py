@@ -38,10 +38,16 @@ from .invariant_attention import (
 from .invariant_elementwise import TailFreeElementwise
 from .invariant_matmul import RowInvariantMatmuls
 from .invariant_reduction import RowInvariantReductions
+from .settings import KERNEL_CLASSES
 from .structure import layer_count
 
-# The aten kernels the mode replaces while entered (and `outside_the_mode` pauses).
-_KERNEL_SCOPES = (RowInvariantMatmuls, RowInvariantReductions, TailFreeElementwise)
+# The aten kernels the mode replaces while entered (and `outside_the_mode` pauses), by the class each makes
+# batch-independent; the fourth class, attention, is the model's routing to `attend_by_rows`.
+_KERNEL_SCOPES = {
+    "matmul": RowInvariantMatmuls,
+    "reduction": RowInvariantReductions,
+    "elementwise": TailFreeElementwise,
+}
 
 # model -> (its attention implementation, why the mode cannot cover it or None, whether it calls SDPA itself),
 # found once per model and implementation
@@ -49,12 +55,14 @@ _gaps: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 @contextlib.contextmanager
-def batch_invariant(model) -> Iterator[None]:
-    """Run `model` batch-invariantly inside the block; `NotInvariant` if it cannot be (see the module doc)."""
+def batch_invariant(model, classes: tuple[str, ...] = KERNEL_CLASSES) -> Iterator[None]:
+    """Run `model` batch-invariantly inside the block; `NotInvariant` if it cannot be (see the module doc).
+    `classes`: which of the mode's parts to apply (`KERNEL_CLASSES`, all by default), to find which one a
+    difference comes from."""
     _, gap, calls_sdpa = _probed(model)
     if gap is not None:
         raise NotInvariant(gap)
-    with _mode(model, catch_sdpa=calls_sdpa):
+    with _mode(model, catch_sdpa=calls_sdpa, classes=classes):
         yield
 
 
@@ -63,14 +71,14 @@ def outside_the_mode() -> Iterator[None]:
     """The library's own kernels for this thread inside the block, within `batch_invariant` too: the mode is for
     the model's passes; measuring them (the metrics) takes the same kernels in and out of the mode, and no tiles."""
     with contextlib.ExitStack() as stack:
-        for scope in _KERNEL_SCOPES:
+        for scope in _KERNEL_SCOPES.values():
             stack.enter_context(scope.paused())
         yield
 
 
-def invariant_if(on: bool, model) -> contextlib.AbstractContextManager:
-    """`batch_invariant(model)` when `on`, else a context that changes nothing."""
-    return batch_invariant(model) if on else contextlib.nullcontext()
+def invariant_if(on: bool, model, classes: tuple[str, ...] = KERNEL_CLASSES) -> contextlib.AbstractContextManager:
+    """`batch_invariant(model, classes)` when `on`, else a context that changes nothing."""
+    return batch_invariant(model, classes) if on else contextlib.nullcontext()
 
 
 def coverage_gap(model) -> str | None:
@@ -168,15 +176,23 @@ def _mixes_beside_attention(model, ids: torch.Tensor, vocab: int) -> bool:
 
 
 @contextlib.contextmanager
-def _mode(model, catch_sdpa: bool) -> Iterator[None]:
+def _mode(model, catch_sdpa: bool, classes: tuple[str, ...] = KERNEL_CLASSES) -> Iterator[None]:
     """The mechanics: row-invariant matmuls, reductions and element-wise functions, attention per row, the model
-    routed to it, and with `catch_sdpa` the SDPA calls it makes itself; all undone after."""
+    routed to it, and with `catch_sdpa` the SDPA calls it makes itself; all undone after. `classes`: which parts."""
+    if "attention" not in classes:
+        with contextlib.ExitStack() as stack:
+            for name, scope in _KERNEL_SCOPES.items():
+                if name in classes:
+                    stack.enter_context(scope())
+            yield
+        return
     configs = _configs(model) if _uses_interface(model) else []
     # A nested entry finds the model routed already: the outer entry keeps what to restore.
     saved = [(c, getattr(c, _attn_attribute(c))) for c in configs if getattr(c, _attn_attribute(c)) != NAME]
     with contextlib.ExitStack() as stack:
-        for scope in _KERNEL_SCOPES:
-            stack.enter_context(scope())
+        for name, scope in _KERNEL_SCOPES.items():
+            if name in classes:
+                stack.enter_context(scope())
         stack.enter_context(AttentionRegistration())
         stack.callback(_restore, saved)
         for config, old in saved:

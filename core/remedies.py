@@ -11,13 +11,13 @@ import contextlib
 import importlib.util
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from .comparison import Comparison
 from .errors import InputError
 from .plain_text import invariant_verdict
-from .settings import Settings
+from .settings import KERNEL_CLASSES, Settings
 
 if TYPE_CHECKING:
     from .generation_result import GenerationComparison
@@ -153,10 +153,23 @@ REMEDIES = {
 
 
 def remedies_named(names: list[str]) -> list[Remedy]:
-    unknown = [n for n in names if n not in REMEDIES]
+    """The remedies by name; `invariant:matmul+attention` is the invariant mode with those of its parts alone."""
+    unknown = [n for n in names if n not in REMEDIES and not n.startswith("invariant:")]
     if unknown:
-        raise InputError(f"unknown remedy {unknown[0]!r}; choose from {', '.join(REMEDIES)}")
-    return [REMEDIES[n] for n in dict.fromkeys(names)]
+        raise InputError(
+            f"unknown remedy {unknown[0]!r}; choose from {', '.join(REMEDIES)}, or invariant:CLASS+CLASS "
+            f"({'/'.join(KERNEL_CLASSES)})"
+        )
+    return [REMEDIES.get(n) or _invariant_part(n) for n in dict.fromkeys(names)]
+
+
+def _invariant_part(name: str) -> Remedy:
+    classes = name.split(":", 1)[1].replace("+", ",")
+    Settings(invariant=True, invariant_classes=classes).validated()  # names only the mode's classes
+    whole = REMEDIES["invariant"]
+    change = {**whole.settings_change, "invariant_classes": classes}
+    return replace(whole, name=name, description=f"the batch-invariant mode's {classes.replace(',', ' + ')} alone",
+                   settings_change=change)  # fmt: skip
 
 
 @contextlib.contextmanager

@@ -103,6 +103,8 @@ def check_command(settings: Settings) -> list[str]:
         command += ["--attn", settings.attn]
     if settings.max_tokens:
         command += ["--max-tokens", str(settings.max_tokens)]
+    if settings.invariant and settings.invariant_classes:
+        command += ["--invariant-classes", settings.invariant_classes]
     flags = ("modules", "decompose", "reference", "invariant", "trust_remote_code")
     return command + [f"--{flag.replace('_', '-')}" for flag in flags if getattr(settings, flag)]
 

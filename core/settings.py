@@ -15,6 +15,8 @@ LOW_PRECISION_GRID = ("bfloat16", "float16", "float32")  # probe's and the app's
 SHORT_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64"}
 PADDING_SIDES = ("left", "right")
 POSITION_MODES = ("mask", "arange")
+# The batch-invariant mode's four parts (`invariant`): each makes one kind of kernel independent of the batch.
+KERNEL_CLASSES = ("matmul", "reduction", "attention", "elementwise")
 DEFAULT_MODEL = "qwen2-english-4m"  # trained, English; `tiny` (random) is the fast one for tests
 # The seed's torch.allclose tolerances.
 DEFAULT_ATOL = 1e-5
@@ -43,6 +45,7 @@ class Settings:
     decompose: bool = False  # also run each padded row alone: batch-size vs padding effect
     reference: bool = False  # also run each text alone in float64 on the CPU
     invariant: bool = False  # run every pass in the batch-invariant mode (`batch_invariant`)
+    invariant_classes: str = ""  # with `invariant`: its parts, comma-separated (KERNEL_CLASSES); "": all four
 
     def validated(self) -> Settings:
         """Return self, or raise InputError naming the first unusable setting (a session file or a
@@ -64,12 +67,24 @@ class Settings:
             raise InputError(f"max tokens must be at least 1, not {self.max_tokens}")
         if self.top_k < 1:
             raise InputError(f"top-k must be at least 1, not {self.top_k}")
+        unknown = [name for name in self.kernel_classes if name not in KERNEL_CLASSES]
+        if unknown or not self.kernel_classes:
+            raise InputError(
+                f"invariant classes must be some of {', '.join(KERNEL_CLASSES)}, not {self.invariant_classes!r}"
+            )
         for name in ("atol", "rtol"):
             value = getattr(self, name)
             # inf would make every text allclose and nan none: neither measures anything.
             if not math.isfinite(value) or value < 0:
                 raise InputError(f"{name} must be a finite number >= 0, not {value}")
         return self
+
+    @property
+    def kernel_classes(self) -> tuple[str, ...]:
+        """The invariant mode's parts these settings ask for (all four unless `invariant_classes` names some)."""
+        if not self.invariant_classes.strip():
+            return KERNEL_CLASSES
+        return tuple(dict.fromkeys(name.strip() for name in self.invariant_classes.split(",")))
 
     def with_changes(self, **changes) -> Settings:
         return replace(self, **changes)
@@ -97,6 +112,7 @@ _FIELD_TYPES = {
     "decompose": (bool,),
     "reference": (bool,),
     "invariant": (bool,),
+    "invariant_classes": (str,),
 }
 
 
