@@ -23,6 +23,12 @@ def check_parser(prog: str) -> OneLineParser:
         "--from", dest="from_pack", metavar="DIR", help="run a repro pack again here and compare its logits bitwise"
     )
     parser.add_argument(
+        "--ops",
+        action="store_true",
+        help="name the first aten op that makes each divergent text's runs part, inside its first divergent "
+        "module (implies --modules)",
+    )
+    parser.add_argument(
         "--explain",
         choices=("kernels",),
         help="kernels: which of the invariant mode's classes (matmul, reduction, attention, elementwise) the "
@@ -46,11 +52,17 @@ def _check(args: argparse.Namespace, command_line: list[str], parser: OneLinePar
 
         return explain_kernels(args)
     args.command_line = command_line
+    args.modules = args.modules or args.ops
 
     def run(texts, settings, lines, sink):
         from .engine import compare
 
-        return compare(texts, settings, lines=lines, logits_sink=sink)
+        result = compare(texts, settings, lines=lines, logits_sink=sink)
+        if args.ops:
+            from .first_op import with_first_ops
+
+            result = with_first_ops(result, texts, settings)
+        return result
 
     return report_command(args, run, _check_report)
 

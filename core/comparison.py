@@ -21,6 +21,22 @@ class TopToken(NamedTuple):
 
 
 @dataclass(frozen=True)
+class FirstOp:
+    op: str  # e.g. "aten.mm"
+    module: str  # the innermost module it ran in
+    shape_single: tuple[tuple[int, ...], ...]  # its tensor inputs' shapes alone
+    shape_batched: tuple[tuple[int, ...], ...]  # ... and in the batch
+    max_abs_diff: float  # of its output for this text
+
+    def words(self) -> str:
+        return f"{self.op} in {self.module}: {_shapes(self.shape_single)} alone, {_shapes(self.shape_batched)} batched"
+
+
+def _shapes(shapes) -> str:
+    return " @ ".join("[" + ", ".join(map(str, s)) + "]" for s in shapes)
+
+
+@dataclass(frozen=True)
 class PositionMetrics:
     """Batched vs single logits of one text at one token position (all in float32)."""
 
@@ -227,6 +243,7 @@ class TextResult:
     decomposition: Decomposition | None = None
     reference: ReferenceErrors | None = None
     routing_changes: tuple[RoutingChange, ...] = ()  # MoE: tokens routed to other experts in B than in S
+    first_op: FirstOp | None = None  # `--ops`: the first aten op that makes the runs part, inside the first module
     line: int = 0  # the line the text came from (texts file, editor, argument position); 1-based
     padding: int = 0  # pad tokens this text had in its batch (0: the longest of its batch)
 

@@ -100,7 +100,18 @@ def _text(t: TextResult) -> dict:
             }
             for c in t.routing_changes
         ],
+        **({} if t.first_op is None else {"first_op": _first_op(t.first_op)}),
         **extra,
+    }
+
+
+def _first_op(op) -> dict:
+    return {
+        "op": op.op,
+        "module": op.module,
+        "shape_single": [list(s) for s in op.shape_single],
+        "shape_batched": [list(s) for s in op.shape_batched],
+        "max_abs_diff": number(op.max_abs_diff),
     }
 
 

@@ -1,0 +1,116 @@
+"""`check --ops`: the first aten op whose inputs for a text are the same in the batched and single runs and whose
+output is not. The cause is made here, the same on every machine: a matmul kernel whose result depends on the
+call's height (registered through torch.library for the test), in float64 where the CPU's own kernels keep rows."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import warnings
+
+import pytest
+import torch
+from architectures import ARCHITECTURES, ATTENTION
+
+from batchtui.core import Settings, compare
+from batchtui.core.cli import main
+from batchtui.core.first_op import with_first_ops
+
+TEXTS = ["ab", "abcdefg", "xyz"]  # byte tokens: calls of 2, 7 and 3 rows alone, 21 rows batched
+
+
+@contextlib.contextmanager
+def height_dependent_addmm(rows: int = 8):
+    """aten::mm and aten::addmm on the CPU, plus 2**-30 on every output of a call of `rows` rows or more."""
+
+    def shifted(out, a):
+        return out + 2**-30 if a.shape[0] >= rows else out
+
+    def mm(a, b):
+        return shifted(torch.ops.aten.mm.out(a, b, out=a.new_empty((a.shape[0], b.shape[1]))), a)
+
+    def addmm(bias, a, b, *, beta=1, alpha=1):
+        out = torch.ops.aten.addmm.out(bias, a, b, beta=beta, alpha=alpha, out=a.new_empty((a.shape[0], b.shape[1])))
+        return shifted(out, a)
+
+    library = torch.library.Library("aten", "IMPL")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*[Oo]verrid.*")
+        library.impl("mm", mm, "CPU")
+        library.impl("addmm", addmm, "CPU")
+    try:
+        yield
+    finally:
+        library._destroy()
+
+
+def test_the_first_op_is_the_height_dependent_matmul_in_the_first_projection():
+    settings = Settings(model="tiny", dtype="float64", modules=True)
+    with height_dependent_addmm():
+        found = with_first_ops(compare(TEXTS, settings), TEXTS, settings)
+    for text in found.texts:
+        assert not text.bitwise_equal
+        op = text.first_op
+        assert op is not None and op.op in ("aten.linear", "aten.addmm")
+        assert op.module == "model.layers.0.self_attn.q_proj"  # the first addmm of the pass: Qwen2's q has a bias
+        assert op.module.startswith(text.first_divergent_module.name)
+        assert op.shape_single[0][:2] == (1, len(text.token_ids)) and op.shape_batched[0][:2] == (3, 7)
+        assert 0 < op.max_abs_diff <= 2**-29
+
+
+def test_the_named_op_s_inputs_are_equal_and_its_output_is_not_here(checkpoints):
+    """On another architecture (Llama: projections without bias, so mm), checked independently: hooks on the named
+    module see this text's rows of its input equal in both runs, and of its output not."""
+    settings = Settings(model=str(checkpoints["llama"]), dtype="float64", modules=True, batch_size=4)
+    texts = ["a", "The quick brown fox jumps over it", "hello world", "xyz"]
+    from batchtui.core.models import load_model
+    from batchtui.core.runner import Runner
+
+    loaded = load_model(settings)
+    with height_dependent_addmm():
+        found = with_first_ops(compare(texts, settings), texts, settings)
+        named = {t.first_op.module for t in found.texts if t.first_op is not None}
+        assert named == {"model.layers.0.self_attn.q_proj"}
+        seen = []
+        module = dict(loaded.model.named_modules())["model.layers.0.self_attn.q_proj"]
+        handle = module.register_forward_hook(lambda m, args, out: seen.append((args[0].clone(), out.clone())))
+        runner = Runner(loaded, "left", "mask", record=False)
+        try:
+            with torch.inference_mode():
+                chunk = runner.batched(texts)
+                for row, text in enumerate(found.texts):
+                    runner.single(list(text.token_ids))
+                    (batched_in, batched_out), (single_in, single_out) = seen[0], seen[-1]
+                    real = chunk.attention_mask[row].bool()
+                    assert torch.equal(batched_in[row][real], single_in[0])  # the same input for this text...
+                    assert not torch.equal(batched_out[row][real], single_out[0])  # ...another output
+        finally:
+            handle.remove()
+
+
+def test_check_ops_on_the_command_line_and_in_json(tmp_path, capsys):
+    report = tmp_path / "ops.json"
+    with height_dependent_addmm():
+        code = main(["check", "--model", "tiny", "--dtype", "float64", *TEXTS, "--ops", "--json", str(report)])
+    out = capsys.readouterr().out
+    assert code in (0, 1)
+    entries = json.loads(report.read_text())["texts"]
+    assert all(e["first_op"]["module"] == "model.layers.0.self_attn.q_proj" for e in entries)
+    assert entries[0]["first_op"]["shape_single"][0][:2] == [1, 2]
+    assert "  first op: aten." in out and "in model.layers.0.self_attn.q_proj: [1, 2, 128]" in out
+    plain = tmp_path / "plain.json"
+    assert main(["check", "--model", "tiny", "--dtype", "float64", "a", "--ops", "--json", str(plain)]) == 0
+    assert "first_op" not in json.loads(plain.read_text())["texts"][0]  # bitwise: nothing to name
+
+
+@pytest.mark.parametrize("name", list(ARCHITECTURES))
+def test_on_every_architecture_the_op_named_lies_in_the_first_divergent_module(checkpoints, name):
+    settings = Settings(model=str(checkpoints[name]), dtype="float64", modules=True, attn=ATTENTION.get(name))
+    texts = ["a", "The quick brown fox jumps over it", "hello world"]
+    with height_dependent_addmm(rows=64):  # more rows than any text alone (34 at most), fewer than the batch
+        found = with_first_ops(compare(texts, settings), texts, settings)
+    divergent = [t for t in found.texts if not t.bitwise_equal]
+    assert divergent  # the made cause reaches every architecture's batched rows
+    for text in divergent:
+        assert text.first_op is not None, (name, text.line)
+        assert text.first_op.module.startswith(text.first_divergent_module.name), (name, text.first_op)
