@@ -31,6 +31,56 @@ class FirstOp:
     def words(self) -> str:
         return f"{self.op} in {self.module}: {_shapes(self.shape_single)} alone, {_shapes(self.shape_batched)} batched"
 
+    @property
+    def kernel_class(self) -> str:
+        """The invariant mode's class that removes a difference from this op (`settings.KERNEL_CLASSES`)."""
+        name = self.op.removeprefix("aten.")
+        if name in _MATMULS:
+            return "matmul"
+        if "attention" in name:
+            return "attention"
+        if name in _REDUCTIONS:
+            return "reduction"
+        return "elementwise"
+
+    def cause(self) -> str:
+        """Why this op's result for a text can follow the batch, in words."""
+        kind = self.kernel_class
+        if kind == "matmul":
+            alone, batched = (_rows(shapes[0]) if shapes else 0 for shapes in (self.shape_single, self.shape_batched))
+            return f"a {alone}-row call alone, {batched} rows batched: the GEMM library blocks them differently"
+        if kind == "attention":
+            alone, batched = (
+                shapes[1][-2] if len(shapes) > 1 else 0 for shapes in (self.shape_single, self.shape_batched)
+            )
+            return (
+                f"attention over {alone} keys alone, {batched} batched (padding included): another kernel, another "
+                "reduction order"
+            )
+        if kind == "reduction":
+            return "a reduction along each row, split by the call's shape"
+        return "an element-wise op whose vector tail falls elsewhere in the batched shape"
+
+
+_MATMULS = frozenset({"linear", "mm", "addmm", "bmm", "baddbmm", "matmul", "_grouped_mm", "addmv", "mv"})
+_REDUCTIONS = frozenset(
+    {"mean", "sum", "var", "var_mean", "norm", "linalg_vector_norm", "amax", "_softmax", "softmax", "log_softmax"}
+    | {"_log_softmax", "native_layer_norm", "layer_norm", "rms_norm", "cumsum"}
+)
+
+
+def _keys(shapes) -> int:
+    """How many keys an attention call reads: its key's length ([b, heads, keys, d])."""
+    return shapes[1][-2] if len(shapes) > 1 and len(shapes[1]) >= 2 else 0
+
+
+def _rows(shape: tuple[int, ...]) -> int:
+    """How many rows a matmul's first input holds: every dimension but its last."""
+    rows = 1
+    for size in shape[:-1]:
+        rows *= size
+    return rows
+
 
 def _shapes(shapes) -> str:
     return " @ ".join("[" + ", ".join(map(str, s)) + "]" for s in shapes)

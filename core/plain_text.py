@@ -84,7 +84,8 @@ def format_localization(comparison: Comparison) -> str:
         where = f"first divergent module {module_label(first)}" if first else "every module bitwise equal"
         lines.append(f"text {t.line}: {where}")
         if t.first_op is not None:
-            lines.append(f"  first op: {literal(t.first_op.words())} (max|Δ| {format_float(t.first_op.max_abs_diff)})")
+            op = t.first_op
+            lines.append(f"  first op: {literal(op.words())} (max|Δ| {format_float(op.max_abs_diff)}): {op.cause()}")
         if t.routing_changes:
             lines.append(f"  {describe_routing(t)}")
     worst = max(comparison.texts, key=lambda t: t.max_abs_diff)

@@ -112,6 +112,8 @@ def _first_op(op) -> dict:
         "shape_single": [list(s) for s in op.shape_single],
         "shape_batched": [list(s) for s in op.shape_batched],
         "max_abs_diff": number(op.max_abs_diff),
+        "kernel_class": op.kernel_class,
+        "cause": op.cause(),
     }
 
 

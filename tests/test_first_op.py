@@ -114,3 +114,17 @@ def test_on_every_architecture_the_op_named_lies_in_the_first_divergent_module(c
     for text in divergent:
         assert text.first_op is not None, (name, text.line)
         assert text.first_op.module.startswith(text.first_divergent_module.name), (name, text.first_op)
+
+
+async def test_the_app_s_detail_says_where_the_text_first_parts_in_the_module_view():
+    from tui_helpers import make_app, settle
+
+    app = make_app(texts=TEXTS, dtype="float64", positions="mask", modules=True)
+    with height_dependent_addmm():
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(pilot, app)
+            assert all(t.first_op is not None for t in app.state.comparison.texts)
+            app.select(1, 0)
+            await pilot.pause()
+            shown = " ".join(str(app.query_one("#detail-numbers").render()).split())
+            assert "text first parts at aten." in shown and "in model.layers.0.self_attn.q_proj" in shown

@@ -182,6 +182,7 @@ class BatchtuiApp(
         def run() -> Comparison:
             from ..core.cpu_memory import keep_freed_memory
             from ..core.engine import compare  # torch loads here, off the UI thread
+            from ..core.first_op import with_first_ops
             from ..core.models import load_model
             from ..core.run_skeleton import passes_per_text, running_stage
             from ..core.threads import use_threads
@@ -198,7 +199,9 @@ class BatchtuiApp(
                 self.post_message(RunProgress(run_number, stage))
 
             progress(0, 0)
-            return compare(texts, settings, progress=progress, cancelled=stale, lines=numbered.lines)
+            result = compare(texts, settings, progress=progress, cancelled=stale, lines=numbered.lines)
+            # The module view: inside each divergent text's first module, its first op.
+            return with_first_ops(result, texts, settings) if settings.modules and not stale() else result
 
         post_outcome(self, run_number, run, ComparisonReady, RunFailed)
 

@@ -137,6 +137,9 @@ class DetailPane(Vertical):
                     f"bold {self._color('warning')}",
                 )
             )
+        if result.first_op is not None:
+            op = result.first_op
+            said.append((f"text first parts at {op.op} in {op.module}: {op.cause()}", f"bold {self._color('warning')}"))
         if not result.padding and result.bitwise_equal and self._batched_with_others:
             said.append(("text: no pad tokens (the longest of its batch), the same inputs as alone: bitwise equal", ""))
         if result.truncated:
