@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .comparison import Comparison
+from .plain_text import format_float
 from .settings import KERNEL_CLASSES, Settings
 
 
@@ -77,3 +78,48 @@ def attribute_kernels(
         )
         ratio = with_set.elapsed_s / plain if plain > 0 else None
     return KernelAttribution(len(texts), _bitwise(baseline), tuple(found), minimal, ratio, baseline)
+
+
+def kernels_table(found: KernelAttribution) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    """The classes' header and rows, as the CLI and the app show them."""
+    total = found.texts
+    rows = [
+        (
+            c.name,
+            f"{c.alone_bitwise_texts}/{total}",
+            f"{c.without_bitwise_texts}/{total}",
+            format_float(c.max_abs_diff_alone),
+        )
+        for c in found.classes
+    ]
+    return ("class", "alone: bitwise", "all but it: bitwise", "max|Δ| alone"), rows
+
+
+def kernels_verdict(found: KernelAttribution) -> str:
+    line = f"as configured: {found.baseline_bitwise_texts}/{found.texts} texts bitwise; "
+    if found.minimal is None:
+        return line + "no set of the mode's classes makes every text bitwise (the mode's own check says where it parts)"
+    if not found.minimal:
+        return line + "no class is needed"
+    cost = "" if found.minimal_cost_ratio is None else f", at {found.minimal_cost_ratio:.2f}x the time"
+    return line + f"the minimal set {'+'.join(found.minimal)} makes all {found.texts} bitwise{cost}"
+
+
+def kernels_json(found: KernelAttribution) -> dict:
+    from .report import number
+
+    return {
+        "texts": found.texts,
+        "baseline_bitwise_texts": found.baseline_bitwise_texts,
+        "classes": [
+            {
+                "name": c.name,
+                "alone_bitwise_texts": c.alone_bitwise_texts,
+                "without_bitwise_texts": c.without_bitwise_texts,
+                "max_abs_diff_alone": number(c.max_abs_diff_alone),
+            }
+            for c in found.classes
+        ],
+        "minimal": None if found.minimal is None else list(found.minimal),
+        "minimal_cost_ratio": None if found.minimal_cost_ratio is None else number(found.minimal_cost_ratio),
+    }

@@ -84,3 +84,14 @@ def test_the_mode_s_parts_as_an_option_and_a_remedy(tmp_path, capsys):
     assert entry["applied"] is True and entry["config"]["invariant_classes"] == "matmul,attention"
     settings = Settings(model="tiny", invariant=True, invariant_classes="attention, matmul").validated()
     assert settings.kernel_classes == ("attention", "matmul")
+
+
+@pytest.mark.parametrize("name", ["llama", "gpt2", "qwen3-moe"])
+def test_on_other_architectures_the_minimal_set_leaves_every_text_bitwise(checkpoints, name):
+    """Whatever this CPU's kernels make differ (perhaps nothing): the set found, applied, leaves no text apart."""
+    settings = Settings(model=str(checkpoints[name]), dtype="float32", batch_size=4)
+    found = attribute_kernels(TEXTS, settings, lambda texts, s: compare(texts, s))
+    assert found.minimal is not None, name  # the whole mode keeps its promise here
+    applied = compare(TEXTS, with_classes(settings, found.minimal))
+    assert all(t.bitwise_equal for t in applied.texts), name
+    assert all(c.without_bitwise_texts <= len(TEXTS) for c in found.classes)

@@ -109,3 +109,17 @@ async def test_the_remedies_marks_say_which_are_selected_and_none_is_left_out_wi
         table = screen.query_one(DataTable)
         assert any("CUDA-only: no effect on cpu" in str(cell) for row in range(table.row_count)
                    for cell in table.get_row_at(row))  # fmt: skip
+
+
+async def test_the_remedies_screen_says_which_kernel_class_the_difference_comes_from():
+    from batchtui.core.settings import KERNEL_CLASSES
+
+    app = make_app(texts=["a", "The quick brown fox jumps over it", "hello world"], dtype="float32")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        await pilot.press("R", "k")
+        screen = app.screen
+        await wait_for(pilot, lambda: screen.kernels is not None, "the kernel classes")
+        table = screen.query_one(DataTable)
+        assert [table.get_row_at(i)[0] for i in range(table.row_count)] == list(KERNEL_CLASSES)
+        assert str(screen.query_one("#remedy-status").render()).startswith("as configured: ")

@@ -12,6 +12,7 @@ from textual.strip import Strip
 from textual.widgets import Checkbox, DataTable, SelectionList, Static
 from textual.worker import get_current_worker
 
+from ..core.kernel_classes import kernels_table, kernels_verdict
 from ..core.plain_text import remedies_table
 from ..core.settings import Settings
 from .engine_calls import call_engine
@@ -36,6 +37,7 @@ class RemediesScreen(Screen[None]):
     BINDINGS = [
         Binding("escape", "dismiss", "Back"),
         Binding("r", "measure", "Measure"),
+        Binding("k", "kernels", "Kernel classes"),
     ]
 
     def __init__(self, texts: list[str], settings: Settings, on_finished=None) -> None:
@@ -43,12 +45,13 @@ class RemediesScreen(Screen[None]):
         self.texts = texts
         self.settings = settings
         self.outcomes = None
+        self.kernels = None  # `k`: which of the invariant mode's classes the difference comes from
         self._on_finished = on_finished  # called with the outcomes once measured (the app's report keeps them)
 
     def compose(self) -> ComposeResult:
         yield Static(
             "Remedies: select with space, measure with r. Each runs alone, then all together; one that cannot act "
-            "here is listed with the reason.",
+            "here is listed with the reason. k: which of the invariant mode's classes the difference comes from.",
             id="title",
         )
         yield MarkedSelectionList(id="remedy-list")
@@ -92,6 +95,36 @@ class RemediesScreen(Screen[None]):
             return compare(texts, settings, cancelled=lambda: worker.is_cancelled)
 
         call_engine(self, lambda: compare_remedies(self.texts, self.settings, names, compare_fn), self._show)
+
+    def action_kernels(self) -> None:
+        if not self.texts:
+            self.notify("no texts to compare", severity="warning", markup=False)
+            return
+        status = "the invariant mode's classes one at a time, all but one, then the smallest set that is enough…"
+        self.query_one("#remedy-status", Static).update(Text(status))
+        self._attribute()
+
+    @work(thread=True, exclusive=True)
+    def _attribute(self) -> None:
+        worker = get_current_worker()
+        from ..core.engine import compare
+        from ..core.kernel_classes import attribute_kernels
+
+        def compare_fn(texts, settings):
+            return compare(texts, settings, cancelled=lambda: worker.is_cancelled)
+
+        plain = self.settings.with_changes(invariant=False, invariant_classes="")
+        call_engine(self, lambda: attribute_kernels(self.texts, plain, compare_fn), self._show_kernels)
+
+    def _show_kernels(self, found) -> None:
+        self.kernels = found
+        header, rows = kernels_table(found)
+        table = self.query_one(DataTable)
+        table.clear(columns=True)
+        table.add_columns(*header)
+        for row in rows:
+            table.add_row(*row)
+        self.query_one("#remedy-status", Static).update(Text(kernels_verdict(found)))
 
     def _show(self, outcomes) -> None:
         self.outcomes = outcomes
