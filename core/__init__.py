@@ -5,22 +5,22 @@ batched logits equal its single runs, bitwise. Submodules import torch lazily wh
 they can, so that the CLI's argument errors and the TUI's first frame come before torch loads.
 """
 
-from .comparison import Comparison, ModuleMetrics, PositionMetrics, Summary, TextResult, TopToken
 from .errors import BatchtuiError, Cancelled, InputError, ModelLoadError, NotInvariant
+from .numbers.comparison import Comparison, ModuleMetrics, PositionMetrics, Summary, TextResult, TopToken
 from .settings import Settings
 from .texts import DEFAULT_TEXTS
 
 
 def batch_invariant(model):
-    """See `batchtui.core.invariant.batch_invariant`: `with batch_invariant(model): ...`."""
-    from .invariant import batch_invariant as _batch_invariant
+    """See `batchtui.core.invariant.mode.batch_invariant`: `with batch_invariant(model): ...`."""
+    from .invariant.mode import batch_invariant as _batch_invariant
 
     return _batch_invariant(model)
 
 
 def compare(*args, **kwargs):
-    """See `batchtui.core.engine.compare`."""
-    from .engine import compare as _compare
+    """See `batchtui.core.run.engine.compare`."""
+    from .run.engine import compare as _compare
 
     return _compare(*args, **kwargs)
 

@@ -26,10 +26,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the repository root: `core` as a package
 
-from core import engine  # noqa: E402
-from core.bench import floor_passes, workload  # noqa: E402
-from core.cpu_memory import keep_freed_memory  # noqa: E402
-from core.models import load_model  # noqa: E402
+from core.models.loading import load_model  # noqa: E402
+from core.numbers.cpu_memory import keep_freed_memory  # noqa: E402
+from core.run import engine  # noqa: E402
+from core.run.bench import floor_passes, workload  # noqa: E402
 from core.settings import Settings  # noqa: E402
 
 MEASURING = ("group_rows", "group_stats", "group_results")
@@ -46,12 +46,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         other = _core_of(args.rev, Path(folder))
         settings = Settings(model=args.model, dtype=args.dtype)
-        other_settings = other.settings.Settings(model=args.model, dtype=args.dtype)
+        other_settings = sys.modules["other_core.settings"].Settings(model=args.model, dtype=args.dtype)
         loaded = load_model(settings)
         texts = workload(loaded.tokenizer, 16, 32, 128)
         runs = {
             "floor": (None, lambda: floor_passes(loaded, texts, settings)),
-            args.rev: (other.engine, lambda: other.engine.compare(texts, other_settings)),
+            args.rev: (other, lambda: other.compare(texts, other_settings)),
             "this": (engine, lambda: engine.compare(texts, settings)),
         }
         measuring = {name: _timed_stages(module) for name, (module, _) in runs.items() if module is not None}
@@ -77,7 +77,8 @@ def main() -> None:
 
 
 def _core_of(rev: str, folder: Path):
-    """REV's core package, imported under a name of its own (`other_core`)."""
+    """REV's engine module, its core imported under a name of its own (`other_core`): `run/engine.py`, or
+    `engine.py` in revisions before core/ had packages."""
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "core"], check=True, capture_output=True)
     subprocess.run(["tar", "-x", "-C", str(folder)], input=archive.stdout, check=True)
     spec = importlib.util.spec_from_file_location(
@@ -86,9 +87,11 @@ def _core_of(rev: str, folder: Path):
     package = importlib.util.module_from_spec(spec)
     sys.modules["other_core"] = package
     spec.loader.exec_module(package)
-    importlib.import_module("other_core.engine")
     importlib.import_module("other_core.settings")
-    return package
+    try:
+        return importlib.import_module("other_core.run.engine")
+    except ModuleNotFoundError:
+        return importlib.import_module("other_core.engine")
 
 
 def _timed_stages(module) -> list[float]:

@@ -36,8 +36,8 @@ wants() { [[ " $SECTIONS " == *" $1 "* ]]; }
 
 python - "$OUT" "$MODEL" <<'PY'
 import sys
-from core.bench import workload
-from core.models import load_model
+from core.run.bench import workload
+from core.models.loading import load_model
 from core.settings import Settings
 tokenizer = load_model(Settings(model=sys.argv[2], device="cpu")).tokenizer
 for name, shortest in (("texts-32x128.txt", 128), ("texts-32x16-128.txt", 16)):
@@ -62,8 +62,8 @@ fi
 if wants repeat; then
   run python - "$MODEL" "$PADDED" <<'PY'
 import json, sys
-from core.engine import compare
-from core.report import to_json_dict
+from core.run.engine import compare
+from core.reports.report import to_json_dict
 from core.settings import Settings
 texts = open(sys.argv[2]).read().splitlines()
 settings = Settings(model=sys.argv[1], dtype="bfloat16", batch_size=8)
@@ -108,7 +108,7 @@ fi
 # `endpoint` against vLLM where vLLM is installed (it brings the openai client): does load change its answers?
 if wants endpoint; then
   if python -c "import vllm" 2>/dev/null; then
-    SERVED=$(python -c "from core.builtin_models import builtin_path; print(builtin_path('$MODEL'))")
+    SERVED=$(python -c "from core.models.builtin import builtin_path; print(builtin_path('$MODEL'))")
     PORT=$(python -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
     python -m vllm.entrypoints.openai.api_server --model "$SERVED" --host 127.0.0.1 --port "$PORT" \
         --dtype bfloat16 > "$OUT/vllm.log" 2>&1 &

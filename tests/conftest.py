@@ -61,7 +61,7 @@ def _launch_vllm(config) -> None:
         return
     from vllm_server import launch
 
-    from batchtui.core.builtin_models import builtin_path
+    from batchtui.core.models.builtin import builtin_path
 
     config._vllm_state = tempfile.mkdtemp(prefix="batchtui-vllm-")
     launch(Path(config._vllm_state), builtin_path("qwen2-english-4m"))
@@ -88,7 +88,7 @@ def pytest_xdist_auto_num_workers(config):
 
 @pytest.fixture(scope="session")
 def tiny_path():
-    from batchtui.core.builtin_models import builtin_path
+    from batchtui.core.models.builtin import builtin_path
 
     return builtin_path("tiny")
 

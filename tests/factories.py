@@ -3,7 +3,7 @@ that what a view computes is checked against a case with a known answer, no mode
 
 from __future__ import annotations
 
-from batchtui.core.comparison import Comparison, ModuleMetrics, PositionColumns, TextResult
+from batchtui.core.numbers.comparison import Comparison, ModuleMetrics, PositionColumns, TextResult
 
 VOCABULARY = {i: f"t{i}" for i in range(16)}
 

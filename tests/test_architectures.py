@@ -11,8 +11,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from batchtui.core import Settings, compare
 from batchtui.core.errors import ModelLoadError
-from batchtui.core.models import load_model
-from batchtui.core.plain_text import format_localization
+from batchtui.core.models.loading import load_model
+from batchtui.core.terminal.plain import format_localization
 
 # Lengths 1 to 30 tokens: left padding and arange positions (the seed's) make every padded text diverge,
 # whatever the CPU, and texts longer than the 6-token sliding windows exercise them.
@@ -196,7 +196,7 @@ def test_a_kernel_without_the_dtype_is_bad_input_not_a_crash(checkpoints):
 def test_a_module_output_edited_in_place_afterwards_is_recorded_as_it_was(checkpoints):
     """Falcon adds its attention output into the MLP's output in place after the MLP returns: the recorded MLP
     output must be what the MLP returned (an independent hook's copy), not the sum."""
-    from batchtui.core.runner import Runner
+    from batchtui.core.run.runner import Runner
 
     loaded = load_model(Settings(model=str(checkpoints["falcon"]), dtype="float32", modules=True))
     mlp_name = next(name for name, _ in loaded.model.named_modules() if name.endswith("h.0.mlp"))
@@ -218,7 +218,7 @@ def test_a_checkpoint_missing_weights_is_refused_in_one_line(tmp_path, tiny_path
     random (other logits on every load): refused, exit 2, naming them, without transformers' load report."""
     from architectures import build_seq2seq
 
-    from batchtui.core.cli_check import run_check
+    from batchtui.core.cli.check import run_check
 
     bart = build_seq2seq(tmp_path / "bart", tiny_path)
     capsys.readouterr()  # the checkpoint's own writing

@@ -2,9 +2,9 @@
 
 import json
 
-from batchtui.core.bench import workload
-from batchtui.core.cli_bench import run_bench
-from batchtui.core.models import load_model
+from batchtui.core.cli.bench import run_bench
+from batchtui.core.models.loading import load_model
+from batchtui.core.run.bench import workload
 from batchtui.core.settings import Settings
 
 

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 from factories import make_comparison, make_text
 
-from batchtui.core.cell_navigation import clamp_cell, flip_cells, next_divergent, next_flip, summary_order, worst_flip
-from batchtui.core.heatmap_view import divergent_cells
+from batchtui.core.terminal.heatmap import divergent_cells
+from batchtui.core.terminal.navigation import (
+    clamp_cell,
+    flip_cells,
+    next_divergent,
+    next_flip,
+    summary_order,
+    worst_flip,
+)
 
 # Text 0: equal; text 1: diverges at 1 and 3, flips at 3; text 2: flips at 0 (a larger Δ), diverges at 2.
 COMPARISON = make_comparison(

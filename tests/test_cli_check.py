@@ -9,7 +9,7 @@ import pytest
 from conftest import MIXED_TEXTS
 
 from batchtui.core.cli import main as core_main
-from batchtui.core.cli_check import run_check
+from batchtui.core.cli.check import run_check
 from batchtui.tui.launcher import main as batchtui_main
 
 POSITION_FIELDS = {
@@ -164,7 +164,7 @@ def test_table_columns_stay_aligned_with_wide_characters_and_combining_marks():
     columns, a combining mark none (counted by an independent rule here: East Asian width and Mn)."""
     import unicodedata
 
-    from batchtui.core.plain_text import format_columns
+    from batchtui.core.terminal.plain import format_columns
 
     def on_screen(text):
         return sum(

@@ -9,13 +9,13 @@ import sys
 import pytest
 import torch
 
-import batchtui.core.engine
+import batchtui.core.run.engine
 from batchtui.core import Settings, compare
-from batchtui.core.cli_check import run_check
-from batchtui.core.cli_probe import run_probe
-from batchtui.core.cli_sweep import run_sweep
+from batchtui.core.cli.check import run_check
+from batchtui.core.cli.probe import run_probe
+from batchtui.core.cli.sweep import run_sweep
 from batchtui.core.errors import ResourceError
-from batchtui.core.models import load_model
+from batchtui.core.models.loading import load_model
 
 CLI_CASES = [
     (["", "ok"], "text 1 is empty or whitespace only"),
@@ -43,7 +43,7 @@ def no_run(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the run started before the bad value was refused")
 
-    monkeypatch.setattr(batchtui.core.engine, "compare", refuse)
+    monkeypatch.setattr(batchtui.core.run.engine, "compare", refuse)
 
 
 BEFORE_THE_RUN = [
@@ -148,8 +148,8 @@ def test_a_10_mb_text_is_cut_before_it_is_tokenized(tmp_path):
 
 
 def test_a_cut_prefix_gives_the_whole_text_s_tokens_up_to_the_cut():
-    from batchtui.core.models import load_model
-    from batchtui.core.runner import Runner
+    from batchtui.core.models.loading import load_model
+    from batchtui.core.run.runner import Runner
 
     loaded = load_model(Settings(model="qwen2-english-4m"))
     runner = Runner(loaded, "left", "mask", max_tokens=40)
@@ -246,7 +246,7 @@ def test_a_probe_that_runs_out_of_memory_is_bad_input(capsys):
 
 @pytest.mark.parametrize("command", ["check", "generate"])
 def test_a_text_with_no_token_is_bad_input(tokenizer_dropping_tildes, command, capsys):
-    from batchtui.core.cli_generate import run_generate
+    from batchtui.core.cli.generate import run_generate
 
     run = {"check": run_check, "generate": run_generate}[command]
     assert run(["hello", "~~~", "--model", tokenizer_dropping_tildes, "--max-tokens", "64"]) == 2

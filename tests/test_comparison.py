@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from batchtui.core.comparison import DeferredColumns, PositionColumns
+from batchtui.core.numbers.comparison import DeferredColumns, PositionColumns
 
 TOKENS = {i: f"t{i}" for i in range(10)}
 

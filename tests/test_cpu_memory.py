@@ -9,7 +9,7 @@ import pytest
 
 _SCRIPT = """
 import torch
-from batchtui.core.cpu_memory import keep_freed_memory
+from batchtui.core.numbers.cpu_memory import keep_freed_memory
 def rss():
     with open("/proc/self/statm") as statm:
         return int(statm.read().split()[1]) * 4096

@@ -10,11 +10,11 @@ import pytest
 import torch
 from servers import PROMPTS, stop, transformers_serve
 
-from batchtui.core.builtin_models import builtin_path
 from batchtui.core.cli import main
-from batchtui.core.endpoint_client import Endpoint
-from batchtui.core.endpoint_run import NO_LOGPROBS, NO_PROMPT_LOGPROBS, measure_endpoint
-from batchtui.core.served_checks import CACHE_UNKNOWN, NO_PREFILL
+from batchtui.core.endpoint.checks import CACHE_UNKNOWN, NO_PREFILL
+from batchtui.core.endpoint.client import Endpoint
+from batchtui.core.endpoint.run import NO_LOGPROBS, NO_PROMPT_LOGPROBS, measure_endpoint
+from batchtui.core.models.builtin import builtin_path
 
 pytestmark = pytest.mark.xdist_group("endpoint")  # one worker starts the server once for the module
 

@@ -11,7 +11,7 @@ from commands import start
 from servers import http_json, raw_socket_server
 
 from batchtui.core.cli import main
-from batchtui.core.endpoint_client import EndpointError, base_url
+from batchtui.core.endpoint.client import EndpointError, base_url
 
 
 def test_nothing_listening_is_one_line_and_exit_2(capsys):

@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from batchtui.core.endpoint_run import NO_PROMPT_LOGPROBS, measure_endpoint
-from batchtui.core.served_checks import CACHE_UNKNOWN, NO_PREFILL
+from batchtui.core.endpoint.checks import CACHE_UNKNOWN, NO_PREFILL
+from batchtui.core.endpoint.run import NO_PROMPT_LOGPROBS, measure_endpoint
 
 
 def _choice(text: str, tokens: list[str], logprobs: list[float], tops: list[dict], prompt=None):
@@ -24,8 +24,8 @@ def _choice(text: str, tokens: list[str], logprobs: list[float], tops: list[dict
 
 
 def test_logprobs_give_token_steps_the_split_its_margin_and_near_tie():
-    from batchtui.core.endpoint_client import continuation_from
-    from batchtui.core.endpoint_result import split_of
+    from batchtui.core.endpoint.client import continuation_from
+    from batchtui.core.endpoint.result import split_of
 
     alone = continuation_from(_choice(" a b", [" a", " b"], [-0.5, -0.70],
                                       [{" a": -0.5, " c": -2.0}, {" b": -0.70, " d": -0.71}]))  # fmt: skip
@@ -41,8 +41,8 @@ def test_logprobs_give_token_steps_the_split_its_margin_and_near_tie():
 
 
 def test_prompt_logprobs_compare_each_prompt_position():
-    from batchtui.core.endpoint_client import continuation_from
-    from batchtui.core.endpoint_result import prompt_comparison
+    from batchtui.core.endpoint.client import continuation_from
+    from batchtui.core.endpoint.result import prompt_comparison
 
     def prompt(second: float, third_top: str):
         return [None, {"11": {"logprob": second, "rank": 1, "decoded_token": " x"},
@@ -58,8 +58,8 @@ def test_prompt_logprobs_compare_each_prompt_position():
 
 def test_measure_endpoint_reports_logprob_splits_in_the_json():
     """The whole path with logprobs: a completer whose second answer under load changes a near-tie."""
-    from batchtui.core.endpoint_client import continuation_from
-    from batchtui.core.endpoint_report import endpoint_json
+    from batchtui.core.endpoint.client import continuation_from
+    from batchtui.core.endpoint.report import endpoint_json
 
     steady = continuation_from(_choice(" a b", [" a", " b"], [-0.5, -0.70],
                                        [{" a": -0.5, " c": -2.0}, {" b": -0.70, " d": -0.71}]))  # fmt: skip
@@ -85,8 +85,8 @@ def test_measure_endpoint_reports_logprob_splits_in_the_json():
 def test_the_ladder_says_per_level_what_splits_what_keeps_its_tokens_and_where_it_first_breaks():
     """Two texts, one round per level: from the level of 4 on, the same tokens come back with a logprob moved by
     2**-10; at 8 the second step's token changes. The calls are counted, so each level's answers are known."""
-    from batchtui.core.endpoint_client import continuation_from
-    from batchtui.core.endpoint_report import endpoint_json, endpoint_verdict, format_endpoint_table
+    from batchtui.core.endpoint.client import continuation_from
+    from batchtui.core.endpoint.report import endpoint_json, endpoint_verdict, format_endpoint_table
 
     def answer(first: float, second: str):
         return continuation_from(_choice(" a" + second, [" a", second], [first, -0.70],
@@ -123,7 +123,7 @@ def test_the_ladder_says_per_level_what_splits_what_keeps_its_tokens_and_where_i
     assert "Δlp 9.77e-04" in format_endpoint_table(same_tokens)
     assert "0 of 2 continuations differ under load" in endpoint_verdict(same_tokens)
     assert "2 more keep their tokens with logprobs apart by up to 9.77e-04" in endpoint_verdict(same_tokens)
-    from batchtui.core.endpoint_views import endpoint_screen
+    from batchtui.core.endpoint.views import endpoint_screen
 
     screen = endpoint_screen(same_tokens)  # the app's view says the same
     assert [row.split_cell for row in screen.rows] == ["Δlp 9.77e-04"] * 2

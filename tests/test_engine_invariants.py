@@ -9,7 +9,7 @@ from oracle import seed_compare
 from transformers import AutoTokenizer
 
 from batchtui.core import Cancelled, InputError, Settings, compare
-from batchtui.core.run_skeleton import running_stage, total_passes
+from batchtui.core.run.skeleton import running_stage, total_passes
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
@@ -154,7 +154,7 @@ def test_bad_input_raises_a_clear_error(texts, settings, message):
 def test_ordered_topk_breaks_ties_by_token_id():
     import torch
 
-    from batchtui.core.topk import ordered_topk
+    from batchtui.core.numbers.topk import ordered_topk
 
     x = torch.tensor([[1.0, 3.0, 2.0, 3.0, 2.0, 2.0, 0.5], [5.0, 5.0, 5.0, 5.0, 5.0, 1.0, 9.0]])
     rows = torch.randn(50, 40).to(torch.bfloat16).float()  # bf16 rounding makes many ties
@@ -176,7 +176,7 @@ def test_ordered_topk_over_a_real_vocabulary_is_the_sorted_order(vocab, spare):
     a tie at the cut is settled among one more than k, three more (the CPU's default) or 16 more (a GPU's)."""
     import torch
 
-    from batchtui.core.topk import ordered_topk
+    from batchtui.core.numbers.topk import ordered_topk
 
     torch.manual_seed(0)
     x = (torch.randn(12, vocab) * torch.tensor([3.0, 0.01] * 6)[:, None]).bfloat16().float()

@@ -79,7 +79,7 @@ def test_kl_is_exact_far_below_float32_noise():
     ~1e-7 of rounding. Checked against the same sum in extended precision, computed independently."""
     import numpy as np
 
-    from batchtui.core.metrics import position_stats
+    from batchtui.core.numbers.metrics import position_stats
 
     generator = torch.Generator().manual_seed(0)
     single = torch.randn(4, 512, generator=generator) * 4
@@ -116,7 +116,7 @@ def _kl_in_60_digits(single_row, batched_row) -> "Decimal":
 def test_kl_matches_60_digit_arithmetic_at_every_position(dtype):
     """At every position of runs in each dtype, with differences from one ulp to many: relative error at most
     1e-3 wherever the true KL exceeds 1e-30, and never 0 where the two distributions differ."""
-    from batchtui.core.metrics import position_stats
+    from batchtui.core.numbers.metrics import position_stats
 
     generator = torch.Generator().manual_seed(1)
     single = (torch.randn(24, 64, generator=generator) * 3).to(dtype)
@@ -137,7 +137,7 @@ def test_kl_matches_60_digit_arithmetic_at_every_position(dtype):
 def test_allclose_at_the_allowances_edge_is_torchs_for_the_right_rows():
     """A row whose difference sits exactly on torch.isclose's allowance (atol + rtol·|S|) is left to torch.isclose;
     with rows alike bitwise and a row far apart before it, that row is asked about, and no other."""
-    from batchtui.core.metrics import position_stats
+    from batchtui.core.numbers.metrics import position_stats
 
     single = torch.ones(5, 64, dtype=torch.bfloat16)
     batched = single.clone()
@@ -154,7 +154,7 @@ def test_rows_alike_bitwise_and_rows_that_differ_get_the_numbers_of_their_defini
     """One block with every kind of row: alike bitwise (with a tie at the top), one bf16 ulp apart, 0.0 against
     -0.0, and a NaN in both runs at the same place. Each row's numbers checked against their definitions,
     worked out here in float64 row by row."""
-    from batchtui.core.metrics import position_stats
+    from batchtui.core.numbers.metrics import position_stats
 
     generator = torch.Generator().manual_seed(3)
     single = (torch.randn(5, 64, generator=generator) * 3).bfloat16()
@@ -197,7 +197,7 @@ def test_hidden_states_are_compared_bitwise_and_measured_where_they_differ():
     """Per (module, text), as DESIGN.md has it: bitwise equal or not (identical NaNs are alike; 0.0 and -0.0 are not,
     though nothing else differs), and where values differ max|hB - hS| and ||hB - hS|| / ||hS|| over the text's
     positions, worked out here in float64."""
-    from batchtui.core.metrics import HiddenRows, layer_stats
+    from batchtui.core.numbers.metrics import HiddenRows, layer_stats
 
     generator = torch.Generator().manual_seed(5)
     single = torch.randn(3, 5, 8, generator=generator).bfloat16()  # 3 modules, 5 positions: text 0 has 2, text 1 has 3
@@ -219,7 +219,7 @@ def test_hidden_states_are_compared_bitwise_and_measured_where_they_differ():
 def test_a_texts_hidden_state_numbers_do_not_depend_on_the_texts_measured_with_it():
     """Texts are measured in groups (as many as fill a metrics block): a text's per-module numbers are the
     same, digit for digit, beside a short text or a long one."""
-    from batchtui.core.metrics import HiddenRows, layer_stats
+    from batchtui.core.numbers.metrics import HiddenRows, layer_stats
 
     generator = torch.Generator().manual_seed(3)
 
@@ -239,7 +239,7 @@ def test_a_texts_hidden_state_numbers_do_not_depend_on_the_texts_measured_with_i
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
 def test_position_stats_leave_their_inputs_as_they_were(dtype):
     """The metrics work in place on copies of their own only: the logits handed in are the caller's."""
-    from batchtui.core.metrics import position_stats
+    from batchtui.core.numbers.metrics import position_stats
 
     generator = torch.Generator().manual_seed(7)
     single = (torch.randn(6, 300, generator=generator) * 4).to(dtype)
@@ -259,7 +259,7 @@ def test_a_block_whose_rows_all_differ_gets_the_numbers_those_rows_get_beside_an
     numbers, bit for bit, as the same rows get in a block that also holds a row alike in both runs."""
     from dataclasses import fields
 
-    from batchtui.core.metrics import position_stats
+    from batchtui.core.numbers.metrics import position_stats
 
     generator = torch.Generator().manual_seed(5)
     single = (torch.randn(4, 300, generator=generator) * 4).to(dtype)
@@ -277,7 +277,7 @@ def test_a_block_too_large_for_the_heap_to_keep_is_measured_in_halves_with_the_s
     halves, each row with the numbers it gets in a block of its own."""
     from dataclasses import fields
 
-    from batchtui.core.metrics import position_stats
+    from batchtui.core.numbers.metrics import position_stats
 
     generator = torch.Generator().manual_seed(11)
     single = (torch.randn(1024, 4096, generator=generator) * 4).bfloat16()
@@ -297,8 +297,8 @@ def test_rows_held_in_parts_get_the_numbers_each_text_gets_alone():
     text's rows get measured alone, and as the concatenated rows get."""
     from dataclasses import fields
 
-    from batchtui.core.logit_rows import LogitRows
-    from batchtui.core.metrics import position_stats
+    from batchtui.core.numbers.logit_rows import LogitRows
+    from batchtui.core.numbers.metrics import position_stats
 
     generator = torch.Generator().manual_seed(13)
     single = (torch.randn(150, 65536, generator=generator) * 4).bfloat16()
@@ -320,7 +320,7 @@ def test_columns_packed_for_the_host_come_back_as_they_went():
     """Off the CPU a block's columns reach the host packed, their bytes in one copy: each column comes back with its
     values, shape and dtype, whatever order of element sizes they come in (checked here on the CPU, where the
     packing is otherwise skipped)."""
-    from batchtui.core.metrics import packed_to_host
+    from batchtui.core.numbers.metrics import packed_to_host
 
     generator = torch.Generator().manual_seed(17)
     columns = {

@@ -14,8 +14,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import batchtui.core
 from batchtui.core import Settings
-from batchtui.core.builtin_models import builtin_path
-from batchtui.core.models import load_model
+from batchtui.core.models.builtin import builtin_path
+from batchtui.core.models.loading import load_model
 from batchtui.core.settings import DEFAULT_MODEL
 
 NAME = "qwen2-english-4m"

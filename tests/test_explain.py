@@ -6,7 +6,7 @@ from conftest import MIXED_TEXTS
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from batchtui.core import Settings, compare
-from batchtui.core.metrics import ulp
+from batchtui.core.numbers.metrics import ulp
 
 
 def _hooked_outputs(model, names):

@@ -8,13 +8,13 @@ import math
 import pytest
 
 from batchtui.core import Settings
-from batchtui.core.cell_navigation import flip_cells, worst_flip
-from batchtui.core.engine import compare
 from batchtui.core.errors import InputError
-from batchtui.core.heatmap_view import bucket_of, heatmap_series, overview_span
-from batchtui.core.layer_view import MARK_LEGEND, fitted_labels, layer_curve
-from batchtui.core.sweep import parse_batch_sizes, parse_names
-from batchtui.core.token_views import token_strip, topk_union
+from batchtui.core.run.engine import compare
+from batchtui.core.run.sweep import parse_batch_sizes, parse_names
+from batchtui.core.terminal.heatmap import bucket_of, heatmap_series, overview_span
+from batchtui.core.terminal.layers import MARK_LEGEND, fitted_labels, layer_curve
+from batchtui.core.terminal.navigation import flip_cells, worst_flip
+from batchtui.core.terminal.tokens import token_strip, topk_union
 from batchtui.core.visible import shown_token
 
 LONG = "The quick brown fox jumps over the lazy dog. " * 6
@@ -93,7 +93,7 @@ def test_token_strip_is_centred_on_the_selection_and_fits(comparison):
 
 
 def test_the_strip_shows_the_characters_that_byte_pieces_spell():
-    from batchtui.core.token_text import CONTINUATION, readable_pieces
+    from batchtui.core.models.token_text import CONTINUATION, readable_pieces
 
     # What the built-in models' tokenizers give for "日本 ok": three byte pieces a character.
     tokens = ["<0xE6>", "<0x97>", "<0xA5>", "<0xE6>", "<0x9C>", "<0xAC>", " o", "k"]

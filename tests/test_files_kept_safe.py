@@ -9,8 +9,8 @@ import pytest
 from commands import start
 from tui_helpers import make_app, settle
 
-from batchtui.core import session as session_file
-from batchtui.core.cli_check import run_check
+from batchtui.core.cli.check import run_check
+from batchtui.core.reports import session as session_file
 from batchtui.core.safe_files import write_new, write_text
 from batchtui.core.settings import Settings
 from batchtui.tui.launcher import build_app, run_app

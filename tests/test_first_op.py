@@ -14,7 +14,7 @@ from architectures import ARCHITECTURES, ATTENTION
 
 from batchtui.core import Settings, compare
 from batchtui.core.cli import main
-from batchtui.core.first_op import with_first_ops
+from batchtui.core.run.first_op import with_first_ops
 
 TEXTS = ["ab", "abcdefg", "xyz"]  # byte tokens: calls of 2, 7 and 3 rows alone, 21 rows batched
 
@@ -63,8 +63,8 @@ def test_the_named_op_s_inputs_are_equal_and_its_output_is_not_here(checkpoints)
     module see this text's rows of its input equal in both runs, and of its output not."""
     settings = Settings(model=str(checkpoints["llama"]), dtype="float64", modules=True, batch_size=4)
     texts = ["a", "The quick brown fox jumps over it", "hello world", "xyz"]
-    from batchtui.core.models import load_model
-    from batchtui.core.runner import Runner
+    from batchtui.core.models.loading import load_model
+    from batchtui.core.run.runner import Runner
 
     loaded = load_model(settings)
     with height_dependent_addmm():

@@ -13,9 +13,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from tui_helpers import batch_variant
 
 from batchtui.core import Settings
-from batchtui.core.cli_generate import run_generate
+from batchtui.core.cli.generate import run_generate
 from batchtui.core.errors import InputError
-from batchtui.core.generation import generate_and_compare
+from batchtui.core.run.generation import generate_and_compare
 
 TEXTS = ["a", "The quick brown fox jumps over the lazy dog.", "Hello, world! How are you?", "xyz"]
 NEW = 12
@@ -128,7 +128,7 @@ def test_a_forced_split_is_found_at_the_step_generate_gives(tiny_path):
         comparison = generate_and_compare(TEXTS, settings, NEW)
         tokenizer = AutoTokenizer.from_pretrained(tiny_path)
         tokenizer.padding_side = "left"
-        from batchtui.core.models import load_model
+        from batchtui.core.models.loading import load_model
 
         model = load_model(settings).model  # the same hooked model, called directly
         batch = tokenizer(TEXTS, return_tensors="pt", padding=True)
@@ -183,7 +183,7 @@ def test_cli_says_a_split_and_exits_1(tiny_path, tmp_path, capsys):
 
 
 def test_views_mark_the_shared_prefix_the_split_and_what_follows(tiny_path):
-    from batchtui.core.generation_views import continuation_tokens, describe_split, step_curve
+    from batchtui.core.terminal.generation import continuation_tokens, describe_split, step_curve
 
     settings = Settings(model=str(tiny_path), dtype="float64", batch_size=4)
     with batch_variant(settings, amplitude=2e-3):
@@ -205,7 +205,7 @@ def test_views_mark_the_shared_prefix_the_split_and_what_follows(tiny_path):
 
 
 def test_sweep_generate_counts_differing_continuations(tiny_path, capsys):
-    from batchtui.core.cli_sweep import run_sweep
+    from batchtui.core.cli.sweep import run_sweep
 
     args = ["--model", str(tiny_path), "--generate", "--max-new-tokens", "6", "--dtypes", "float32"]
     assert run_sweep([*args, "--batch-sizes", "1", *TEXTS]) == 0

@@ -13,8 +13,8 @@ from architectures import ATTENTION, CHECKPOINTS
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from batchtui.core import NotInvariant, batch_invariant
-from batchtui.core.builtin_models import builtin_path
-from batchtui.core.cli_check import run_check
+from batchtui.core.cli.check import run_check
+from batchtui.core.models.builtin import builtin_path
 
 # 1 to ~240 tokens in one batch (a token per byte for the tiny checkpoints, whose context is 256 positions).
 TEXTS = [
@@ -311,7 +311,7 @@ def test_check_remedy_invariant_reports_bitwise_and_keeps_the_math(tmp_path, cap
 def test_generate_remedy_invariant_and_the_invariant_flag(tmp_path):
     import json
 
-    from batchtui.core.cli_generate import run_generate
+    from batchtui.core.cli.generate import run_generate
 
     out = tmp_path / "generate.json"
     args = ["--model", "qwen2-english-4m", "--dtype", "float32", "--max-new-tokens", "8", "--json", str(out)]

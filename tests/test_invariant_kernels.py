@@ -6,11 +6,11 @@ library's small-call kernels differ (float32, one row against many)."""
 import pytest
 import torch
 
-from batchtui.core import invariant_rows
-from batchtui.core.invariant import outside_the_mode
-from batchtui.core.invariant_elementwise import TailFreeElementwise, tail_free_length
-from batchtui.core.invariant_matmul import RowInvariantMatmuls
-from batchtui.core.invariant_reduction import RowInvariantReductions
+from batchtui.core.invariant import rows as invariant_rows
+from batchtui.core.invariant.elementwise import TailFreeElementwise, tail_free_length
+from batchtui.core.invariant.matmul import RowInvariantMatmuls
+from batchtui.core.invariant.mode import outside_the_mode
+from batchtui.core.invariant.reduction import RowInvariantReductions
 
 HEIGHTS = (1, 2, 3, 5, 8, 15, 16, 17, 31, 33, 64, 100)
 
@@ -243,7 +243,7 @@ def test_sdpa_a_model_calls_itself_runs_per_row_on_the_real_queries_and_keys():
     batch gets the bits of the same call on that text alone, padded queries zeros, and the call is counted."""
     from torch.nn.functional import scaled_dot_product_attention as sdpa
 
-    from batchtui.core.invariant_attention import RowWiseSdpa, direct_sdpa_calls
+    from batchtui.core.invariant.attention import RowWiseSdpa, direct_sdpa_calls
 
     torch.manual_seed(0)
     lengths, width = (7, 4, 2), 7

@@ -6,8 +6,8 @@ import subprocess
 import transformers
 
 from batchtui.core import Settings
-from batchtui.core.builtin_models import BUILTIN_MODELS, builtin_path, cache_root
-from batchtui.core.models import load_model
+from batchtui.core.models.builtin import BUILTIN_MODELS, builtin_path, cache_root
+from batchtui.core.models.loading import load_model
 
 
 def test_builtin_tiny_is_written_once_under_xdg_cache(tiny_path):

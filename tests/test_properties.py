@@ -4,7 +4,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from batchtui.core import Settings, compare
-from batchtui.core.models import load_model
+from batchtui.core.models.loading import load_model
 
 # Any printable text, emoji, CJK, right-to-left, combining marks, control characters, markup-like brackets.
 texts = st.text(min_size=1, max_size=40).filter(lambda t: t.strip())

@@ -11,7 +11,7 @@ from terminal import pause, start_app, wait_exit, wait_for
 # the exit for a pass would hold it forever.
 STUCK_PASS = """
 import pathlib, sys, time
-import batchtui.core.models as models
+import batchtui.core.models.loading as models
 from batchtui.tui.launcher import main
 
 load = models._load

@@ -8,10 +8,10 @@ import torch
 from conftest import MIXED_TEXTS
 
 from batchtui.core import Settings, compare
-from batchtui.core.cli_check import run_check
-from batchtui.core.cli_probe import run_probe
-from batchtui.core.cli_sweep import run_sweep
-from batchtui.core.remedies import REMEDIES, applied, compare_remedies
+from batchtui.core.cli.check import run_check
+from batchtui.core.cli.probe import run_probe
+from batchtui.core.cli.sweep import run_sweep
+from batchtui.core.run.remedies import REMEDIES, applied, compare_remedies
 
 
 def _global_flags():
@@ -85,7 +85,7 @@ def test_sweep_shape_and_json(tmp_path, capsys):
 
 
 def test_sweep_summary_counts_cells_and_names_the_clean_dtypes():
-    from batchtui.core.sweep import SweepCell, sweep_summary
+    from batchtui.core.run.sweep import SweepCell, sweep_summary
 
     cells = [
         SweepCell("bfloat16", 1, "sdpa", "left", 2, 0, 0.0, 0),

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from batchtui.core.cli import main
-from batchtui.core.environment import model_identity, texts_hash
+from batchtui.core.reports.environment import model_identity, texts_hash
 
 TEXTS = ["Hello there", "The quick brown fox jumps over the lazy dog.", "xyz"]
 TINY = ["--model", "tiny", "--dtype", "bfloat16"]
@@ -66,7 +66,7 @@ def test_the_variables_that_change_numerics_are_recorded(tmp_path, monkeypatch):
 def test_hashing_a_model_twice_reads_its_weights_once(tmp_path, tiny_path, monkeypatch):
     import builtins
 
-    from batchtui.core import environment
+    from batchtui.core.reports import environment
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     model = tmp_path / "model"
@@ -219,7 +219,7 @@ async def test_the_app_writes_a_pack_from_ctrl_s_and_shows_the_fingerprint_on_i(
     from textual.widgets import Input
     from tui_helpers import make_app, settle, wait_for
 
-    from batchtui.core.environment import environment
+    from batchtui.core.reports.environment import environment
     from batchtui.tui.status_line import StatusLine
 
     app = make_app(texts=TEXTS, tmp_path=tmp_path)
@@ -246,7 +246,7 @@ async def test_the_app_writes_a_pack_from_ctrl_s_and_shows_the_fingerprint_on_i(
     assert report["summary"]["max_abs_diff"] == on_screen.summary.max_abs_diff  # the same run, again
     command = json.loads((pack / "command.json").read_text())
     assert command["command"][:2] == ["batchtui", "check"] and "--positions" in command["command"]
-    from batchtui.core.pack_file import read_pack
+    from batchtui.core.reports.pack import read_pack
 
     kept = read_pack(str(pack))
     assert sorted(kept.single) == [0, 1, 2] and kept.single[1].shape[0] == len(on_screen.texts[1].token_ids)

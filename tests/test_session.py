@@ -8,7 +8,7 @@ from terminal import pause, start_app, wait_exit, wait_for
 from tui_helpers import settle
 from tui_helpers import wait_for as wait_in_app
 
-from batchtui.core import session as session_file
+from batchtui.core.reports import session as session_file
 from batchtui.core.settings import Settings
 from batchtui.tui.launcher import build_app
 
@@ -156,7 +156,7 @@ def test_remote_code_runs_only_for_a_model_named_on_the_command_line(tmp_path, t
     named = build_app(["--session", str(path), "--trust-remote-code", "--model", "tiny"])
     assert named.state.settings.model == "tiny" and named.state.settings.trust_remote_code is True
     assert named.trusted_model == "tiny"
-    from batchtui.core.models import load_model
+    from batchtui.core.models.loading import load_model
 
     load_model(app.state.settings)  # the tiny weights load as a Qwen2; the folder's own code is never run
     assert not marker.exists()

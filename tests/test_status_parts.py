@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from batchtui.core.status_parts import MORE, SEPARATOR, StatusPart, fit_status
+from batchtui.core.terminal.status import MORE, SEPARATOR, StatusPart, fit_status
 from batchtui.core.visible import columns
 
 PARTS = [

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from terminal import OUTPUT, pause, start_app, wait_exit, wait_for
 from tui_helpers import make_app, settle
 
-from batchtui.core.cli_check import run_check
+from batchtui.core.cli.check import run_check
 from batchtui.core.visible import from_editable, literal, to_editable
 
 HOSTILE = [

@@ -8,7 +8,7 @@ from textual.command import CommandList, CommandPalette
 from textual.widgets import Input
 from tui_helpers import MIXED, detail_title, make_app, settle, wait_for
 
-from batchtui.core.cell_navigation import next_divergent
+from batchtui.core.terminal.navigation import next_divergent
 from batchtui.tui.app import EDIT_DEBOUNCE_S
 from batchtui.tui.engine_calls import call_engine
 from batchtui.tui.heatmap import Heatmap

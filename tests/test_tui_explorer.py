@@ -9,9 +9,9 @@ from textual.widgets import DataTable, Input
 from textual_plotext import PlotextPlot
 from tui_helpers import MIXED, make_app, settle, wait_for
 
-from batchtui.core.cell_navigation import flip_cells, worst_flip
-from batchtui.core.heatmap_view import overview_span
-from batchtui.core.token_views import topk_union
+from batchtui.core.terminal.heatmap import overview_span
+from batchtui.core.terminal.navigation import flip_cells, worst_flip
+from batchtui.core.terminal.tokens import topk_union
 from batchtui.core.visible import shown_token
 from batchtui.tui.heatmap import FLIP_MARKER, SELECTED_MARKER, Heatmap, HeatmapPlot
 from batchtui.tui.layers import LayersPane

@@ -7,7 +7,7 @@ from textual.widgets import DataTable
 from tui_helpers import batch_variant, make_app, settle, wait_for
 
 from batchtui.core import Settings
-from batchtui.core.generation_views import continuation_tokens
+from batchtui.core.terminal.generation import continuation_tokens
 from batchtui.core.visible import literal
 from batchtui.tui.generation_pane import GenerationPane
 from batchtui.tui.heatmap import Heatmap

@@ -9,8 +9,8 @@ from textual import events
 from tui_helpers import make_app, settle, wait_for
 
 from batchtui.core import Settings
-from batchtui.core import session as session_file
-from batchtui.core.models import load_model
+from batchtui.core.models.loading import load_model
+from batchtui.core.reports import session as session_file
 from batchtui.tui.launcher import build_app
 
 TEXTS = ["first text", "a second, longer text"]

@@ -3,9 +3,9 @@ flips, sorting, and what the status line says on the way."""
 
 from tui_helpers import detail_title, make_app, settle, wait_for
 
-from batchtui.core.cell_navigation import flip_cells, next_divergent, next_flip
-from batchtui.core.heatmap_view import divergent_cells
-from batchtui.core.plain_text import decimals_to_tell_apart
+from batchtui.core.terminal.heatmap import divergent_cells
+from batchtui.core.terminal.navigation import flip_cells, next_divergent, next_flip
+from batchtui.core.terminal.plain import decimals_to_tell_apart
 from batchtui.tui.status_line import StatusLine
 from batchtui.tui.summary_table import SummaryTable
 
@@ -175,7 +175,7 @@ async def test_status_says_the_effective_batch_size_and_what_reveals_a_divergenc
 
 
 async def test_flips_are_marked_on_the_heatmap_and_in_its_legend():
-    from batchtui.core.heatmap_view import heatmap_series
+    from batchtui.core.terminal.heatmap import heatmap_series
     from batchtui.tui.heatmap import FLIP_MARKER, HeatmapPlot
 
     app = make_app(texts=FLIPPING)

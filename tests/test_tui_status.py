@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tui_helpers import make_app, settle
 
-from batchtui.core.status_parts import MORE
+from batchtui.core.terminal.status import MORE
 from batchtui.tui.help_screen import HelpScreen
 from batchtui.tui.status_line import StatusLine
 

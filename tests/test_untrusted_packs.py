@@ -79,7 +79,7 @@ def test_a_pack_runs_on_the_model_the_user_names_and_says_it_is_another(pack, ca
 
 
 def test_a_pack_s_remote_code_flag_is_never_read_as_permission(pack, capsys):
-    from batchtui.core.pack_file import read_pack
+    from batchtui.core.reports.pack import read_pack
 
     _edit(pack, "command.json", lambda c: c | {"settings": c["settings"] | {"trust_remote_code": True}})
     assert read_pack(str(pack)).settings.trust_remote_code is False
@@ -191,7 +191,7 @@ def test_a_hash_cache_of_any_content_is_rebuilt_never_trusted_and_the_report_is_
 ):
     import shutil
 
-    from batchtui.core.environment import file_hash
+    from batchtui.core.reports.environment import file_hash
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     model = shutil.copytree(tiny_path, tmp_path / "batchtui" / "models" / tiny_path.name)  # the cache's own copy
@@ -226,7 +226,7 @@ def test_a_pack_s_own_model_runs_only_when_built_in_or_already_in_the_hub_cache(
     from huggingface_hub import constants
 
     from batchtui.core.errors import InputError
-    from batchtui.core.pack_file import choose_model, read_pack
+    from batchtui.core.reports.pack import choose_model, read_pack
 
     cache = tmp_path / "hub"
     snapshot = cache / "models--someone--cached" / "snapshots" / "abc123"

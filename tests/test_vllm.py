@@ -96,7 +96,7 @@ def test_served_vs_local_matches_a_forward_of_the_served_ids_here(vllm, tmp_path
     from transformers import AutoModelForCausalLM
 
     from batchtui.core import batch_invariant
-    from batchtui.core.builtin_models import builtin_path
+    from batchtui.core.models.builtin import builtin_path
 
     url, model = vllm
     report = tmp_path / "local.json"

@@ -65,7 +65,7 @@ def batch_variant(settings: Settings, amplitude: float = 1e-3):
     doing, not the CPU's rounding, so a picture of a flip is the same on every machine."""
     import torch
 
-    from batchtui.core.models import load_model
+    from batchtui.core.models.loading import load_model
 
     def ripple(module, args, output):
         if output.shape[0] > 1:

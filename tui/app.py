@@ -15,10 +15,10 @@ from textual.timer import Timer
 from textual.widgets import DataTable, TextArea
 from textual.worker import get_current_worker
 
-from ..core.cell_navigation import SUMMARY_ORDERS, clamp_cell, describe_outcome
-from ..core.comparison import Comparison
 from ..core.errors import BatchtuiError, Cancelled
+from ..core.numbers.comparison import Comparison
 from ..core.settings import Settings
+from ..core.terminal.navigation import SUMMARY_ORDERS, clamp_cell, describe_outcome
 from ..core.texts import NumberedTexts
 from ..core.visible import literal_lines
 from .daemon_executor import DaemonThreadExecutor
@@ -180,11 +180,11 @@ class BatchtuiApp(
             return worker.is_cancelled or not self.state.is_current(run_number)
 
         def run() -> Comparison:
-            from ..core.cpu_memory import keep_freed_memory
-            from ..core.engine import compare  # torch loads here, off the UI thread
-            from ..core.first_op import with_first_ops
-            from ..core.models import load_model
-            from ..core.run_skeleton import passes_per_text, running_stage
+            from ..core.models.loading import load_model
+            from ..core.numbers.cpu_memory import keep_freed_memory
+            from ..core.run.engine import compare  # torch loads here, off the UI thread
+            from ..core.run.first_op import with_first_ops
+            from ..core.run.skeleton import passes_per_text, running_stage
             from ..core.threads import use_threads
 
             use_threads(self.threads)

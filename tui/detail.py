@@ -8,10 +8,10 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
 
-from ..core.comparison import Comparison, PositionMetrics, TextResult
-from ..core.layer_view import routing_changes_at
-from ..core.plain_text import decimals_to_tell_apart, format_float
-from ..core.token_views import token_strip
+from ..core.numbers.comparison import Comparison, PositionMetrics, TextResult
+from ..core.terminal.layers import routing_changes_at
+from ..core.terminal.plain import decimals_to_tell_apart, format_float
+from ..core.terminal.tokens import token_strip
 from ..core.visible import columns, literal, packed, shown_token
 from .heatmap import BUCKET_COLORS
 from .topk_table import topk_table

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from textual import work
 from textual.worker import get_current_worker
 
-from ..core.endpoint_report import endpoint_verdict
-from ..core.endpoint_result import EndpointComparison
+from ..core.endpoint.report import endpoint_verdict
+from ..core.endpoint.result import EndpointComparison
 from ..core.texts import NumberedTexts
 from .engine_calls import post_outcome
 from .explorer_state import ExplorerState
@@ -72,8 +72,8 @@ class EndpointRuns:
             return worker.is_cancelled or not self.state.is_current(run_number)
 
         def run() -> EndpointComparison:
-            from ..core.endpoint_client import Endpoint
-            from ..core.endpoint_run import measure_endpoint
+            from ..core.endpoint.client import Endpoint
+            from ..core.endpoint.run import measure_endpoint
 
             self.post_message(RunProgress(run_number, f"asking {target.url} for its models"))
             endpoint = Endpoint(target.url, target.model, target.api_key_env)

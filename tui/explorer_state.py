@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..core.comparison import Comparison
-from ..core.endpoint_result import EndpointComparison
-from ..core.generation_result import GenerationComparison
+from ..core.endpoint.result import EndpointComparison
+from ..core.numbers.comparison import Comparison
+from ..core.numbers.generation import GenerationComparison
 from ..core.settings import Settings
 from ..core.texts import NumberedTexts
 

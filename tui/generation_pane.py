@@ -11,12 +11,12 @@ from textual.message import Message
 from textual.widgets import DataTable, Static
 from textual_plotext import PlotextPlot
 
-from ..core.chart_ticks import decade_ticks
-from ..core.endpoint_result import EndpointComparison
-from ..core.endpoint_views import endpoint_screen
-from ..core.generation_result import GenerationComparison
-from ..core.generation_views import GenerationScreen, RunText, TextRow
-from ..core.generation_views import local_generation_screen as local_screen
+from ..core.endpoint.result import EndpointComparison
+from ..core.endpoint.views import endpoint_screen
+from ..core.numbers.generation import GenerationComparison
+from ..core.terminal.generation import GenerationScreen, RunText, TextRow
+from ..core.terminal.generation import local_generation_screen as local_screen
+from ..core.terminal.ticks import decade_ticks
 from ..core.visible import literal
 from . import chart_colors
 from .ladder_chart import LadderChart

@@ -6,10 +6,10 @@ from __future__ import annotations
 from textual import work
 from textual.worker import get_current_worker
 
-from ..core.cell_navigation import describe_outcome
-from ..core.generation_report import generation_verdict
-from ..core.generation_result import GenerationComparison
+from ..core.numbers.generation import GenerationComparison
 from ..core.settings import Settings
+from ..core.terminal.generation_text import generation_verdict
+from ..core.terminal.navigation import describe_outcome
 from ..core.texts import NumberedTexts
 from .engine_calls import post_outcome
 from .explorer_state import ExplorerState
@@ -48,8 +48,8 @@ class GenerationRuns:
             return worker.is_cancelled or not self.state.is_current(run_number)
 
         def run() -> GenerationComparison:
-            from ..core.generation import generate_and_compare
-            from ..core.run_skeleton import running_stage
+            from ..core.run.generation import generate_and_compare
+            from ..core.run.skeleton import running_stage
 
             def progress(done: int, total: int) -> None:
                 stage = running_stage(done, len(numbered.texts), settings.batch_size)

@@ -12,8 +12,8 @@ from textual.message import Message
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
-from ..core.comparison import Comparison
-from ..core.heatmap_view import BUCKET_LEGEND, heatmap_series, overview_span
+from ..core.numbers.comparison import Comparison
+from ..core.terminal.heatmap import BUCKET_LEGEND, heatmap_series, overview_span
 
 # 256-colour codes, one per bucket: grey for exactly zero, then cold to hot by decade.
 BUCKET_COLORS = (240, 24, 31, 37, 71, 178, 208, 196, 201)

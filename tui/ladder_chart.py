@@ -9,7 +9,7 @@ from textual.containers import Vertical
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
-from ..core.generation_views import LadderView
+from ..core.terminal.generation import LadderView
 from . import chart_colors
 
 

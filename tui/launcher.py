@@ -7,12 +7,12 @@ import os
 import sys
 from pathlib import Path
 
-from ..core import session as session_file
 from ..core.cache_folder import cache_notice
 from ..core.cli import COMMANDS, run_command
-from ..core.cli_exit import EXIT_BAD_INPUT, error_line
-from ..core.cli_options import OneLineParser, add_common_options, given_options, settings_from_args, texts_from_args
+from ..core.cli.exit_codes import EXIT_BAD_INPUT, error_line
+from ..core.cli.options import OneLineParser, add_common_options, given_options, settings_from_args, texts_from_args
 from ..core.errors import BatchtuiError
+from ..core.reports import session as session_file
 from ..core.safe_files import check_output_dir
 from ..core.settings import Settings
 from ..core.visible import literal
@@ -169,7 +169,7 @@ def _checked_url(url: str | None) -> str | None:
     """The server's API root, refused now (one line, exit 2) rather than in the app's first run."""
     if url is None:
         return None
-    from ..core.endpoint_client import base_url
+    from ..core.endpoint.client import base_url
 
     return base_url(url)
 

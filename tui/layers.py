@@ -9,9 +9,9 @@ from textual.app import ComposeResult
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
-from ..core.chart_ticks import decade_ticks
-from ..core.comparison import Comparison
-from ..core.layer_view import MARK_LEGEND, fitted_labels, layer_curve
+from ..core.numbers.comparison import Comparison
+from ..core.terminal.layers import MARK_LEGEND, fitted_labels, layer_curve
+from ..core.terminal.ticks import decade_ticks
 from ..core.visible import literal
 from .chart_pane import ChartPane
 

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 from textual.message import Message
 
-from ..core.comparison import Comparison
-from ..core.endpoint_result import EndpointComparison
-from ..core.generation_result import GenerationComparison
+from ..core.endpoint.result import EndpointComparison
+from ..core.numbers.comparison import Comparison
+from ..core.numbers.generation import GenerationComparison
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from textual.binding import Binding
 
-from ..core.cell_navigation import next_divergent, next_flip, worst_flip
+from ..core.terminal.navigation import next_divergent, next_flip, worst_flip
 
 # The heatmap's moves, bound on the app so that they work from every pane; a widget that uses one of these
 # keys itself (an Input's cursor keys, the summary's up/down) keeps it.

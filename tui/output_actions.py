@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..core import session as session_file
+from ..core.reports import session as session_file
 from ..core.safe_files import free_name, write_new
 from ..core.settings import Settings
 from .prompt_screen import PromptScreen
@@ -51,13 +51,13 @@ class OutputActions:
         """The comparison on screen with the generation, sweep and remedies run from it; a served model's
         continuations (None: nothing yet)."""
         if self.endpoint is not None:
-            from ..core.endpoint_report import endpoint_json
+            from ..core.endpoint.report import endpoint_json
 
             served = self.state.generation_on_screen
             return None if served is None else endpoint_json(served)
         if self.state.comparison is None:
             return None
-        from ..core.explorer_report import explorer_report
+        from ..core.reports.explorer import explorer_report
 
         key = self.on_screen_key()
         state = self.state
@@ -76,8 +76,8 @@ class OutputActions:
     def _save_report_to(self, answer: str | None) -> None:
         if not answer:
             return
-        from ..core.explorer_report import sections
-        from ..core.report import write_fresh_json
+        from ..core.reports.explorer import sections
+        from ..core.reports.report import write_fresh_json
 
         path = Path(os.path.expanduser(answer))
         if path.suffix.lower() != ".json":

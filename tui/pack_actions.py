@@ -25,7 +25,7 @@ class PackActions:
             self.notify("a repro pack holds a local model's logits: over a server, ctrl+s writes a .json report",
                         severity="warning")  # fmt: skip
             return
-        from ..core.repro import check_pack_destination
+        from ..core.reports.repro import check_pack_destination
 
         try:
             check_pack_destination(str(path))
@@ -38,7 +38,7 @@ class PackActions:
 
     @work(thread=True, group="pack")
     def _write_pack(self, path: Path, texts: list[str], lines: list[int], settings) -> None:
-        from ..core.repro import make_pack
+        from ..core.run.pack import make_pack
 
         call_engine(
             self,
@@ -55,7 +55,7 @@ class PackActions:
 
     @work(thread=True, exclusive=True, group="environment")
     def _environment(self, texts: list[str], settings) -> None:
-        from ..core.environment import environment, environment_summary
+        from ..core.reports.environment import environment, environment_summary
 
         served = None
         if self.endpoint is not None:

@@ -64,7 +64,7 @@ class SettingKeys:
     def _load_model(self, candidate) -> None:
         """Load the model first, in this thread worker; only a model that loads becomes the settings' (and
         the session's). On failure the model in use stays, named as before, and the reason is one line."""
-        from ..core.models import load_model
+        from ..core.models.loading import load_model
 
         call_engine(self, lambda: load_model(candidate), lambda _: self._apply_settings(candidate), self._switch_failed)
 

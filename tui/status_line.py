@@ -9,7 +9,7 @@ import time
 from rich.text import Text
 from textual.widgets import Static
 
-from ..core.status_parts import MORE, SEPARATOR, StatusPart, fit_status
+from ..core.terminal.status import MORE, SEPARATOR, StatusPart, fit_status
 from ..core.visible import literal
 
 

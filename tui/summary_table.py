@@ -5,9 +5,9 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import DataTable
 
-from ..core.cell_navigation import summary_order
-from ..core.comparison import Comparison
-from ..core.plain_text import format_float
+from ..core.numbers.comparison import Comparison
+from ..core.terminal.navigation import summary_order
+from ..core.terminal.plain import format_float
 from ..core.visible import literal
 from .navigation_keys import POSITION_BINDINGS
 

@@ -15,11 +15,11 @@ from textual.widgets import DataTable, Input, Label, ProgressBar, Static
 from textual.worker import get_current_worker
 from textual_plotext import PlotextPlot
 
-from ..core.chart_ticks import decade_ticks, log2_positions, sweep_series, thinned
 from ..core.errors import InputError
-from ..core.plain_text import SWEEP_HEADER, sweep_row
+from ..core.run.sweep import describe_cell, parse_batch_sizes, parse_names, sweep_summary
 from ..core.settings import LOW_PRECISION_GRID, Settings
-from ..core.sweep import describe_cell, parse_batch_sizes, parse_names, sweep_summary
+from ..core.terminal.plain import SWEEP_HEADER, sweep_row
+from ..core.terminal.ticks import decade_ticks, log2_positions, sweep_series, thinned
 from . import chart_colors
 from .engine_calls import call_engine, on_ui_thread
 from .steady_footer import SteadyFooter
@@ -87,8 +87,8 @@ class SweepScreen(Screen[None]):
     @work(thread=True, exclusive=True)
     def _run(self, grid_axes: tuple[tuple[str, ...], tuple[int, ...]]) -> None:
         worker = get_current_worker()
-        from ..core.engine import compare
-        from ..core.sweep import sweep, sweep_grid
+        from ..core.run.engine import compare
+        from ..core.run.sweep import sweep, sweep_grid
 
         grid = sweep_grid(self.settings, *grid_axes, [self.settings.attn or "default"], [self.settings.padding_side])
         on_ui_thread(self, self._progress, 0, len(grid), "")

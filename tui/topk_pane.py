@@ -8,9 +8,9 @@ from textual.app import ComposeResult
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
-from ..core.chart_ticks import round_ticks
-from ..core.comparison import Comparison
-from ..core.token_views import topk_union
+from ..core.numbers.comparison import Comparison
+from ..core.terminal.ticks import round_ticks
+from ..core.terminal.tokens import topk_union
 from ..core.visible import shown_token
 from .chart_colors import BATCHED, SINGLE, rich
 from .chart_pane import ChartPane

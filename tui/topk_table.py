@@ -7,8 +7,8 @@ from __future__ import annotations
 from rich.table import Table
 from rich.text import Text
 
-from ..core.comparison import PositionMetrics, TopToken
-from ..core.plain_text import decimals_to_tell_apart
+from ..core.numbers.comparison import PositionMetrics, TopToken
+from ..core.terminal.plain import decimals_to_tell_apart
 from ..core.visible import shown_token
 
 # Content width below which the table takes its compact form (rank marks without parentheses).

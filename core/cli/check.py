@@ -1,0 +1,78 @@
+"""`batchtui check`: a table, a JSON report, and an exit code for CI; `--remedy` measures remedies."""
+
+from __future__ import annotations
+
+import argparse
+
+from .exit_codes import parsed_and_guarded
+from .options import OneLineParser, add_remedy_option, command_parser, given_options
+from .report import ReportKind, add_repro_options, report_command
+
+DESCRIPTION = (
+    "Compare each text's logits run alone and inside a padded batch. "
+    "Exit 0 when every text is allclose, 1 when any diverges, 2 on bad input."
+)
+
+
+def check_parser(prog: str) -> OneLineParser:
+    parser = command_parser(prog, DESCRIPTION)
+    parser.add_argument("--json", metavar="PATH", help="write the full report to PATH ('-' for stdout)")
+    add_remedy_option(parser)
+    add_repro_options(parser)
+    parser.add_argument(
+        "--from", dest="from_pack", metavar="DIR", help="run a repro pack again here and compare its logits bitwise"
+    )
+    parser.add_argument(
+        "--ops",
+        action="store_true",
+        help="name the first aten op that makes each divergent text's runs part, inside its first divergent "
+        "module (implies --modules)",
+    )
+    parser.add_argument(
+        "--explain",
+        choices=("kernels",),
+        help="kernels: which of the invariant mode's classes (matmul, reduction, attention, elementwise) the "
+        "difference comes from, one at a time and all but one, and the minimal set that makes every text bitwise",
+    )
+    return parser
+
+
+def run_check(argv: list[str], prog: str = "batchtui check") -> int:
+    parser = check_parser(prog)
+    return parsed_and_guarded(parser, argv, lambda args: _check(args, [*prog.split(), *argv], parser, argv))
+
+
+def _check(args: argparse.Namespace, command_line: list[str], parser: OneLineParser, argv: list[str]) -> int:
+    if args.from_pack:
+        from .from_pack import check_from_pack
+
+        return check_from_pack(args, given_options(parser, argv))
+    if args.explain == "kernels":
+        from .kernels import explain_kernels
+
+        return explain_kernels(args)
+    args.command_line = command_line
+    args.modules = args.modules or args.ops
+
+    def run(texts, settings, lines, sink):
+        from ..run.engine import compare
+
+        result = compare(texts, settings, lines=lines, logits_sink=sink)
+        if args.ops:
+            from ..run.first_op import with_first_ops
+
+            result = with_first_ops(result, texts, settings)
+        return result
+
+    return report_command(args, run, _check_report)
+
+
+def _check_report() -> ReportKind:
+    from ..reports.report import summary_json, to_json_dict
+    from ..terminal.plain import format_localization, format_table, verdict
+
+    def table(comparison) -> str:
+        shown = format_table(comparison)
+        return f"{shown}\n{format_localization(comparison)}" if comparison.config["modules"] else shown
+
+    return ReportKind(table, verdict, to_json_dict, summary_json, diverged=lambda comparison: not comparison.all_close)

@@ -1,0 +1,137 @@
+"""`batchtui endpoint`: does what else is in flight change a served model's greedy answer?"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..endpoint.client import DEFAULT_TIMEOUT_S
+from ..endpoint.result import DEFAULT_LADDER
+from ..endpoint.transport import DEFAULT_MAX_ANSWER_MB
+from ..errors import InputError
+from ..numbers.generation import DEFAULT_MAX_NEW_TOKENS
+from ..settings import DTYPES, Settings
+from .exit_codes import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OK, error_line, parsed_and_guarded
+from .options import (
+    OneLineParser,
+    ProgressLine,
+    add_threads_option,
+    check_report_destination,
+    human_output,
+    int_at_least,
+    levels_argument,
+    start_torch,
+    texts_from_args,
+)
+
+DESCRIPTION = (
+    "Greedy-complete each text on an OpenAI-compatible server (vLLM, SGLang, llama.cpp, TGI, transformers serve) "
+    "alone, twice, and with all texts in flight together, and report where the continuations part. Exit 0 when "
+    "every continuation is the same, 1 when any differs, 2 on bad input or a network fault."
+)
+
+
+def endpoint_parser(prog: str) -> OneLineParser:
+    parser = OneLineParser(prog=prog, description=DESCRIPTION)
+    parser.add_argument("texts", nargs="*", metavar="TEXT", help="texts to complete (default: a built-in set)")
+    parser.add_argument("--texts-file", metavar="FILE", help="read texts from FILE, one per line")
+    parser.add_argument("--url", required=True, help="the server's address, e.g. http://127.0.0.1:8000/v1")
+    parser.add_argument("--model", help="the served model's name (default: the only one the server lists)")
+    parser.add_argument(
+        "--max-new-tokens", type=int_at_least(1), default=DEFAULT_MAX_NEW_TOKENS, metavar="N", help="greedy tokens"
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=levels_argument,
+        metavar="N,N,...",
+        help=f"the ladder: requests in flight under load at each level (default: {','.join(map(str, DEFAULT_LADDER))})",
+    )
+    parser.add_argument("--rounds", type=int_at_least(1), default=3, metavar="R", help="rounds under load")
+    parser.add_argument(
+        "--top-logprobs", type=int_at_least(0), default=5, metavar="K", help="logprobs asked per step (0: none)"
+    )
+    parser.add_argument(
+        "--api-key-env", metavar="NAME", help="the environment variable holding the API key (never printed)"
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="S",
+        help="seconds a request may take, connect to answer",
+    )
+    parser.add_argument(
+        "--max-answer-mb",
+        type=float,
+        default=DEFAULT_MAX_ANSWER_MB,
+        metavar="MB",
+        help="the largest answer read from the server (after decompression)",
+    )
+    parser.add_argument(
+        "--local",
+        metavar="MODEL",
+        help="also run each served continuation through this local model (a folder, a cached hub id, a built-in): "
+        "its logprobs against the served ones, and RL's importance ratio",
+    )
+    parser.add_argument("--local-dtype", default="auto", choices=DTYPES, help="the local model's dtype")
+    parser.add_argument(
+        "--invariant", action="store_true", help="run the local model in the batch-invariant mode (with --local)"
+    )
+    add_threads_option(parser)
+    parser.add_argument("--json", metavar="PATH", help="write the full report to PATH ('-' for stdout)")
+    return parser
+
+
+def run_endpoint(argv: list[str], prog: str = "batchtui endpoint") -> int:
+    return parsed_and_guarded(endpoint_parser(prog), argv, _endpoint)
+
+
+def _endpoint(args: argparse.Namespace) -> int:
+    if not args.timeout > 0:
+        raise InputError(f"--timeout must be more than 0 seconds, not {args.timeout:g}")
+    if not args.max_answer_mb > 0:
+        raise InputError(f"--max-answer-mb must be more than 0, not {args.max_answer_mb:g}")
+    numbered = texts_from_args(args)
+    check_report_destination(args.json)
+    local = None
+    if args.local:
+        local = Settings(model=args.local, dtype=args.local_dtype, invariant=args.invariant).validated()
+        start_torch(args)
+    elif args.invariant:
+        raise InputError("--invariant is for the local model: give it with --local MODEL")
+    from ..endpoint.client import Endpoint
+    from ..endpoint.report import endpoint_json, endpoint_verdict, format_endpoint_table, served_checks_lines
+    from ..endpoint.run import measure_endpoint
+    from ..reports.report import write_json
+
+    endpoint = Endpoint(args.url, args.model, args.api_key_env, args.timeout, args.max_answer_mb)
+    try:
+        model = endpoint.resolve_model()
+        bar = ProgressLine()
+        result = measure_endpoint(
+            endpoint,
+            numbered.texts,
+            numbered.lines,
+            args.max_new_tokens,
+            args.concurrency,
+            args.rounds,
+            args.top_logprobs,
+            config={"url": endpoint.url, "model": model},
+            progress=lambda done, total: bar(done, total, "requests"),
+            local=local,
+        )
+    finally:
+        endpoint.close()
+    out = human_output(args.json)
+    print(format_endpoint_table(result), file=out)
+    for note in result.notes:
+        print(f"note: {note}", file=out)
+    for line in served_checks_lines(result):
+        print(line, file=out)
+    print(endpoint_verdict(result), file=out)
+    if args.json:
+        write_json(endpoint_json(result), args.json)  # with what was measured before a fault, and the fault
+    if result.failure is not None:
+        print(error_line(InputError(result.failure)), file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return EXIT_DIVERGED if result.any_differs else EXIT_OK

@@ -1,0 +1,70 @@
+"""`batchtui generate`: does batching change the greedy continuation of each text, and from which token?"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..numbers.generation import DEFAULT_MAX_NEW_TOKENS
+from .exit_codes import parsed_and_guarded
+from .options import add_remedy_option, command_parser
+from .report import ReportKind, add_repro_options, report_command
+
+DESCRIPTION = (
+    "Greedy-decode each text alone and inside its left-padded batch with transformers' generate "
+    "and report the first step where the continuations part. Exit 0 when every continuation is the same, "
+    "1 when any differs, 2 on bad input."
+)
+
+
+def add_generation_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=DEFAULT_MAX_NEW_TOKENS,
+        metavar="N",
+        help=f"greedy tokens generated per text, both runs (default: {DEFAULT_MAX_NEW_TOKENS})",
+    )
+    parser.add_argument(
+        "--from-embeds", action="store_true", help="generate from inputs_embeds (the original report's path)"
+    )
+    parser.add_argument(
+        "--vs-prefill",
+        action="store_true",
+        help="also set each decode step of the text alone (KV cache) against one forward of the sequence so far",
+    )
+
+
+def run_generate(argv: list[str], prog: str = "batchtui generate") -> int:
+    parser = command_parser(prog, DESCRIPTION)
+    add_generation_options(parser)
+    parser.add_argument("--json", metavar="PATH", help="write the full report to PATH ('-' for stdout)")
+    add_remedy_option(parser)
+    add_repro_options(parser)
+    return parsed_and_guarded(parser, argv, lambda args: _generate(args, [*prog.split(), *argv]))
+
+
+def _generate(args: argparse.Namespace, command_line: list[str]) -> int:
+    args.command_line = command_line
+
+    def run(texts, settings, lines, sink):
+        from ..run.generation import generate_and_compare
+
+        return generate_and_compare(
+            texts, settings, args.max_new_tokens, args.from_embeds, lines=lines, logits_sink=sink,
+            vs_prefill=args.vs_prefill,
+        )  # fmt: skip
+
+    return report_command(args, run, _generation_report)
+
+
+def _generation_report() -> ReportKind:
+    from ..reports.generation import generation_json, generation_summary_json
+    from ..terminal.generation_text import format_generation_table, generation_verdict
+
+    return ReportKind(
+        format_generation_table,
+        generation_verdict,
+        generation_json,
+        generation_summary_json,
+        diverged=lambda comparison: bool(comparison.summary.differ),
+    )

@@ -1,0 +1,45 @@
+"""`batchtui check --explain kernels`: which of the batch-invariant mode's parts this machine's difference comes
+from, and the cheapest set of them that makes every text bitwise (`kernel_classes`)."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..terminal.plain import format_columns
+from .exit_codes import EXIT_DIVERGED, EXIT_OK
+from .options import (
+    ProgressLine,
+    check_report_destination,
+    human_output,
+    settings_from_args,
+    start_torch,
+    texts_from_args,
+)
+
+
+def explain_kernels(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args).with_changes(invariant=False, invariant_classes="")
+    numbered = texts_from_args(args)
+    check_report_destination(args.json)
+    start_torch(args)
+    from ..reports.report import run_environment, write_json
+    from ..run.engine import compare
+    from ..run.kernel_classes import attribute_kernels, kernels_json, kernels_table, kernels_verdict
+
+    bar = ProgressLine()
+    runs = [0]
+
+    def compare_fn(texts, run_settings):
+        runs[0] += 1
+        return compare(texts, run_settings, lines=numbered.lines, progress=lambda d, t: bar(d, t, f"run {runs[0]}"))
+
+    found = attribute_kernels(numbered.texts, settings, compare_fn)
+    out = human_output(args.json)
+    print(format_columns(*kernels_table(found), left={0}), file=out)
+    print(kernels_verdict(found), file=out)
+    if args.json:
+        environment = run_environment(found.baseline.config, numbered.texts)
+        write_json(
+            {"config": found.baseline.config, "kernels": kernels_json(found), "environment": environment}, args.json
+        )
+    return EXIT_OK if found.baseline.all_close else EXIT_DIVERGED

@@ -1,0 +1,83 @@
+"""`batchtui probe`: row 0 of a batch vs the same row alone, through one Linear layer."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict
+
+from ..errors import InputError
+from ..settings import DEFAULT_ATOL, DEFAULT_RTOL, FLOAT_DTYPES, LOW_PRECISION_GRID, Settings
+from ..terminal.plain import format_columns, format_float
+from .exit_codes import EXIT_OK, parsed_and_guarded
+from .options import (
+    OneLineParser,
+    ProgressLine,
+    check_report_destination,
+    human_output,
+    ints_argument,
+    names_argument,
+)
+
+
+def run_probe(argv: list[str], prog: str = "batchtui probe") -> int:
+    parser = OneLineParser(prog=prog, description="Row 0 of a batch vs the same row alone, through one Linear layer.")
+    parser.add_argument("--sizes", type=ints_argument, default=[256, 512, 1024, 1536, 2048, 4096], help="layer widths")
+    parser.add_argument("--batch-sizes", type=ints_argument, default=[2, 4, 8, 16, 32, 64], help="rows in the batch")
+    parser.add_argument("--dtypes", type=names_argument, default=list(LOW_PRECISION_GRID), help="dtypes")
+    parser.add_argument("--repeats", type=int, default=3, metavar="R", help="fresh seeded inputs per cell")
+    parser.add_argument("--device", default="auto", help="cuda, mps, cpu...")
+    parser.add_argument("--atol", type=float, default=DEFAULT_ATOL, help="allclose tolerance")
+    parser.add_argument("--rtol", type=float, default=DEFAULT_RTOL, help="allclose tolerance")
+    parser.add_argument("--json", metavar="PATH", help="write every cell to PATH ('-' for stdout)")
+    return parsed_and_guarded(parser, argv, _probe)
+
+
+def _probe(args: argparse.Namespace) -> int:
+    if args.repeats < 1 or min(args.sizes) < 1 or min(args.batch_sizes) < 2:
+        raise InputError("repeats and sizes must be at least 1, batch sizes at least 2")
+    unknown = [d for d in args.dtypes if d not in FLOAT_DTYPES]
+    if unknown:
+        raise InputError(f"probe dtypes must be among {', '.join(FLOAT_DTYPES)}, not {', '.join(unknown)}")
+    Settings(device=args.device, atol=args.atol, rtol=args.rtol).validated()
+    check_report_destination(args.json)
+    from ..models.loading import resolve_device
+    from ..run.probe import probe
+
+    device = resolve_device(args.device)
+    bar = ProgressLine()
+    cells = probe(
+        args.sizes,
+        args.batch_sizes,
+        args.dtypes,
+        args.repeats,
+        device,
+        args.atol,
+        args.rtol,
+        progress=lambda done, total: bar(done, total, "cells"),
+    )
+    out = human_output(args.json)
+    print(
+        f"row 0 of a batch of N vs the same row alone, through one Linear layer on {device}; each N= cell is "
+        f"equal/close/runs: of {args.repeats} runs, how many gave bitwise-equal rows and how many allclose ones "
+        "(* = two runs of the same inputs differed: not repeatable)",
+        file=out,
+    )
+    for dtype in args.dtypes:
+        rows = []
+        for size in args.sizes:
+            row = [str(size)]
+            for n in args.batch_sizes:
+                c = next(c for c in cells if (c.dtype, c.size, c.batch_size) == (dtype, size, n))
+                row.append(f"{c.bitwise_equal}/{c.allclose}/{c.repeats}{'' if c.repeatable else '*'}")
+            worst = max(c.max_abs_diff for c in cells if (c.dtype, c.size) == (dtype, size))
+            rows.append((*row, format_float(worst)))
+        header = (f"{dtype} size", *(f"N={n} eq/close/runs" for n in args.batch_sizes), "max|Δ|")
+        print(format_columns(header, rows), file=out)
+    if args.json:
+        from ..reports.environment import environment
+        from ..reports.report import write_json
+
+        write_json(
+            {"device": device, "cells": [asdict(c) for c in cells], "environment": environment(None, [])}, args.json
+        )
+    return EXIT_OK

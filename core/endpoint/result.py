@@ -1,0 +1,317 @@
+"""What `measure_endpoint()` measured: each text's continuations alone (twice) and under load, and where they part.
+
+Steps are tokens where the server reports its tokens (with logprobs), else characters of the continuation's
+text. Logprob differences are compared like `generate`'s logits: up to the split both runs read the same
+prefix; at the split the alone run's token is looked up in the other run's top-k.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+from ..numbers.comparison import RunResult
+from ..run.backend import ServedContinuation
+
+if TYPE_CHECKING:
+    from .vs_local import ServedVsLocal
+
+DEFAULT_LADDER = (1, 2, 4, 8, 16, 32)  # `endpoint`'s concurrency levels unless given
+
+
+@dataclass(frozen=True)
+class ContinuationSplit:
+    """Where a continuation departs from the alone run (`reference`)."""
+
+    step: int | None  # the first step where they differ; None: the same continuation
+    # Per step up to the split (inclusive): the other run's logprob of the alone run's token minus the alone
+    # run's (None where the other run's top-k lacks it). Empty without logprobs.
+    logprob_diffs: tuple[float | None, ...]
+    reference_top: tuple[tuple[str, float], ...]  # at the split: the alone run's top-k
+    other_top: tuple[tuple[str, float], ...]
+    margin: float | None  # at the split: the alone run's top-1 minus top-2 logprob
+
+    @property
+    def differs(self) -> bool:
+        return self.step is not None
+
+    @property
+    def logprobs_differ(self) -> bool:
+        """The same tokens, but some step's logprob is not bitwise the alone run's."""
+        return self.step is None and any(d is not None and d != 0.0 for d in self.logprob_diffs)
+
+    @property
+    def bitwise(self) -> bool:
+        return not self.differs and not self.logprobs_differ
+
+    @property
+    def max_abs_diff(self) -> float:
+        return max((abs(d) for d in self.logprob_diffs if d is not None), default=0.0)
+
+    @property
+    def near_tie(self) -> bool | None:
+        """At the split, the alone run's top-1 margin was within 2·max|Δ logprob|: rounding-sized differences
+        could change the choice. None without a split or without logprobs."""
+        if self.step is None or self.margin is None:
+            return None
+        return self.margin <= 2 * self.max_abs_diff
+
+
+def split_of(reference: ServedContinuation, other: ServedContinuation) -> ContinuationSplit:
+    if reference.steps is None or other.steps is None:
+        step = _first_difference(reference.text, other.text)
+        return ContinuationSplit(step, (), (), (), None)
+    ours = [s.token for s in reference.steps]
+    theirs = [s.token for s in other.steps]
+    step = _first_difference(ours, theirs)
+    last = len(ours) - 1 if step is None else min(step, len(ours) - 1)
+    paired = [other.steps[i] if i < len(theirs) else None for i in range(last + 1)]
+    diffs = tuple(_logprob_diff(ours_step, theirs_step) for ours_step, theirs_step in zip(reference.steps, paired))
+    if step is None or step >= len(ours):
+        return ContinuationSplit(step, diffs, (), (), None)
+    top = reference.steps[step].top
+    margin = top[0][1] - top[1][1] if len(top) >= 2 else None
+    other_top = other.steps[step].top if step < len(theirs) else ()
+    return ContinuationSplit(step, diffs, top, other_top, margin)
+
+
+def _first_difference(a, b) -> int | None:
+    step = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+    if step is None and len(a) != len(b):
+        step = min(len(a), len(b))
+    return step
+
+
+def _logprob_diff(ours, theirs) -> float | None:
+    if theirs is None or ours.logprob is None:
+        return None
+    if theirs.token == ours.token and theirs.logprob is not None:
+        return theirs.logprob - ours.logprob
+    found = dict(theirs.top).get(ours.token)
+    return None if found is None else found - ours.logprob
+
+
+@dataclass(frozen=True)
+class PromptComparison:
+    """The prompt's positions compared between two runs from their prompt logprobs: per position the largest
+    |Δ logprob| over the tokens both list, and whether their most likely token differs."""
+
+    max_abs_diff: tuple[float, ...]  # NaN where a position has no logprobs (the first)
+    top1_flip: tuple[bool, ...]
+
+    @property
+    def max(self) -> float:
+        return max((d for d in self.max_abs_diff if not math.isnan(d)), default=0.0)
+
+
+def prompt_comparison(reference: ServedContinuation, other: ServedContinuation) -> PromptComparison | None:
+    if reference.prompt is None or other.prompt is None:
+        return None
+    diffs, flips = [], []
+    for ours, theirs in zip(reference.prompt, other.prompt):
+        if not ours or not theirs:
+            diffs.append(math.nan)
+            flips.append(False)
+            continue
+        both = dict(theirs)
+        shared = [abs(both[t] - lp) for t, lp in ours if t in both]
+        diffs.append(max(shared, default=math.nan))
+        flips.append(ours[0][0] != theirs[0][0])
+    return PromptComparison(tuple(diffs), tuple(flips))
+
+
+@dataclass(frozen=True)
+class PrefillDecode:
+    """Per continuation token: its logprob in one prefill of prompt + continuation minus its decoded logprob."""
+
+    diffs: tuple[float, ...]
+
+    @property
+    def steps(self) -> int:
+        return len(self.diffs)
+
+    @property
+    def max_abs_diff(self) -> float:
+        return max((abs(d) for d in self.diffs), default=0.0)
+
+    @property
+    def first_differing_step(self) -> int | None:
+        return next((step for step, d in enumerate(self.diffs) if d != 0.0), None)
+
+
+@dataclass(frozen=True)
+class PrefixCacheCheck:
+    cached_tokens: int | None  # of the second request's prompt, where the server says; None: unknown
+    split: ContinuationSplit  # the second request's continuation against the first's
+
+    @property
+    def differs(self) -> bool:
+        return not self.split.bitwise
+
+    @property
+    def max_abs_diff(self) -> float:
+        return self.split.max_abs_diff
+
+
+@dataclass(frozen=True)
+class ServedText:
+    """One text's continuations: alone (nothing else in flight), alone again, and under load at each level of
+    the concurrency ladder (every round's, in order). A run that failed part-way leaves the missing ones None or
+    out."""
+
+    index: int
+    line: int
+    text: str
+    alone: ServedContinuation | None
+    alone_again: ServedContinuation | None
+    levels: tuple[tuple[ServedContinuation, ...], ...]
+    prefill_decode: PrefillDecode | None = None  # None: not measured (the notes say why)
+    prefix_cache: PrefixCacheCheck | None = None
+    served_vs_local: ServedVsLocal | None = None  # with a local model (`--local`)
+
+    @cached_property
+    def under_load(self) -> tuple[ServedContinuation, ...]:
+        """Every continuation under load, level after level."""
+        return tuple(answer for level in self.levels for answer in level)
+
+    def level_splits(self, level: int) -> tuple[ContinuationSplit, ...]:
+        """Alone against each continuation at ladder level `level`."""
+        if self.alone is None or level >= len(self.levels):
+            return ()
+        return tuple(split_of(self.alone, answer) for answer in self.levels[level])
+
+    @cached_property
+    def noise(self) -> ContinuationSplit | None:
+        """Alone against alone again: what differs with nothing else in flight."""
+        if self.alone is None or self.alone_again is None:
+            return None
+        return split_of(self.alone, self.alone_again)
+
+    @cached_property
+    def rounds(self) -> tuple[ContinuationSplit, ...]:
+        """Alone against each round under load."""
+        return () if self.alone is None else tuple(split_of(self.alone, u) for u in self.under_load)
+
+    @property
+    def shown_round(self) -> int | None:
+        """The round reported: the first whose continuation differs, else the first."""
+        if not self.rounds:
+            return None
+        return next((r for r, s in enumerate(self.rounds) if s.differs), 0)
+
+    @property
+    def split(self) -> ContinuationSplit | None:
+        return None if self.shown_round is None else self.rounds[self.shown_round]
+
+    @property
+    def measured(self) -> bool:
+        return bool(self.rounds) and self.noise is not None
+
+    @property
+    def differs(self) -> bool | None:
+        """Under load, some round's continuation departs from the alone run (None: not measured)."""
+        return None if not self.rounds else any(s.differs for s in self.rounds)
+
+    @property
+    def logprobs_differ(self) -> bool:
+        """Under load every continuation keeps the alone run's tokens, but some logprob is not bitwise its."""
+        return not self.differs and any(s.logprobs_differ for s in self.rounds)
+
+    @property
+    def split_step(self) -> int | None:
+        split = self.split
+        return None if split is None else split.step
+
+    @property
+    def near_tie(self) -> bool | None:
+        split = self.split
+        return None if split is None else split.near_tie
+
+    @property
+    def max_abs_diff(self) -> float:
+        return max((s.max_abs_diff for s in self.rounds), default=0.0)
+
+    @cached_property
+    def prompt(self) -> PromptComparison | None:
+        if self.alone is None or self.shown_round is None:
+            return None
+        return prompt_comparison(self.alone, self.under_load[self.shown_round])
+
+
+@dataclass(frozen=True)
+class EndpointSummary:
+    texts: int
+    measured: int  # texts with every run done
+    differ: int  # continuations that differ under load (their tokens, or their text)
+    logprobs_differ: int  # continuations that keep their tokens under load, with logprobs not bitwise the same
+    alone_differ: int  # continuations alone against alone that are not bitwise the same (tokens or logprobs)
+    near_ties: int
+    max_abs_diff: float
+
+
+@dataclass(frozen=True)
+class LadderLevel:
+    """One level of the concurrency ladder: what `concurrency` requests in flight did to the texts."""
+
+    concurrency: int
+    rounds: int
+    texts_split: int  # texts some continuation of which parts from the alone run's tokens
+    texts_logprobs_differ: int  # texts that keep their tokens, with some logprob not bitwise the alone run's
+    max_abs_logprob_diff: float  # over the steps both runs share
+
+    @property
+    def breaks(self) -> bool:
+        return bool(self.texts_split or self.texts_logprobs_differ)
+
+
+@dataclass(frozen=True)
+class EndpointComparison(RunResult):
+    """Every text's served continuations, the settings and capabilities found, and the fault that stopped the
+    run (None when it ran to the end)."""
+
+    texts: tuple[ServedText, ...]
+    failure: str | None = None
+
+    @property
+    def summary(self) -> EndpointSummary:
+        return EndpointSummary(
+            texts=len(self.texts),
+            measured=sum(t.measured for t in self.texts),
+            differ=sum(bool(t.differs) for t in self.texts),
+            logprobs_differ=sum(t.logprobs_differ for t in self.texts),
+            alone_differ=sum(t.noise is not None and not t.noise.bitwise for t in self.texts),
+            near_ties=sum(bool(t.near_tie) for t in self.texts),
+            max_abs_diff=self.max_abs_diff,
+        )
+
+    @property
+    def any_differs(self) -> bool:
+        s = self.summary
+        return bool(s.differ or s.logprobs_differ or s.alone_differ)
+
+    @cached_property
+    def ladder(self) -> tuple[LadderLevel, ...]:
+        """Each level of the concurrency ladder, lowest first."""
+        levels = []
+        for number, concurrency in enumerate(self.config.get("concurrency") or ()):
+            splits = [t.level_splits(number) for t in self.texts]
+            measured = [s for s in splits if s]
+            levels.append(
+                LadderLevel(
+                    concurrency=concurrency,
+                    rounds=self.config.get("rounds", 1),
+                    texts_split=sum(any(s.differs for s in text) for text in measured),
+                    texts_logprobs_differ=sum(
+                        not any(s.differs for s in text) and any(s.logprobs_differ for s in text) for text in measured
+                    ),
+                    max_abs_logprob_diff=max((s.max_abs_diff for text in measured for s in text), default=0.0),
+                )
+            )
+        return tuple(levels)
+
+    @property
+    def first_breaking_concurrency(self) -> int | None:
+        """The lowest level at which some text parts or its logprobs move; None when none does."""
+        return next((level.concurrency for level in self.ladder if level.breaks), None)

@@ -1,0 +1,236 @@
+"""`measure_endpoint()`: does what else is in flight change a served model's greedy answer?
+
+Each text is completed alone (nothing else in flight) twice, which measures run-to-run noise apart from
+batching, then under load at each level of a concurrency ladder: `c` requests in flight at once (the texts in a
+shuffled order, repeated where there are fewer texts than `c`), for `rounds` rounds so that each text meets other
+neighbours. A fault stops the run and is kept with what was measured before it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import random
+import threading
+import time
+from collections.abc import Sequence
+
+from ..errors import InputError
+from ..numbers.generation import DEFAULT_MAX_NEW_TOKENS
+from ..run.backend import Completer, ServedContinuation
+from ..run.skeleton import CancelledFn, PassSteps, ProgressFn
+from ..settings import Settings
+from .checks import CACHE_UNKNOWN, NO_PREFILL, prefill_vs_decode, prefix_cache
+from .client import EndpointError
+from .result import DEFAULT_LADDER, EndpointComparison, PrefillDecode, PrefixCacheCheck, ServedText
+from .vs_local import ServedVsLocal, served_vs_local
+
+NO_LOGPROBS = "this server returns no logprobs: continuations compared as text only, steps counted in characters"
+NO_PROMPT_LOGPROBS = "this server returns no prompt logprobs (vLLM's prompt_logprobs): the prompts are not compared"
+
+
+def _positive(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(f"{name} must be a positive integer, not {value!r}")
+
+
+def measure_endpoint(
+    completer: Completer,
+    texts: list[str],
+    lines: list[int] | None = None,
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+    concurrency: int | Sequence[int] | None = None,
+    rounds: int = 3,
+    top_logprobs: int = 5,
+    config: dict | None = None,
+    progress: ProgressFn | None = None,
+    cancelled: CancelledFn | None = None,
+    local: Settings | None = None,
+) -> EndpointComparison:
+    """Alone twice, then `rounds` rounds under load at each concurrency of the ladder (one level or several;
+    default `DEFAULT_LADDER`). `config`: what the run reports it ran on (URL, model)."""
+    started = time.perf_counter()
+    levels = tuple(
+        DEFAULT_LADDER if concurrency is None else [concurrency] if isinstance(concurrency, int) else concurrency
+    )
+    for name, value in (("max new tokens", max_new_tokens), ("rounds", rounds), *(("concurrency", c) for c in levels)):
+        _positive(name, value)
+    if not levels:
+        raise InputError("the concurrency ladder needs at least one level")
+    if isinstance(top_logprobs, bool) or not isinstance(top_logprobs, int) or top_logprobs < 0:
+        raise InputError(f"top logprobs must be 0 or more, not {top_logprobs!r}")
+    lines = list(range(1, len(texts) + 1)) if lines is None else lines
+    requests = 1 + 2 * len(texts) + rounds * sum(max(c, len(texts)) for c in levels) + 3 * len(texts)
+    steps = PassSteps(requests, progress, cancelled, "endpoint run")
+    run = _EndpointRun(completer, texts, max_new_tokens, top_logprobs, steps, len(levels))
+    failure = run.all(rounds, levels, lines, local)
+    notes = []
+    if run.logprobs is False:
+        notes.append(NO_LOGPROBS)
+    elif top_logprobs == 0:
+        notes.append("--top-logprobs 0: continuations compared as text only, steps counted in characters")
+    if top_logprobs and run.prompt_logprobs is False:
+        notes.append(NO_PROMPT_LOGPROBS)
+    if failure is None and not all(run.prefill):
+        notes.append(NO_PREFILL)
+    if failure is None and any(c is not None and c.cached_tokens is None for c in run.cache):
+        notes.append(CACHE_UNKNOWN)
+    local_side = (
+        None if local is None else {"model": local.model, "dtype": run.local_dtype, "invariant": local.invariant}
+    )
+    config = {
+        **(config or {}),
+        "max_new_tokens": max_new_tokens,
+        "concurrency": list(levels),
+        "rounds": rounds,
+        "top_logprobs": top_logprobs,
+        "temperature": 0,
+        "seed": 0,
+        "logprobs": bool(run.logprobs),
+        "prompt_logprobs": bool(run.prompt_logprobs),
+        "token_ids": bool(run.token_ids),
+        "local": local_side,
+        "steps_in": "tokens" if run.logprobs and top_logprobs else "characters",
+    }
+    results = tuple(
+        ServedText(
+            i,
+            line,
+            text,
+            run.alone[i],
+            run.again[i],
+            tuple(tuple(level[i]) for level in run.loaded),
+            run.prefill[i],
+            run.cache[i],
+            run.vs_local[i],
+        )
+        for i, (line, text) in enumerate(zip(lines, texts))
+    )
+    return EndpointComparison(config, results, tuple(notes), time.perf_counter() - started, failure)
+
+
+class _EndpointRun:
+    def __init__(
+        self, completer: Completer, texts: list[str], max_new_tokens: int, top_k: int, steps: PassSteps, levels: int
+    ):  # fmt: skip
+        self.completer = completer
+        self.texts = texts
+        self.max_new_tokens = max_new_tokens
+        self.top_k = top_k
+        self.steps = steps
+        self.logprobs: bool | None = None  # what the server gives back, found by the probe
+        self.prompt_logprobs: bool | None = None
+        self.token_ids: bool | None = None
+        n = len(texts)
+        self.alone: list[ServedContinuation | None] = [None] * n
+        self.again: list[ServedContinuation | None] = [None] * n
+        # Per level of the ladder, per text: its answers under load, every round.
+        self.loaded: list[list[list[ServedContinuation]]] = [[[] for _ in range(n)] for _ in range(levels)]
+        self.prefill: list[PrefillDecode | None] = [None] * n
+        self.cache: list[PrefixCacheCheck | None] = [None] * n
+        self.vs_local: list[ServedVsLocal | None] = [None] * n
+        self.local_dtype: str | None = None
+
+    def all(self, rounds: int, levels: tuple[int, ...], lines: list[int], local: Settings | None) -> str | None:
+        """Every run; returns the fault that stopped them, or None. With `local`, the alone runs go through that
+        model right after they are made: one with another tokenizer is refused (InputError) before the ladder."""
+        try:
+            self._probe()
+            for kept in (self.alone, self.again):
+                for i in range(len(self.texts)):
+                    self.steps.before()
+                    kept[i] = self._complete(i)
+                    self.steps.after()
+            if local is not None:
+                from ..models.loading import load_model
+
+                self.vs_local = served_vs_local(self.texts, lines, self.alone, local)
+                self.local_dtype = load_model(local).dtype
+            for level, concurrency in enumerate(levels):
+                for number in range(rounds):
+                    self._round(number, concurrency, self.loaded[level])
+            self._served_checks()
+        except EndpointError as exc:
+            return str(exc)
+        return None
+
+    def _served_checks(self) -> None:
+        """Each text's prefill vs decode (where the server gives token ids and prompt logprobs) and prefix cache."""
+        for i, text in enumerate(self.texts):
+            self.steps.before()
+            if self.token_ids and self.prompt_logprobs and self.logprobs:
+                self.prefill[i] = prefill_vs_decode(self.completer, self.alone[i])
+            self.steps.after()
+            self.steps.before()
+            self.cache[i] = prefix_cache(self.completer, text, self.max_new_tokens, self.top_k if self.logprobs else 0)
+            self.steps.after()
+            self.steps.after()  # two requests: cold, then warm
+
+    def _probe(self) -> None:
+        """Ask for logprobs and prompt logprobs once; a server that refuses a field is asked without it. What
+        comes back says what the server gives (and the first request warms the server up)."""
+        self.steps.before()
+        k = self.top_k
+        asks = [(k, k, True), (k, k, False), (k, 0, False), (0, 0, False)] if k else [(0, 0, True), (0, 0, False)]
+        for number, (top, prompt, ids) in enumerate(asks):
+            try:
+                answer = self.completer.complete(self.texts[0], 1, top, prompt, ids)
+            except EndpointError as exc:
+                if exc.status not in (400, 422) or number == len(asks) - 1:
+                    raise
+                continue
+            self.logprobs = answer.steps is not None and bool(top)
+            self.prompt_logprobs = answer.prompt is not None and bool(prompt)
+            self.token_ids = answer.token_ids is not None and answer.prompt_token_ids is not None
+            break
+        self.steps.after()
+
+    def _complete(self, i: int) -> ServedContinuation:
+        top = self.top_k if self.logprobs else 0
+        prompt = self.top_k if self.prompt_logprobs else 0
+        return self.completer.complete(self.texts[i], self.max_new_tokens, top, prompt, bool(self.token_ids))
+
+    def _round(self, number: int, concurrency: int, kept: list[list[ServedContinuation]]) -> None:
+        """`concurrency` requests in flight at once: every text in this round's shuffled order, repeated to fill
+        the level where there are fewer texts. The workers are daemon threads: Ctrl+C or a fault ends the command
+        at once, never waiting on a request still in flight."""
+        shuffled = list(range(len(self.texts)))
+        random.Random(number).shuffle(shuffled)
+        order = [shuffled[k % len(shuffled)] for k in range(max(concurrency, len(shuffled)))]
+        jobs: queue.SimpleQueue[int] = queue.SimpleQueue()
+        for i in order:
+            jobs.put(i)
+        finished: queue.SimpleQueue = queue.SimpleQueue()
+
+        def work() -> None:
+            while True:
+                try:
+                    i = jobs.get_nowait()
+                except queue.Empty:
+                    return
+                try:
+                    finished.put((i, self._complete(i), None))
+                except Exception as exc:  # noqa: BLE001 - handed to the main thread, which raises it
+                    finished.put((i, None, exc))
+
+        self.steps.before()
+        for _ in range(min(concurrency, len(order))):
+            threading.Thread(target=work, name="batchtui-endpoint", daemon=True).start()
+        answers: list[tuple[int, ServedContinuation]] = []
+        try:
+            while len(answers) < len(order):
+                self.steps.before()
+                try:
+                    i, answer, failure = finished.get(timeout=0.2)
+                except queue.Empty:
+                    continue
+                if failure is not None:
+                    raise failure
+                answers.append((i, answer))
+                self.steps.after()
+        finally:
+            while not jobs.empty():  # nothing new starts once the round ends early
+                with contextlib.suppress(queue.Empty):
+                    jobs.get_nowait()
+        for i, answer in answers:
+            kept[i].append(answer)

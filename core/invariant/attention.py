@@ -1,0 +1,245 @@
+"""Attention that runs each row of a batch on its real queries and keys only.
+
+A fused attention over a padded length reduces differently from one over the real keys alone, even with the
+padding masked out. Here each row's real queries and keys are cut out of the batch, attended as a call of
+their own (the same shapes, so the same kernel, as the text alone), and scattered back; padded queries get
+zeros. Two ways in, so that attention is caught wherever a model computes it:
+- `attend_by_rows`, registered in transformers' `AttentionInterface` (with its mask function in
+  `AttentionMaskInterface` under the same name, or transformers would hand it no mask), takes the models that
+  attend through the interface and runs the model's own function per row (eager with its soft-capping or
+  sinks, or SDPA), always with a mask, so that the function shapes a row's call the same way in both runs
+  (transformers' SDPA path packs grouped heads differently with and without a mask);
+- `RowWiseSdpa`, a torch function mode, takes the `scaled_dot_product_attention` calls a model makes itself
+  (every torch call of the thread passes through it, which costs: it is entered only for models that make such
+  calls).
+
+Which rows are real is read off the mask: a key is real when a real query attends it, and a query is real
+when it attends its own key (the last `q` of the `kv` keys are the queries' own, with or without a cache).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+import weakref
+from collections.abc import Iterator
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from ..errors import NotInvariant
+from .scopes import SharedScope
+
+NAME = "batchtui_invariant"
+
+_local = threading.local()  # `inside`: a per-row call is running; `calls`: attention calls counted
+
+
+def attention_calls() -> int:
+    """Attention calls this thread has made through the mode (one per attention layer and pass)."""
+    return getattr(_local, "calls", 0)
+
+
+def direct_sdpa_calls() -> int:
+    """Of those, the `scaled_dot_product_attention` calls a model made itself, caught by `RowWiseSdpa`."""
+    return getattr(_local, "direct", 0)
+
+
+@contextlib.contextmanager
+def each_query_attending_itself() -> Iterator[None]:
+    """While entered, every query of this thread's attention attends its own key alone: whatever still carries
+    one position's content to another is not attention (the mode's probe for other token mixers)."""
+    outer = getattr(_local, "self_only", False)
+    _local.self_only = True
+    try:
+        yield
+    finally:
+        _local.self_only = outer
+
+
+def _itself_only(q: int, kv: int, device) -> torch.Tensor:
+    """[1, 1, q, kv] bool: each of the last q keys attended by its own query alone."""
+    return torch.ones(q, dtype=torch.bool, device=device).diag(kv - q)[kv - q :][None, None]
+
+
+def _count_call() -> None:
+    _local.calls = attention_calls() + 1
+
+
+def _inside(call):
+    """`call()` as one row's attention: attention calls it makes are its own, not caught again."""
+    outer = getattr(_local, "inside", False)
+    _local.inside = True
+    try:
+        return call()
+    finally:
+        _local.inside = outer
+
+
+def _attended(mask: torch.Tensor, kv: int) -> torch.Tensor:
+    """[b, q, kv] bool: which key each query attends (any head), from a bool or an additive float mask."""
+    mask = mask[..., :kv]
+    attend = mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min / 2
+    return attend.any(dim=1)
+
+
+# Masks are shared by every layer of a pass (a full and a sliding one at most): their rows are found once.
+# Tensors compare element-wise, so the cache holds weak references and matches by identity.
+_plans: list[tuple[weakref.ref, tuple[int, int], list]] = []
+_PLANS_KEPT = 4
+
+
+def _row_plan(mask: torch.Tensor | None, b: int, q: int, kv: int, is_causal: bool, device) -> list:
+    """Per row: (real query indices, real key indices, the [q', kv'] bool sub-mask), or None for a row
+    with no real query."""
+    if mask is None:
+        every_q, every_k = torch.arange(q, device=device), torch.arange(kv, device=device)
+        sub = torch.ones(q, kv, dtype=torch.bool, device=device)
+        if is_causal:
+            sub = sub.tril()  # SDPA's is_causal aligns the queries to the first keys
+        return [(every_q, every_k, sub)] * b
+    for ref, shape, plan in _plans:
+        if ref() is mask and shape == (q, kv):
+            return plan
+    attend = _attended(mask, kv).expand(b, q, kv)
+    real_q = attend.diagonal(offset=kv - q, dim1=1, dim2=2)
+    real_k = (attend & real_q[:, :, None]).any(dim=1)
+    plan = []
+    for row in range(b):
+        q_idx, k_idx = real_q[row].nonzero().flatten(), real_k[row].nonzero().flatten()
+        sub = attend[row].index_select(0, q_idx).index_select(1, k_idx)
+        plan.append((q_idx, k_idx, sub) if len(q_idx) else None)
+    _plans.insert(0, (weakref.ref(mask), (q, kv), plan))
+    del _plans[_PLANS_KEPT:]
+    return plan
+
+
+def _row_mask(mask: torch.Tensor | None, row: int, q_idx, k_idx, sub: torch.Tensor, kv: int) -> torch.Tensor:
+    """The row's own mask: the original's values where it is a float bias (ALiBi), else the bool sub-mask."""
+    if mask is None or mask.dtype == torch.bool:
+        return sub[None, None]
+    mask = mask[..., :kv]
+    return mask[row % mask.shape[0]][None].index_select(2, q_idx).index_select(3, k_idx)
+
+
+def _per_row(query, key, value, mask, is_causal: bool, attend, q_dim_of_output: int) -> torch.Tensor:
+    """`attend(q, k, v, row_mask)` on each row's real queries and keys; the outputs scattered back into a
+    zero tensor along the output's query dim (2 for [b, h, q, d], 1 for [b, q, h, d])."""
+    b, q, kv = query.shape[0], query.shape[2], key.shape[2]
+    if mask is not None and mask.dim() < 4:  # SDPA also takes [q, kv] and [b, q, kv] masks
+        mask = mask.view((1,) * (4 - mask.dim()) + tuple(mask.shape))
+    plan = _row_plan(mask, b, q, kv, is_causal, query.device)
+    out = None
+    for row, entry in enumerate(plan):
+        if entry is None:
+            continue
+        q_idx, k_idx, sub = entry
+        if getattr(_local, "self_only", False):
+            row_mask = _itself_only(len(q_idx), len(k_idx), query.device)
+        else:
+            row_mask = _row_mask(mask, row, q_idx, k_idx, sub, kv)
+        row_out = attend(
+            query[row : row + 1].index_select(2, q_idx),
+            key[row : row + 1].index_select(2, k_idx),
+            value[row : row + 1].index_select(2, k_idx),
+            row_mask,
+        )
+        if out is None:
+            shape = list(row_out.shape)
+            shape[0], shape[q_dim_of_output] = b, q
+            out = row_out.new_zeros(shape)
+        out[row].index_copy_(q_dim_of_output - 1, q_idx, row_out[0])
+    if out is None:  # no real query anywhere: nothing attends, as the original would give for masked rows
+        out = attend(query, key, value, torch.zeros(1, 1, q, kv, dtype=torch.bool, device=query.device)).zero_()
+    return out
+
+
+_SDPA = torch._C._nn.scaled_dot_product_attention
+
+
+class RowWiseSdpa(TorchFunctionMode):
+    """Every `scaled_dot_product_attention` call in this thread, per row (see the module's doc)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        # Every torch call in the thread comes through here: the others leave at once, with nothing copied.
+        if func is not _SDPA or getattr(_local, "inside", False):
+            return func(*args, **(kwargs or {}))
+        kwargs = dict(kwargs or {})
+        names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal")
+        given = dict(zip(names, args), **kwargs)
+        query, key, value = given.pop("query"), given.pop("key"), given.pop("value")
+        mask, is_causal = given.pop("attn_mask", None), given.pop("is_causal", False)
+        _count_call()
+        _local.direct = direct_sdpa_calls() + 1
+
+        def attend(q, k, v, row_mask):
+            return _inside(lambda: func(q, k, v, attn_mask=row_mask, is_causal=False, **given))
+
+        return _per_row(query, key, value, mask, is_causal, attend, q_dim_of_output=2)
+
+
+# id(config) -> the attention implementation the model had, which `attend_by_rows` runs per row.
+_inner: dict[int, str] = {}
+
+
+def set_inner(config, implementation: str | None) -> None:
+    if implementation is None:
+        _inner.pop(id(config), None)
+    else:
+        _inner[id(config)] = implementation
+
+
+def eager_function(module_type: type):
+    """The eager attention a model's modeling file defines (with its soft-capping, sinks...), or None."""
+    return getattr(sys.modules.get(module_type.__module__), "eager_attention_forward", None)
+
+
+def attend_by_rows(module, query, key, value, attention_mask, **kwargs):
+    """transformers' attention-function signature: [b, h, q, d] in, ([b, q, h, d], None) out."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    inner_name = _inner.get(id(module.config), "sdpa")
+    if inner_name == "eager":
+        inner = eager_function(type(module))
+        if inner is None:
+            raise NotInvariant(
+                f"{type(module).__name__} has no eager_attention_forward to run per row: not covered "
+                "(run it with --attn sdpa)"
+            )
+    else:
+        inner = ALL_ATTENTION_FUNCTIONS["sdpa"]  # flash and flex kernels take no per-row masks
+    _count_call()
+
+    def attend(q, k, v, row_mask):
+        if inner_name == "eager" and row_mask.dtype == torch.bool:
+            row_mask = torch.zeros((), dtype=q.dtype, device=q.device).masked_fill(~row_mask, torch.finfo(q.dtype).min)
+        return _inside(lambda: inner(module, q, k, v, row_mask, **kwargs)[0])
+
+    return _per_row(query, key, value, attention_mask, False, attend, q_dim_of_output=1), None
+
+
+def mask_without_skips(*args, **kwargs):
+    """transformers' bool mask, always materialized (never skipped for `is_causal`): rows are read off it."""
+    from transformers.masking_utils import sdpa_mask
+
+    kwargs["allow_is_causal_skip"] = False
+    return sdpa_mask(*args, **kwargs)
+
+
+class AttentionRegistration(SharedScope):
+    """`NAME` in transformers' attention and mask interfaces while entered."""
+
+    def _install(self) -> None:
+        from transformers.masking_utils import AttentionMaskInterface
+        from transformers.modeling_utils import AttentionInterface
+
+        AttentionInterface.register(NAME, attend_by_rows)
+        AttentionMaskInterface.register(NAME, mask_without_skips)
+
+    def _remove(self) -> None:
+        from transformers.masking_utils import AttentionMaskInterface
+        from transformers.modeling_utils import AttentionInterface
+
+        AttentionInterface._global_mapping.pop(NAME, None)
+        AttentionMaskInterface._global_mapping.pop(NAME, None)

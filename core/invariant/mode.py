@@ -1,0 +1,209 @@
+"""`batch_invariant(model)`: the same logits for a text alone and inside any padded batch, bitwise.
+
+    with batch_invariant(model):
+        batched = model(inputs_embeds=..., attention_mask=..., position_ids=...).logits
+        ...  # each text's real rows torch.equal its logits run alone; model.generate(...) too
+
+Four sources make a row's logits depend on the rest of the batch, and the mode removes each for the duration:
+matmuls whose kernel depends on the call's height (`invariant_matmul`), reductions over a row (a norm's mean)
+whose thread configuration depends on how many rows there are (`invariant_reduction`), attention over padded keys
+(`invariant_attention`) and element-wise functions whose vector tails round otherwise (`invariant_elementwise`).
+On the way out, even on an exception or Ctrl+C, the aten kernels, the attention interfaces, the model's
+attention implementation and the thread's function modes are what they were.
+
+It refuses (`NotInvariant`, with a one-line reason) a model it cannot cover: attention computed outside
+transformers' attention interface with another kernel than SDPA, or layers that mix tokens without attention or
+beside it (recurrent, convolution or state-space mixers: a probe with every query attending only itself finds
+them). Anything else it cannot see, the caller's own comparison shows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from collections.abc import Iterator
+
+import torch
+
+from ..errors import NotInvariant
+from ..models.structure import layer_count
+from ..settings import KERNEL_CLASSES
+from .attention import (
+    NAME,
+    AttentionRegistration,
+    RowWiseSdpa,
+    attention_calls,
+    direct_sdpa_calls,
+    each_query_attending_itself,
+    set_inner,
+)
+from .elementwise import TailFreeElementwise
+from .matmul import RowInvariantMatmuls
+from .reduction import RowInvariantReductions
+
+# The aten kernels the mode replaces while entered (and `outside_the_mode` pauses), by the class each makes
+# batch-independent; the fourth class, attention, is the model's routing to `attend_by_rows`.
+_KERNEL_SCOPES = {
+    "matmul": RowInvariantMatmuls,
+    "reduction": RowInvariantReductions,
+    "elementwise": TailFreeElementwise,
+}
+
+# model -> (its attention implementation, why the mode cannot cover it or None, whether it calls SDPA itself),
+# found once per model and implementation
+_gaps: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+@contextlib.contextmanager
+def batch_invariant(model, classes: tuple[str, ...] = KERNEL_CLASSES) -> Iterator[None]:
+    """Run `model` batch-invariantly inside the block; `NotInvariant` if it cannot be (see the module doc).
+    `classes`: which of the mode's parts to apply (`KERNEL_CLASSES`, all by default), to find which one a
+    difference comes from."""
+    _, gap, calls_sdpa = _probed(model)
+    if gap is not None:
+        raise NotInvariant(gap)
+    with _mode(model, catch_sdpa=calls_sdpa, classes=classes):
+        yield
+
+
+@contextlib.contextmanager
+def outside_the_mode() -> Iterator[None]:
+    """The library's own kernels for this thread inside the block, within `batch_invariant` too: the mode is for
+    the model's passes; measuring them (the metrics) takes the same kernels in and out of the mode, and no tiles."""
+    with contextlib.ExitStack() as stack:
+        for scope in _KERNEL_SCOPES.values():
+            stack.enter_context(scope.paused())
+        yield
+
+
+def invariant_if(on: bool, model, classes: tuple[str, ...] = KERNEL_CLASSES) -> contextlib.AbstractContextManager:
+    """`batch_invariant(model, classes)` when `on`, else a context that changes nothing."""
+    return batch_invariant(model, classes) if on else contextlib.nullcontext()
+
+
+def coverage_gap(model) -> str | None:
+    """Why the mode cannot make `model` batch-invariant, in one line; None when it covers it."""
+    return _probed(model)[1]
+
+
+def _probed(model) -> tuple[str, str | None, bool]:
+    """(attention implementation, coverage gap, whether the model calls SDPA itself), for the attention the model
+    has now."""
+    implementation = _implementation(model)
+    known = _gaps.get(model)
+    if known is None or known[0] != implementation:
+        static = _static_gap(model)
+        known = _gaps[model] = (implementation, static, True) if static else (implementation, *_probed_gap(model))
+    return known
+
+
+def _configs(model) -> list:
+    """Every config object the model's modules read their attention implementation from."""
+    found = {id(model.config): model.config}
+    for module in model.modules():
+        config = getattr(module, "config", None)
+        if config is not None and hasattr(config, "_attn_implementation"):
+            found.setdefault(id(config), config)
+    return list(found.values())
+
+
+def _attn_attribute(config) -> str:
+    # transformers 5 keeps the value behind a property whose setter also rewrites the sub-configs.
+    return (
+        "_attn_implementation_internal" if hasattr(config, "_attn_implementation_internal") else "_attn_implementation"
+    )
+
+
+def _implementation(model) -> str:
+    return str(getattr(model.config, "_attn_implementation", None) or "eager")
+
+
+def _uses_interface(model) -> bool:
+    can_set = getattr(type(model), "_can_set_attn_implementation", None)
+    return bool(can_set()) if can_set is not None else False
+
+
+def _static_gap(model) -> str | None:
+    implementation = _implementation(model)
+    name = type(model).__name__
+    if not _uses_interface(model) and implementation != "sdpa":  # SDPA calls are caught wherever they are made
+        hint = " (run it with --attn sdpa)" if getattr(model, "_supports_sdpa", False) else ""
+        return (
+            f"{name} computes its {implementation} attention itself, outside transformers' attention interface: "
+            f"not covered{hint}"
+        )
+    return None
+
+
+def _probed_gap(model) -> tuple[str | None, bool]:
+    """A short pass in the mode: every layer must attend through it, or some layer mixes tokens otherwise. With
+    the gap, whether the model called SDPA itself in it (outside the attention interface)."""
+    layers = layer_count(model.config)
+    embeddings = model.get_input_embeddings()
+    vocab = embeddings.weight.shape[0]
+    ids = torch.arange(1, 5, device=embeddings.weight.device).remainder(vocab)[None]
+    before, direct_before = attention_calls(), direct_sdpa_calls()
+    try:
+        with _mode(model, catch_sdpa=True), torch.inference_mode():
+            model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False)
+    except NotInvariant as exc:
+        return str(exc), True
+    attended = attention_calls() - before
+    calls_sdpa = direct_sdpa_calls() > direct_before
+    if layers is not None and attended < layers:
+        return (
+            f"{layers - attended} of {layers} layers of {type(model).__name__} mix tokens without attention "
+            "(recurrent or convolution layers): not covered"
+        ), calls_sdpa
+    if _mixes_beside_attention(model, ids, vocab):
+        return (
+            f"{type(model).__name__} mixes tokens beside its attention (a recurrent, convolution or state-space "
+            "mixer in its layers): not covered"
+        ), calls_sdpa
+    return None, calls_sdpa
+
+
+def _mixes_beside_attention(model, ids: torch.Tensor, vocab: int) -> bool:
+    """Whether the last position's logits still depend on the first token when every query attends only its own
+    key: some other part of a layer (Falcon-H1's Mamba beside its attention, a convolution) carries it across."""
+    other = ids.clone()
+    other[0, 0] = (ids[0, 0] + 1) % vocab
+    mask = torch.ones_like(ids)
+    with _mode(model, catch_sdpa=True), each_query_attending_itself(), torch.inference_mode():
+        first = model(input_ids=ids, attention_mask=mask, use_cache=False).logits[0, -1]
+        changed = model(input_ids=other, attention_mask=mask, use_cache=False).logits[0, -1]
+    return not torch.equal(first, changed)
+
+
+@contextlib.contextmanager
+def _mode(model, catch_sdpa: bool, classes: tuple[str, ...] = KERNEL_CLASSES) -> Iterator[None]:
+    """The mechanics: row-invariant matmuls, reductions and element-wise functions, attention per row, the model
+    routed to it, and with `catch_sdpa` the SDPA calls it makes itself; all undone after. `classes`: which parts."""
+    if "attention" not in classes:
+        with contextlib.ExitStack() as stack:
+            for name, scope in _KERNEL_SCOPES.items():
+                if name in classes:
+                    stack.enter_context(scope())
+            yield
+        return
+    configs = _configs(model) if _uses_interface(model) else []
+    # A nested entry finds the model routed already: the outer entry keeps what to restore.
+    saved = [(c, getattr(c, _attn_attribute(c))) for c in configs if getattr(c, _attn_attribute(c)) != NAME]
+    with contextlib.ExitStack() as stack:
+        for name, scope in _KERNEL_SCOPES.items():
+            if name in classes:
+                stack.enter_context(scope())
+        stack.enter_context(AttentionRegistration())
+        stack.callback(_restore, saved)
+        for config, old in saved:
+            set_inner(config, old or "eager")
+            setattr(config, _attn_attribute(config), NAME)
+        if catch_sdpa:
+            stack.enter_context(RowWiseSdpa())
+        yield
+
+
+def _restore(saved: list) -> None:
+    for config, old in saved:
+        setattr(config, _attn_attribute(config), old)
+        set_inner(config, None)

@@ -1,0 +1,87 @@
+"""Reductions over a row's last dims (an RMSNorm's mean, a vector norm) whose result does not depend on how
+many rows share the call.
+
+CUDA's reduction kernel lays out its threads by the number of outputs (with few rows, more threads share a
+row, and a long row is split across blocks), so a row's sum can round otherwise alone (a decode step of one
+text) than among others. On CPU a call past the parallel grain is split across threads, and one row alone of
+that size (reduced in two passes) differently again. While `RowInvariantReductions` is entered, aten's sum, mean and
+linalg_vector_norm over trailing dims of floating tensors go through `invariant_rows.by_rows` on the rows they
+leave: every row meets one configuration whatever the call's height. Other reductions (over the batch, of
+integers, of everything) are the library's own.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .rows import DEVICE_KEYS, by_rows
+from .scopes import ScopedKernels
+
+
+def _trailing(x: torch.Tensor, dims) -> int | None:
+    """How many trailing dims `dims` names (all of them, leaving at least one row dim), else None."""
+    if dims is None or x.dim() < 2:
+        return None
+    named = sorted({d % x.dim() for d in ([dims] if isinstance(dims, int) else dims)})
+    count = len(named)
+    return count if 0 < count < x.dim() and named == list(range(x.dim() - count, x.dim())) else None
+
+
+# The size below which ATen reduces on one thread (at::internal::GRAIN_SIZE), a row as in any other such call.
+_GRAIN = 32768
+
+
+def _serial_on_cpu(x: torch.Tensor) -> bool:
+    return x.device.type == "cpu" and (x.numel() < _GRAIN or torch.get_num_threads() == 1)
+
+
+def _by_rows(x: torch.Tensor, dims, keepdim: bool, key: tuple, reduce) -> torch.Tensor:
+    """`reduce(x, dims, keepdim)`, each row of the dims it leaves reduced as in a call of one fixed height."""
+    if not RowInvariantReductions.active() or not x.is_floating_point() or _serial_on_cpu(x):
+        return reduce(x, dims, keepdim)
+    count = _trailing(x, dims)
+    if count is None:
+        return reduce(x, dims, keepdim)
+    lead = tuple(x.shape[: x.dim() - count])
+    rows = x.reshape(math.prod(lead), math.prod(x.shape[x.dim() - count :]))
+    reduced = by_rows(rows, 0, key, lambda r: reduce(r, [1], False))
+    return reduced.reshape(lead + (1,) * count if keepdim else lead)
+
+
+def _out(x: torch.Tensor, dtype) -> torch.Tensor:
+    # Resized by the out= overload; an integral input sums to int64 as the functional form does.
+    return x.new_empty((0,), dtype=dtype or (x.dtype if x.is_floating_point() else torch.int64))
+
+
+# The replacements call the `out=` overloads, separate operators that are not replaced.
+def _sum(x, dim=None, keepdim=False, *, dtype=None):
+    def reduce(t, dims, keep):
+        return torch.ops.aten.sum.IntList_out(t, dims, keep, dtype=dtype, out=_out(t, dtype))
+
+    return _by_rows(x, dim, keepdim, ("sum", dtype), reduce)
+
+
+def _mean(x, dim=None, keepdim=False, *, dtype=None):
+    def reduce(t, dims, keep):
+        return torch.ops.aten.mean.out(t, dims, keep, dtype=dtype, out=_out(t, dtype))
+
+    return _by_rows(x, dim, keepdim, ("mean", dtype), reduce)
+
+
+def _vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
+    def reduce(t, dims, keep):
+        return torch.ops.aten.linalg_vector_norm.out(t, ord, dims, keep, dtype=dtype, out=_out(t, dtype))
+
+    return _by_rows(x, dim, keepdim, ("norm", ord, dtype), reduce)
+
+
+_REPLACEMENTS = {"sum.dim_IntList": _sum, "mean.dim": _mean, "linalg_vector_norm": _vector_norm}
+
+
+class RowInvariantReductions(ScopedKernels):
+    """aten's sum, mean and vector norm over trailing dims replaced, on CPU and CUDA, while entered."""
+
+    def kernels(self) -> dict:
+        return {(name, key): fn for name, fn in _REPLACEMENTS.items() for key in DEVICE_KEYS}

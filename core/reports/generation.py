@@ -1,0 +1,46 @@
+"""A `GenerationComparison` as JSON (its table and verdict: `terminal.generation_text`)."""
+
+from __future__ import annotations
+
+from ..numbers.generation import Continuation, GenerationComparison, TextGeneration
+from .report import number, position_json, run_json
+
+
+def _continuation(c: Continuation) -> dict:
+    return {"token_ids": list(c.token_ids), "text": c.text, "ended_at_eos": c.ended_at_eos}
+
+
+def _text(t: TextGeneration) -> dict:
+    return {
+        "index": t.index,
+        "line": t.line,
+        "text": t.text,
+        "prompt_tokens": t.prompt_tokens,
+        "truncated": t.truncated,
+        "differs": t.differs,
+        "split_step": t.split_step,
+        "near_tie": t.near_tie,
+        "max_abs_diff": number(t.max_abs_diff),
+        "single": _continuation(t.single),
+        "batched": _continuation(t.batched),
+        # Up to the split (inclusive): both runs read the same prefix. After it they diverged.
+        "steps": [position_json(p) for p in t.step_metrics],
+        "vs_prefill": None
+        if t.vs_prefill is None
+        else {
+            "steps": len(t.vs_prefill.max_abs_diff),
+            "max_abs_diff": [number(d) for d in t.vs_prefill.max_abs_diff],
+            "first_differing_step": t.vs_prefill.first_differing_step,
+            "first_module": t.vs_prefill.first_module,
+            "bitwise": t.vs_prefill.bitwise,
+        },  # fmt: skip
+    }
+
+
+def generation_summary_json(comparison: GenerationComparison) -> dict:
+    s = comparison.summary
+    return {"texts": s.texts, "differ": s.differ, "near_ties": s.near_ties, "max_abs_diff": number(s.max_abs_diff)}
+
+
+def generation_json(comparison: GenerationComparison) -> dict:
+    return run_json(comparison, generation_summary_json(comparison), [_text(t) for t in comparison.texts])

@@ -1,0 +1,195 @@
+"""The first operation that makes a text's batched and single runs part (`check --ops`).
+
+For a text that is not bitwise, its chunk is run batched and the text alone again, every aten operation inside its
+first divergent module recorded (a dispatch mode, the module found by hooks). Each op's tensors are cut to this
+text's part (its row, its real positions; a weight is whole), the two runs' ops are paired in execution order, and
+the first op whose inputs for this text are bitwise equal and whose output is not is the one named: a difference that
+arrives with an op's inputs is not that op's.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from ..invariant.mode import invariant_if
+from ..models.loading import LoadedModel
+from ..numbers.comparison import FirstOp
+from ..settings import Settings
+from .runner import Runner
+
+
+@dataclass
+class _Record:
+    op: str
+    module: str
+    inputs: list[torch.Tensor | None]  # this text's part of each tensor input (None: not cut to the text)
+    whole_inputs: list[object]  # the others: small ones copied, large ones (weights) by their storage
+    output: torch.Tensor | None
+    shapes: tuple[tuple[int, ...], ...]
+
+
+class _Recorder(TorchDispatchMode):
+    """Every aten op while `inside` names a module of the recorded subtree: its tensors, cut to the text."""
+
+    def __init__(self, cut) -> None:
+        super().__init__()
+        self.cut = cut  # tensor -> this text's part, or None
+        self.module: str | None = None
+        self.records: list[_Record] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if self.module is not None:
+            tensors = [a for a in tree_flatten((args, kwargs or {}))[0] if isinstance(a, torch.Tensor)]
+            first = tree_flatten(out)[0]
+            output = next((o for o in first if isinstance(o, torch.Tensor)), None)
+            self.records.append(
+                _Record(
+                    op=f"aten.{func.__name__.split('.')[0]}",
+                    module=self.module,
+                    inputs=[self.cut(t) for t in tensors],
+                    whole_inputs=[_whole(t) for t in tensors if self.cut(t) is None],
+                    output=None if output is None else self.cut(output),
+                    shapes=tuple(tuple(t.shape) for t in tensors),
+                )
+            )
+        return out
+
+
+_SMALL = 1 << 16  # elements: an uncut input this small is copied and compared by value
+
+
+def _whole(t: torch.Tensor) -> object:
+    """An input that is not the text's (a weight, a table): by value where small, else by storage (the same
+    parameter in both runs)."""
+    return t.detach().clone() if t.numel() <= _SMALL else (t.data_ptr(), tuple(t.shape), tuple(t.stride()))
+
+
+def _cutter(batch: int, length: int, row: int, real: torch.Tensor):
+    """A tensor's part for one text of a [batch, length] call: [b, T, ...], [b·T, ...] or [b, h, T, (T), ...]."""
+
+    def cut(t: torch.Tensor) -> torch.Tensor | None:
+        s = t.shape
+        where = real.to(t.device)
+        if t.dim() >= 2 and s[0] == batch and s[1] == length:
+            return t[row].index_select(0, where).detach().clone()
+        if t.dim() >= 1 and s[0] == batch * length:
+            return t.reshape(batch, length, *s[1:])[row].index_select(0, where).detach().clone()
+        if t.dim() >= 3 and s[0] == batch and s[2] == length:
+            part = t[row].index_select(1, where)
+            if t.dim() >= 4 and s[3] == length:
+                part = part.index_select(2, where)
+            return part.detach().clone()
+        return None
+
+    return cut
+
+
+def _recorded(loaded: LoadedModel, module: str, run, cut) -> list[_Record]:
+    """The ops `run()` makes inside `module` (and its children), each cut by `cut`."""
+    recorder = _Recorder(cut)
+    stack: list[str] = []
+    handles = []
+    for name, sub in loaded.model.named_modules():
+        if name == module or name.startswith(module + "."):
+
+            def enter(mod, args, name=name):
+                stack.append(name)
+                recorder.module = name
+
+            def leave(mod, args, output):
+                stack.pop()
+                recorder.module = stack[-1] if stack else None
+
+            handles += [sub.register_forward_pre_hook(enter), sub.register_forward_hook(leave)]
+    try:
+        with recorder:
+            run()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return recorder.records
+
+
+def first_op(
+    loaded: LoadedModel, settings: Settings, chunk_texts: list[str], row: int, token_ids: list[int], module: str
+) -> FirstOp | None:
+    """The first op inside `module` whose inputs for text `row` of the chunk equal its single run's and whose output
+    does not; None where no op is found so (the difference arrives from outside what is recorded)."""
+    runner = Runner(loaded, settings.padding_side, settings.positions, record=False, max_tokens=settings.max_tokens)
+    n = len(token_ids)
+    with torch.inference_mode(), invariant_if(settings.invariant, loaded.model, settings.kernel_classes):
+        alone = _recorded(loaded, module, lambda: runner.single(token_ids), _cutter(1, n, 0, torch.arange(n)))
+        chunk = runner.batched(chunk_texts)  # for its mask; then again, recorded
+        mask = chunk.attention_mask
+        real = mask[row].nonzero().flatten().cpu()
+        cut = _cutter(mask.shape[0], mask.shape[1], row, real)
+        batched = _recorded(loaded, module, lambda: runner.batched(chunk_texts), cut)
+    return _first_parting(alone, batched)
+
+
+def _first_parting(alone: list[_Record], batched: list[_Record]) -> FirstOp | None:
+    keys = [(r.op, r.module) for r in alone], [(r.op, r.module) for r in batched]
+    matcher = difflib.SequenceMatcher(a=keys[0], b=keys[1], autojunk=False)
+    for block in matcher.get_matching_blocks():
+        for k in range(block.size):
+            a, b = alone[block.a + k], batched[block.b + k]
+            if a.output is None or b.output is None or a.output.shape != b.output.shape:
+                continue
+            if not _same_inputs(a, b) or torch.equal(a.output, b.output):
+                continue
+            delta = (a.output.double() - b.output.double()).abs().amax().item() if a.output.is_floating_point() else 0
+            return FirstOp(a.op, a.module, a.shapes, b.shapes, float(delta))
+    return None
+
+
+def _same_inputs(a: _Record, b: _Record) -> bool:
+    """Every input cut to the text is bitwise the same in both runs, and so is every uncut one (weights), paired in
+    order; inputs only one run has (the mask a padded batch's attention takes, absent alone) are the op's setup."""
+    for x, y in zip(a.inputs, b.inputs):
+        if (x is None) != (y is None) or (x is not None and not _same_values(x, y)):
+            return False
+    return all(_same(x, y) for x, y in zip(a.whole_inputs, b.whole_inputs))
+
+
+def _same_values(x: torch.Tensor, y: torch.Tensor) -> bool:
+    """Bitwise equal; grouped key/value heads count as their repeats (SDPA takes them grouped alone, repeated in a
+    masked batch: [kv heads, n, d] against [heads, n, d])."""
+    if x.shape != y.shape and x.dim() == y.dim() >= 1 and x.shape[1:] == y.shape[1:]:
+        small, large = (x, y) if x.shape[0] < y.shape[0] else (y, x)
+        if small.shape[0] and large.shape[0] % small.shape[0] == 0:
+            return torch.equal(small.repeat_interleave(large.shape[0] // small.shape[0], dim=0), large)
+    return x.shape == y.shape and torch.equal(x, y)
+
+
+def _same(x, y) -> bool:
+    if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
+        return x.shape == y.shape and x.dtype == y.dtype and torch.equal(x, y)
+    return x == y
+
+
+def with_first_ops(comparison, texts: list[str], settings: Settings):
+    """`comparison` with each text's first op (`TextResult.first_op`) found, where it is not bitwise."""
+    from dataclasses import replace
+
+    from ..models.loading import load_model
+
+    loaded = load_model(settings)
+    size = settings.batch_size
+    found = []
+    for index, result in enumerate(comparison.texts):
+        op = None
+        if not result.bitwise_equal:
+            start = index - index % size
+            where = result.first_divergent_module
+            module = where.name if where is not None and where.name in dict(loaded.model.named_modules()) else ""
+            op = first_op(
+                loaded, settings, list(texts[start : start + size]), index - start, list(result.token_ids), module
+            )
+        found.append(replace(result, first_op=op))
+    return replace(comparison, texts=tuple(found))
