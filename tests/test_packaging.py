@@ -34,7 +34,9 @@ def test_wheel_installs_only_the_batchtui_namespace(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     tops = {name.split("/")[0] for name in names}
     assert tops == {"batchtui", next(t for t in tops if t.endswith(".dist-info"))}
-    assert "batchtui/core/engine.py" in names and "batchtui/tui/app.py" in names
+    assert "batchtui/core/run/engine.py" in names and "batchtui/tui/app.py" in names
+    for package in ("cli", "endpoint", "run", "reports", "terminal", "invariant", "models", "numbers"):
+        assert f"batchtui/core/{package}/__init__.py" in names, package  # every package of core ships
     assert "batchtui/core/data/qwen2.5-1.5b-instruct.config.json" in names and "batchtui/tui/app.tcss" in names
     entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "batchtui = batchtui.tui.launcher:main" in entry_points
