@@ -129,3 +129,23 @@ def test_the_ladder_says_per_level_what_splits_what_keeps_its_tokens_and_where_i
     assert [row.split_cell for row in screen.rows] == ["Δlp 9.77e-04"] * 2
     assert screen.ladder.logprobs_differ == (0, 2) and screen.ladder.split == (0, 0)
     assert screen.ladder.caption.startswith("concurrency ladder, 1 round a level: first breaks at 2")
+
+
+def test_a_check_the_server_refuses_is_a_note_and_the_run_stands():
+    """A prompt past the server's context (HTTP 400) in the prefix-cache check: noted, the ladder's results kept."""
+    from batchtui.core.endpoint.client import EndpointError, continuation_from
+
+    steady = continuation_from(_choice(" a", [" a"], [-0.5], [{" a": -0.5}]))
+
+    class TooShortAContext:
+        def complete(self, text, max_new_tokens, top_logprobs=0, prompt_logprobs=0, token_ids=False):
+            if isinstance(text, str) and text.startswith("Note "):
+                raise EndpointError("server answered HTTP 400: this model's maximum context length is 64", 400)
+            return steady
+
+    result = measure_endpoint(TooShortAContext(), ["t", "u"], max_new_tokens=1, concurrency=[1, 2], rounds=1,
+                              top_logprobs=1)  # fmt: skip
+    assert result.failure is None and result.summary.measured == 2 and not result.any_differs
+    refused = [n for n in result.notes if n.startswith("the server refused a request of the prefix cache")]
+    assert len(refused) == 1 and "maximum context length" in refused[0]
+    assert all(t.prefix_cache is None for t in result.texts)

@@ -71,7 +71,8 @@ def measure_endpoint(
         notes.append("--top-logprobs 0: continuations compared as text only, steps counted in characters")
     if top_logprobs and run.prompt_logprobs is False:
         notes.append(NO_PROMPT_LOGPROBS)
-    if failure is None and not all(run.prefill):
+    notes += run.check_notes
+    if failure is None and not run.check_notes and not all(run.prefill):
         notes.append(NO_PREFILL)
     if failure is None and any(c is not None and c.cached_tokens is None for c in run.cache):
         notes.append(CACHE_UNKNOWN)
@@ -129,6 +130,7 @@ class _EndpointRun:
         self.prefill: list[PrefillDecode | None] = [None] * n
         self.cache: list[PrefixCacheCheck | None] = [None] * n
         self.vs_local: list[ServedVsLocal | None] = [None] * n
+        self.check_notes: list[str] = []  # served checks the server refused
         self.local_dtype: str | None = None
 
     def all(self, rounds: int, levels: tuple[int, ...], lines: list[int], local: Settings | None) -> str | None:
@@ -155,16 +157,34 @@ class _EndpointRun:
         return None
 
     def _served_checks(self) -> None:
-        """Each text's prefill vs decode (where the server gives token ids and prompt logprobs) and prefix cache."""
+        """Each text's prefill vs decode (where the server gives token ids and prompt logprobs) and prefix cache.
+        A check the server answers with an HTTP error (a prompt past its context, say) is a note, not the run's
+        fault: what was measured stands; a server that stops answering is a fault as anywhere."""
         for i, text in enumerate(self.texts):
             self.steps.before()
             if self.token_ids and self.prompt_logprobs and self.logprobs:
-                self.prefill[i] = prefill_vs_decode(self.completer, self.alone[i])
+                self.prefill[i] = self._refused_as_note(
+                    "prefill vs decode", prefill_vs_decode, self.completer, self.alone[i]
+                )
             self.steps.after()
             self.steps.before()
-            self.cache[i] = prefix_cache(self.completer, text, self.max_new_tokens, self.top_k if self.logprobs else 0)
+            top = self.top_k if self.logprobs else 0
+            self.cache[i] = self._refused_as_note(
+                "the prefix cache", prefix_cache, self.completer, text, self.max_new_tokens, top
+            )
             self.steps.after()
             self.steps.after()  # two requests: cold, then warm
+
+    def _refused_as_note(self, check: str, run, *args):
+        try:
+            return run(*args)
+        except EndpointError as exc:
+            if exc.status is None:
+                raise
+            note = f"the server refused a request of {check} ({exc}): not measured there"
+            if not any(n.startswith(f"the server refused a request of {check} ") for n in self.check_notes):
+                self.check_notes.append(note)
+            return None
 
     def _probe(self) -> None:
         """Ask for logprobs and prompt logprobs once; a server that refuses a field is asked without it. What
