@@ -125,8 +125,7 @@ def first_op(
     n = len(token_ids)
     with torch.inference_mode(), invariant_if(settings.invariant, loaded.model, settings.kernel_classes):
         alone = _recorded(loaded, module, lambda: runner.single(token_ids), _cutter(1, n, 0, torch.arange(n)))
-        chunk = runner.batched(chunk_texts)  # for its mask; then again, recorded
-        mask = chunk.attention_mask
+        _, mask = runner.padded(chunk_texts)
         real = mask[row].nonzero().flatten().cpu()
         cut = _cutter(mask.shape[0], mask.shape[1], row, real)
         batched = _recorded(loaded, module, lambda: runner.batched(chunk_texts), cut)

@@ -125,6 +125,11 @@ class Runner:
 
     def batched(self, texts: list[str]) -> BatchedChunk:
         """Tokenize `texts` padded to their longest on the chosen side, then run them as one batch."""
+        input_ids, mask = self.padded(texts)
+        return BatchedChunk(input_ids, mask, self._forward(input_ids, mask))
+
+    def padded(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """`texts`' token ids padded to their longest on the chosen side, and the attention mask, on the device."""
         tokenizer = self.loaded.tokenizer
         saved_side = tokenizer.padding_side
         tokenizer.padding_side = self.padding_side
@@ -134,9 +139,7 @@ class Runner:
         finally:
             tokenizer.padding_side = saved_side
         device = self.loaded.device
-        input_ids = encoded["input_ids"].to(device)
-        mask = encoded["attention_mask"].to(device)
-        return BatchedChunk(input_ids, mask, self._forward(input_ids, mask))
+        return encoded["input_ids"].to(device), encoded["attention_mask"].to(device)
 
     def padded_row(self, chunk: BatchedChunk, row: int) -> PassOutput:
         """Row `row` of a padded chunk, with its padding and mask, as a batch of one (the seed's single)."""
