@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
 from ..invariant.mode import invariant_if
 from ..models.loading import LoadedModel
@@ -45,9 +44,8 @@ class _Recorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         if self.module is not None:
-            tensors = [a for a in tree_flatten((args, kwargs or {}))[0] if isinstance(a, torch.Tensor)]
-            first = tree_flatten(out)[0]
-            output = next((o for o in first if isinstance(o, torch.Tensor)), None)
+            tensors = list(_tensors((args, kwargs or {})))
+            output = next(_tensors(out), None)
             self.records.append(
                 _Record(
                     op=f"aten.{func.__name__.split('.')[0]}",
@@ -59,6 +57,18 @@ class _Recorder(TorchDispatchMode):
                 )
             )
         return out
+
+
+def _tensors(value):
+    """The tensors in an op's arguments or result (nested in lists, tuples and dicts), in order."""
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _tensors(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors(item)
 
 
 _SMALL = 1 << 16  # elements: an uncut input this small is copied and compared by value
