@@ -46,12 +46,13 @@ class _Recorder(TorchDispatchMode):
         if self.module is not None:
             tensors = list(_tensors((args, kwargs or {})))
             output = next(_tensors(out), None)
+            parts = [self.cut(t) for t in tensors]  # each tensor cut (and copied) once
             self.records.append(
                 _Record(
                     op=f"aten.{func.__name__.split('.')[0]}",
                     module=self.module,
-                    inputs=[self.cut(t) for t in tensors],
-                    whole_inputs=[_whole(t) for t in tensors if self.cut(t) is None],
+                    inputs=parts,
+                    whole_inputs=[_whole(t) for t, part in zip(tensors, parts) if part is None],
                     output=None if output is None else self.cut(output),
                     shapes=tuple(tuple(t.shape) for t in tensors),
                 )
