@@ -4,7 +4,7 @@ continuations: its `/v1/completions` API through the `openai` package (the `endp
 Texts go only to the URL the user named: no redirects are followed and no proxy from the environment is used.
 Requests are never retried, so a retry can never hide a changed answer. Every network or protocol fault is one
 `EndpointError` line. A server is not trusted: each request ends by its deadline (connect and answer), each answer
-is bounded in bytes (`endpoint_transport`), and the API key is read from the environment variable the user names
+is bounded in bytes (`endpoint.transport`), and the API key is read from the environment variable the user names
 and scrubbed from everything the server says before it is shown or kept.
 """
 

@@ -1,5 +1,5 @@
 """What the app's generation view draws for a served model (`batchtui --url`): under load against alone, in the
-same shapes as a local generation (`generation_views.GenerationScreen`)."""
+same shapes as a local generation (`terminal.generation.GenerationScreen`)."""
 
 from __future__ import annotations
 

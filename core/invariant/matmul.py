@@ -4,7 +4,7 @@ A GEMM library blocks and threads a call by its shape: on CPU a call of a few ro
 one of hundreds, and on CUDA cuBLAS picks a kernel per shape. So a token's row of a linear layer can round
 differently inside a padded batch than alone. While `RowInvariantMatmuls` is entered, aten's mm, addmm, bmm,
 baddbmm and _grouped_mm (MoE experts) are re-registered so that every row meets one kernel and one reduction
-order whatever the call's height (`invariant_rows.by_rows`: through the library where it was measured to keep
+order whatever the call's height (`rows.by_rows`: through the library where it was measured to keep
 rows, else in fixed-height tiles).
 The replacements call the `out=` overloads, which are separate operators: calling `torch.mm` from the mm
 override would call the override again.

@@ -5,9 +5,9 @@
         ...  # each text's real rows torch.equal its logits run alone; model.generate(...) too
 
 Four sources make a row's logits depend on the rest of the batch, and the mode removes each for the duration:
-matmuls whose kernel depends on the call's height (`invariant_matmul`), reductions over a row (a norm's mean)
-whose thread configuration depends on how many rows there are (`invariant_reduction`), attention over padded keys
-(`invariant_attention`) and element-wise functions whose vector tails round otherwise (`invariant_elementwise`).
+matmuls whose kernel depends on the call's height (`invariant.matmul`), reductions over a row (a norm's mean)
+whose thread configuration depends on how many rows there are (`invariant.reduction`), attention over padded keys
+(`invariant.attention`) and element-wise functions whose vector tails round otherwise (`invariant.elementwise`).
 On the way out, even on an exception or Ctrl+C, the aten kernels, the attention interfaces, the model's
 attention implementation and the thread's function modes are what they were.
 

@@ -5,7 +5,7 @@ CUDA's reduction kernel lays out its threads by the number of outputs (with few 
 row, and a long row is split across blocks), so a row's sum can round otherwise alone (a decode step of one
 text) than among others. On CPU a call past the parallel grain is split across threads, and one row alone of
 that size (reduced in two passes) differently again. While `RowInvariantReductions` is entered, aten's sum, mean and
-linalg_vector_norm over trailing dims of floating tensors go through `invariant_rows.by_rows` on the rows they
+linalg_vector_norm over trailing dims of floating tensors go through `rows.by_rows` on the rows they
 leave: every row meets one configuration whatever the call's height. Other reductions (over the batch, of
 integers, of everything) are the library's own.
 """

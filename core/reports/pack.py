@@ -1,7 +1,7 @@
 """A repro pack read back: a folder someone else sent, so every file is bounded and checked before use.
 
 The pack's settings are data, never permission: it cannot turn on remote code (`trust_remote_code` is read as
-false whatever it says), and which model runs is the reader's choice (`cli_from_pack`). The logits file's
+false whatever it says), and which model runs is the reader's choice (`cli.from_pack`). The logits file's
 header is checked against the texts' token counts and the vocabulary before a tensor is read.
 """
 

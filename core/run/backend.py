@@ -135,7 +135,7 @@ class ServedContinuation:
 class Completer(Protocol):
     """A model that continues a text (or token ids) greedily (temperature 0, a fixed seed), with the logprobs it
     can give and, asked for them, the token ids: a served model behind an OpenAI-compatible API
-    (`endpoint_client.Endpoint`)."""
+    (`endpoint.client.Endpoint`)."""
 
     def complete(
         self,
