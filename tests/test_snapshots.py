@@ -78,7 +78,7 @@ async def _failed_run(pilot) -> None:
     """A run that fails for real (a model folder that is not there) after one that succeeded."""
     await _ready(pilot)
     app = pilot.app
-    app._apply_settings(app.state.settings.with_changes(model="./no-such-model"))
+    app.apply_settings(app.state.settings.with_changes(model="./no-such-model"))
     await settle(pilot, app)
 
 

@@ -82,7 +82,7 @@ async def test_generation_key_is_in_the_help_and_palette():
     app = make_app(texts=TEXTS[:1])
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot, app)
-        assert any(b.action == "toggle_generation" for b in app.BINDINGS)
+        assert any(b.action == "app.toggle_generation" and b.key == "c" for b in app.screen.BINDINGS)
         commands = [c.title for c in app.get_system_commands(app.screen)]
         assert "Continuations" in commands
         await pilot.press("question_mark")

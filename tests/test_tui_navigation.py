@@ -1,5 +1,5 @@
-"""Moving over the results in the app (tui/navigation_keys.py and the summary): positions, texts, divergences,
-flips, sorting, and what the status line says on the way."""
+"""Moving over the results in the app (the explorer screen's keys, the heatmap and the summary): positions, texts,
+divergences, flips, sorting, and what the status line says on the way."""
 
 from tui_helpers import detail_title, make_app, settle, wait_for
 

@@ -17,7 +17,7 @@ async def test_an_error_leads_the_status_line_and_the_help_screen_has_the_rest()
             status = app.query_one(StatusLine)
             whole = status.full_text()
             assert "no divergence" in whole and "last run" in whole
-            app._apply_settings(app.state.settings.with_changes(model="./no-such-model"))
+            app.apply_settings(app.state.settings.with_changes(model="./no-such-model"))
             await settle(pilot, app)
             line = str(status.render())
             assert line.startswith("last run failed: no folder './no-such-model'")

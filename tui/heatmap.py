@@ -14,24 +14,38 @@ from textual_plotext import PlotextPlot
 
 from ..core.numbers.comparison import Comparison
 from ..core.terminal.heatmap import BUCKET_LEGEND, heatmap_series, overview_span
+from ..core.terminal.navigation import worst_flip
 
 # 256-colour codes, one per bucket: grey for exactly zero, then cold to hot by decade.
 BUCKET_COLORS = (240, 24, 31, 37, 71, 178, 208, 196, 201)
 SELECTED_MARKER = "X"
 FLIP_MARKER = "▲"  # a top-1 flip, in its bucket's colour
 TITLE = "max|Δ| per text (rows) and token position (columns)"
+NO_FLIP = "no top-1 flip: every position predicts the same token batched and alone"
+NO_DIVERGENT = "no divergent position: every position is allclose with no top-1 flip"
 
 
 class Heatmap(Vertical, can_focus=True):
-    # Its keys (arrows, hjkl, Home/End, PgUp/PgDn, z) are the app's: they work from every pane.
+    # Its keys (arrows, hjkl, Home/End, PgUp/PgDn, z, the jumps) are the explorer screen's: they work from
+    # every pane, and come here.
     # Positions a page key moves when the heatmap has not been drawn yet.
     DEFAULT_PAGE = 50
 
     class Move(Message):
+        """The selection moved by `texts` rows and `positions` columns."""
+
         def __init__(self, texts: int, positions: int) -> None:
             super().__init__()
             self.texts = texts
             self.positions = positions
+
+    class Jump(Message):
+        """The selection asked at a cell of its own: (text, position)."""
+
+        def __init__(self, text: int, position: int) -> None:
+            super().__init__()
+            self.text = text
+            self.position = position
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -64,6 +78,22 @@ class Heatmap(Vertical, can_focus=True):
         """A page is the positions the zoomed heatmap shows at once (the overview's cells, one position each)."""
         columns = self._columns()
         self.post_message(self.Move(0, pages * (columns if columns > 2 else self.DEFAULT_PAGE)))
+
+    def jump(self, finder, forward: bool, none_found: str) -> None:
+        """To the next (or previous) cell `finder` gives after the selection, or say there is none."""
+        if self._comparison is not None:
+            self._jump_to(finder(self._comparison, *self._selected, forward=forward), none_found)
+
+    def jump_to_worst_flip(self) -> None:
+        """The flip with the largest max|Δ| in any text (or, with none, the worst divergent position)."""
+        if self._comparison is not None:
+            self._jump_to(worst_flip(self._comparison), NO_DIVERGENT)
+
+    def _jump_to(self, cell: tuple[int, int] | None, none_found: str) -> None:
+        if cell is None:
+            self.app.notify(none_found)
+        else:
+            self.post_message(self.Jump(*cell))
 
     def action_zoom(self) -> None:
         if not self.zoomed and self._span == 1:

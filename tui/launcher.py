@@ -155,13 +155,13 @@ def build_app(argv: list[str]):
     notice = " · ".join(notices) or None
     endpoint = None
     if args.url:
-        from .endpoint_runs import EndpointTarget
+        from .run_controller import EndpointTarget
 
         endpoint = EndpointTarget(url, args.model if "model" in given else None, args.api_key_env)
     app = BatchtuiApp(
         texts, settings, output_dir=output_dir, session_path=path, startup_notice=notice, endpoint=endpoint
     )
-    app.threads = args.threads
+    app.runs.threads = args.threads
     return app
 
 

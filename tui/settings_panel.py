@@ -14,11 +14,18 @@ from ..core.settings import DTYPES, PADDING_SIDES, POSITION_MODES, SHORT_DTYPES,
 from ..core.visible import literal
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
+# The attention choices `a` cycles through: the model's default, then the two every model has.
+ATTENTION_CHOICES = (None, "sdpa", "eager")
 # What `auto` resolved to, short enough for the select's width at 80 columns.
 TOP_KS = (1, 3, 5, 10, 20)
 ATTN_IMPLEMENTATIONS = ("default", "sdpa", "eager")
 # On/off settings: (field, label). `invariant` keeps the batch-invariant mode on while exploring.
 CHECKBOXES = (("decompose", "batch vs pad"), ("reference", "vs float64"), ("invariant", "invariant"))
+
+
+def next_in(values, current):
+    values = list(values)
+    return values[(values.index(current) + 1) % len(values)] if current in values else values[0]
 
 
 def _options(values, current) -> list[tuple[str, object]]:
@@ -154,6 +161,10 @@ class SettingsPanel(Grid):
                 field.value = f"{getattr(self.settings, field.id):g}"  # the value still in use
             return
         self._post(**{field.id: value})
+
+    def cycle(self, field: str, values) -> None:
+        """The setting's next value among `values` (a key's doing: d, p, b, o, a, i), posted as a change."""
+        self._post(**{field: next_in(values, getattr(self.settings, field))})
 
     def _post(self, **change) -> None:
         settings = self.settings.with_changes(**change)

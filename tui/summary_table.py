@@ -9,7 +9,7 @@ from ..core.numbers.comparison import Comparison
 from ..core.terminal.navigation import summary_order
 from ..core.terminal.plain import format_float
 from ..core.visible import literal
-from .navigation_keys import POSITION_BINDINGS
+from .move_keys import POSITION_BINDINGS
 
 COLUMNS = ("#", "text", "tok", "max|Δ|", "KL", "flips", "allclose")
 # On screens narrower than this the text and token-count columns go (the editor's lines show the

@@ -7,12 +7,19 @@ control character ever reaches the terminal from it, and a form feed or U+2028 s
 
 from __future__ import annotations
 
+import os
+from functools import partial
+
 from textual import events
 from textual.binding import Binding
+from textual.message import Message
 from textual.widgets import TextArea
 
-from ..core.texts import NumberedTexts, numbered_texts, split_lines
+from ..core.errors import BatchtuiError
+from ..core.texts import NumberedTexts, numbered_texts, read_text_lines, split_lines
 from ..core.visible import from_editable, to_editable
+from .engine_calls import on_ui_thread
+from .prompt_screen import PromptScreen
 
 
 class TextsEditor(TextArea):
@@ -78,8 +85,42 @@ class TextsEditor(TextArea):
         event.text = _editable(split_lines(event.text))
         await super()._on_paste(event)
 
+    class Left(Message):
+        """Escape: the editor is left; its screen knows which pane is the way back."""
+
     def action_leave(self) -> None:
-        self.app.action_focus_heatmap()
+        self.post_message(self.Left())
+
+    def ask_for_file(self) -> None:
+        """ctrl+o: replace the texts with a file's lines (one text per line, blank lines kept so the line
+        numbers are the file's); a bad file changes nothing, and ctrl+z here undoes the load."""
+        self.app.push_screen(PromptScreen("texts file (one text per line)", "", "a path · "), self._load_file)
+
+    def _load_file(self, path: str | None) -> None:
+        if not path:
+            return
+        if os.path.exists(path) and not os.path.isfile(path):  # a FIFO or device would block until written
+            self.app.notify(
+                f"{path} is not a regular file: the app reads texts from files only",
+                title="texts not loaded",
+                severity="error",
+            )
+            return
+        # Read in a thread (a slow disk or network mount never stalls the keys), at most 64 MiB.
+        self.run_worker(lambda: self._read_file(path), thread=True, group="texts-file", exclusive=True)
+
+    def _read_file(self, path: str) -> None:
+        try:
+            lines = read_text_lines(path)
+        except BatchtuiError as exc:
+            on_ui_thread(self, partial(self.app.notify, title="texts not loaded", severity="error"), str(exc))
+            return
+        on_ui_thread(self, self._show_file, path, lines)
+
+    def _show_file(self, path: str, lines: list[str]) -> None:
+        self.replace_texts(lines)  # the app hears of it as of any edit
+        count = sum(1 for line in lines if line.strip())
+        self.app.notify(f"{count} texts from {path} (ctrl+z in the editor brings the previous ones back)")
 
 
 def _editable(texts: list[str]) -> str:
