@@ -1,6 +1,7 @@
 """`batchtui bench` produces the figures scripts read (its timings are not asserted: no timed tests)."""
 
 import json
+import re
 
 from batchtui.core.cli.bench import run_bench
 from batchtui.core.models.loading import load_model
@@ -16,7 +17,8 @@ def test_bench_json_has_ratios_and_targets(tmp_path, capsys):
     code = run_bench([*args, "--json", str(out), "--padding-side", "left" if side == "right" else "right"])
     assert tokenizer.padding_side == side  # the model the other commands share is left as it was
     # Progress after every call the bench makes (8 methods warmed up and timed once, 2 peaks), with an estimate.
-    progress = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[")]
+    printed = capsys.readouterr()
+    progress = [line for line in printed.err.splitlines() if line.startswith("[")]
     assert progress[-1].startswith("[########################] 18/18 peak memory compare")
     assert any("s left" in line for line in progress)
     data = json.loads(out.read_text())
@@ -29,6 +31,19 @@ def test_bench_json_has_ratios_and_targets(tmp_path, capsys):
     seconds = data["seconds"]
     assert data["ratios"]["invariant_vs_compare"] == seconds["compare_invariant"] / seconds["compare"]
     assert data["ratios"]["invariant_generate_vs_generate"] == seconds["generate_invariant"] / seconds["generate"]
+    # The generations' forward passes by phase, in the same best try as their seconds, and their ratios.
+    for name in ("generate", "generate_invariant"):
+        phases = data["phases"][name]
+        assert phases["prefill"] > 0 and phases["decode"] > 0 and sum(phases.values()) <= seconds[name]
+    for phase in ("prefill", "decode"):
+        ratio = data["phases"]["generate_invariant"][phase] / data["phases"]["generate"][phase]
+        assert data["ratios"][f"invariant_{phase}_vs_{phase}"] == ratio
+    # Every matmul the mode computed, and how: a path it measured, padded to that path's height.
+    paths = data["matmul_paths"]
+    assert {p["op"] for p in paths} >= {"mm"} and all(p["dtype"] == "bfloat16" for p in paths)
+    assert all(p["path"] in p["heights"] and p["height"] == p["heights"][p["path"]] for p in paths)
+    table = printed.out[printed.out.index("the mode's matmuls") :]
+    assert all(re.search(rf"\b{p['op']} +{p['operand']} +{p['path']} ", table) for p in paths), table
     assert [t["name"] for t in data["targets"]] == ["compare_vs_floor", "compare_vs_seed", "generate_vs_floor"]
     assert [t["limit"] for t in data["targets"]] == [1.10, 1.0, 1.25]  # the small models' limits
     for target in data["targets"]:
@@ -44,3 +59,31 @@ def test_workload_has_the_asked_token_counts():
     counts = [len(tokenizer(t)["input_ids"]) for t in texts]
     assert len(texts) == 6 and all(32 <= c <= 128 for c in counts)
     assert workload(tokenizer, 6, 32, 128) == texts  # seeded
+
+
+def test_the_phase_clock_splits_a_generation_into_one_prefill_and_its_decoding_steps():
+    """Each forward pass of `generate` timed by phase, counted against the test's own hook: the first pass over the
+    prompt is the prefill, each later one (one new position per row, over the cache) a decoding step."""
+    import torch
+
+    from batchtui.core.run.phase_clock import phase_clock
+
+    loaded = load_model(Settings(model="tiny", dtype="float32"))
+    model, tokenizer = loaded.model, loaded.tokenizer
+    widths = []
+    hook = model.register_forward_pre_hook(
+        lambda module, args, kwargs: widths.append(kwargs["input_ids"].shape[1]), with_kwargs=True
+    )
+    try:
+        ids = tokenizer(["some prompt text"], return_tensors="pt")
+        with phase_clock(model) as seconds, torch.inference_mode():
+            model.generate(**ids, max_new_tokens=5, min_new_tokens=5, do_sample=False)
+            decoded = dict(seconds)
+            model(**ids)  # no cache: a prefill
+    finally:
+        hook.remove()
+    assert widths[0] == ids["input_ids"].shape[1] > 1 and widths[1:5] == [1, 1, 1, 1]  # one prefill, four steps
+    assert decoded["prefill"] > 0 and decoded["decode"] > 0
+    assert seconds["decode"] == decoded["decode"] and seconds["prefill"] > decoded["prefill"]
+    hooks = model._forward_pre_hooks, model._forward_hooks
+    assert not any(hooks)  # the clock leaves nothing behind

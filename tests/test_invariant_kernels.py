@@ -51,6 +51,48 @@ def test_linear_rows_do_not_depend_on_the_call_height(matmuls, dtype):
     assert _rows_alike(lambda x: torch.bmm(x[None], weight.t()[None])[0], a)  # bmm
 
 
+def _keeps_rows_from(height, product, a) -> bool:
+    """The test's own measure: every row of calls of `height` rows or more gets the bits of an `height`-row call."""
+    return all(
+        torch.equal(product(a[:m])[start : start + height], product(a[start : start + height]))
+        for m in range(height, 68)
+        for start in (0, m - height)
+    )
+
+
+def _own_height(product, a) -> int | None:
+    try:
+        return next((h for h in (1, 2, 4, 8, 16) if _keeps_rows_from(h, product, a)), None)
+    except RuntimeError:  # a kernel this CPU lacks
+        return None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("bias", [False, True])
+def test_a_linear_layer_takes_the_path_that_keeps_rows_from_the_fewest(dtype, bias, monkeypatch):
+    """Two ways to a linear layer's rows on CPU, the GEMM library's and oneDNN's inner product on the weight as
+    stored: the mode takes the one that keeps rows from fewer rows (the library on a tie), as this test measures
+    each itself, and pads only to that height. (Where the library keeps rows only from 16, as MKL's float32 does
+    on the x86 CPUs measured, a decoding step's row would otherwise be a 16-row GEMM.)"""
+    monkeypatch.setattr(invariant_rows, "_measured", {})
+    monkeypatch.setattr(invariant_rows, "_chosen", {})
+    torch.manual_seed(0)
+    a, weight = torch.randn(67, 256).to(dtype), torch.randn(96, 256).to(dtype)
+    b = torch.randn(96).to(dtype) if bias else None
+    heights = {"library": _own_height(lambda x: torch.addmm(b, x, weight.t()) if bias else torch.mm(x, weight.t()), a)}
+    if dtype != torch.float64:  # oneDNN has no float64 kernels: not offered
+        heights["onednn"] = _own_height(lambda x: torch.ops.mkldnn._linear_pointwise(x, weight, b, "none", [], ""), a)
+    with RowInvariantMatmuls():
+        inside = torch.nn.functional.linear(a[:1], weight, b)
+    (chosen,) = invariant_rows.chosen_paths()
+    floors = [h for h in heights.values() if h is not None]
+    assert chosen.height == min(floors, default=None), (chosen, heights)
+    if floors:
+        assert chosen.path == next(name for name, h in heights.items() if h == min(floors)), (chosen, heights)
+    assert chosen.heights == heights  # the bench's table says what was measured
+    torch.testing.assert_close(inside, torch.nn.functional.linear(a[:1], weight, b))
+
+
 def test_without_the_mode_a_row_alone_differs():
     """The property above can fail: float32 GEMM gives one row other bits alone than among many here."""
     torch.manual_seed(0)

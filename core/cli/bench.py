@@ -20,6 +20,26 @@ from .options import (
 )
 
 BENCH_MODEL = "tiny"
+MATMUL_PATHS_SAID = "per kind of call, the path taken and the rows a shorter call is padded to; each path measured"
+
+
+def matmul_path_rows(paths: list[dict]) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    """The bench's table of the mode's matmul paths: headers and rows."""
+
+    def keeps(height: int | None) -> str:
+        return "none up to 16" if height is None else f"from {height}"
+
+    rows = [
+        (
+            p["op"],
+            p["operand"],
+            p["path"],
+            "tiles of 16" if p["height"] is None else "as it is" if p["height"] == 1 else f"padded to {p['height']}",
+            ", ".join(f"{name} {keeps(height)}" for name, height in p["heights"].items()),
+        )
+        for p in paths
+    ]
+    return ("op", "operand", "path", "short calls", "rows kept"), rows
 
 
 def run_bench(argv: list[str], prog: str = "batchtui bench") -> int:
@@ -62,6 +82,7 @@ def _bench(args: argparse.Namespace) -> int:
     start_torch(args)
     from ..models.loading import load_model
     from ..run.bench import bench, workload
+    from ..run.phase_clock import PHASES
 
     texts = workload(load_model(settings).tokenizer, args.texts, args.min_tokens, args.max_tokens)
     out = human_output(args.json)
@@ -81,6 +102,12 @@ def _bench(args: argparse.Namespace) -> int:
     print(format_columns(("method", "ms (best)"), rows, left={0}), file=out)
     ratios = [(name, f"{value:.3f}") for name, value in result.ratios.items()]
     print(format_columns(("ratio", "value"), ratios, left={0}), file=out)
+    if result.phases:
+        rows = [(name, *(f"{phases[phase] * 1000:.1f}" for phase in PHASES)) for name, phases in result.phases.items()]
+        print(format_columns(("forward passes of", "prefill ms", "decode ms"), rows, left={0}), file=out)
+    if result.matmul_paths:
+        print(f"the mode's matmuls ({MATMUL_PATHS_SAID}):", file=out)
+        print(format_columns(*matmul_path_rows(result.matmul_paths), left={0, 1, 2, 3, 4}), file=out)
     print(
         "peak memory above the weights: "
         + ", ".join(f"{name} {b / 2**20:.1f} MiB" for name, b in result.peak_bytes.items()),

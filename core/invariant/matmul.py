@@ -6,6 +6,13 @@ differently inside a padded batch than alone. While `RowInvariantMatmuls` is ent
 baddbmm and _grouped_mm (MoE experts) are re-registered so that every row meets one kernel and one reduction
 order whatever the call's height (`rows.by_rows`: through the library where it was measured to keep
 rows, else in fixed-height tiles).
+
+A linear layer's product (rows times a weight stored as nn.Linear stores it, so that its transpose is the
+operand) has a second path on CPU: oneDNN's inner product on that weight as it is (no copy). Where the GEMM
+library keeps rows only from 16 rows (MKL's float32 on every x86 CPU measured, AVX-512 and AVX2 alike), a
+decoding step of one row would be padded to a 16-row GEMM; oneDNN keeps rows from 1 or 2 and is the faster
+of the two at a few rows, so the mode then takes it, for every call of that shape (`rows.by_rows` measures both
+and takes the one that keeps rows from fewer).
 The replacements call the `out=` overloads, which are separate operators: calling `torch.mm` from the mm
 override would call the override again.
 """
@@ -14,21 +21,42 @@ from __future__ import annotations
 
 import torch
 
-from .rows import DEVICE_KEYS, RowsFn, by_rows
+from .rows import DEVICE_KEYS, Path, by_rows
 from .scopes import ScopedKernels
 
+# The dtypes oneDNN's inner product takes (where this CPU has the kernels: the measurement finds out).
+_ONEDNN_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
-def _by_rows(a: torch.Tensor, dim: int, key: tuple, compute: RowsFn) -> torch.Tensor:
+
+def _by_rows(a: torch.Tensor, dim: int, key: tuple, paths: list[Path]) -> torch.Tensor:
     if not RowInvariantMatmuls.active():  # another thread's call: the library's own
-        return compute(a)
-    return by_rows(a, dim, key, compute)
+        return paths[0][1](a)
+    return by_rows(a, dim, key, paths)
+
+
+def _onednn_path(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> list[Path]:
+    """oneDNN's inner product, where `b` is a linear layer's weight transposed (nn.Linear's [out, in], read as
+    it is) and the bias, if any, one value per output: `rows @ b + bias`."""
+    weight = b.t()
+    usable = (
+        a.device.type == "cpu"
+        and a.dim() == 2
+        and a.dtype in _ONEDNN_DTYPES
+        and b.dtype == a.dtype
+        and weight.is_contiguous()
+        and (bias is None or (bias.dtype == a.dtype and bias.shape == (b.shape[1],) and bias.is_contiguous()))
+        and torch.backends.mkldnn.is_available()
+    )
+    if not usable:
+        return []
+    return [("onednn", lambda rows: torch.ops.mkldnn._linear_pointwise(rows, weight, bias, "none", [], ""))]
 
 
 def _mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    def compute(rows):
+    def library(rows):
         return torch.ops.aten.mm.out(rows, b, out=rows.new_empty((rows.shape[0], b.shape[1])))
 
-    return _by_rows(a, 0, ("mm", tuple(b.shape), b.stride()), compute)
+    return _by_rows(a, 0, ("mm", tuple(b.shape), b.stride()), [("library", library), *_onednn_path(a, b)])
 
 
 def _addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta=1, alpha=1) -> torch.Tensor:
@@ -36,18 +64,21 @@ def _addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta=1, alph
         # A bias with a row per row: the product row-invariant, the (element-wise) sum after it.
         return torch.ops.aten.add(torch.ops.aten.mul(bias, beta), _mm(a, b), alpha=alpha)
 
-    def compute(rows):
+    def library(rows):
         out = rows.new_empty((rows.shape[0], b.shape[1]))
         return torch.ops.aten.addmm.out(bias, rows, b, beta=beta, alpha=alpha, out=out)
 
-    return _by_rows(a, 0, ("addmm", tuple(b.shape), b.stride(), tuple(bias.shape), beta, alpha), compute)
+    paths = [("library", library)]
+    if beta == 1 and alpha == 1:
+        paths += _onednn_path(a, b, bias.reshape(-1) if bias.dim() == 2 else bias)
+    return _by_rows(a, 0, ("addmm", tuple(b.shape), b.stride(), tuple(bias.shape), beta, alpha), paths)
 
 
 def _bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    def compute(rows):
+    def library(rows):
         return torch.ops.aten.bmm.out(rows, b, out=rows.new_empty((rows.shape[0], rows.shape[1], b.shape[2])))
 
-    return _by_rows(a, 1, ("bmm", tuple(b.shape), b.stride()), compute)
+    return _by_rows(a, 1, ("bmm", tuple(b.shape), b.stride()), [("library", library)])
 
 
 def _baddbmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta=1, alpha=1) -> torch.Tensor:

@@ -2,19 +2,23 @@
 
 Kernels that treat rows independently in arithmetic still pick their blocking, threading and reduction order
 by the call's shape (a GEMM library's kernels, CUDA's reduction configuration, a CPU reduction split across
-threads). `by_rows(a, dim, key, compute)` runs `compute` so that a row of `a` gets the bits it gets in a call
-of one fixed height:
-- where this machine's library was measured to give a row the same bits in any call of h or more rows
-  (`_row_keeping_height`, per key, shape, dtype, layout and thread count: often h is 1 or 2), a call of h or
-  more rows goes to the library whole and a shorter one is padded with zero rows to h;
-- elsewhere (and always on CUDA, where the library picks kernels per shape) every row is computed in a call of
-  exactly `tile_rows(device)` rows: shorter calls padded, taller ones cut into tiles.
+threads). `by_rows(a, dim, key, paths)` runs one of `paths` (ways to compute the same thing: the library's op
+first, then others, such as another library's kernel for a linear layer) so that a row of `a` gets the bits it
+gets in a call of one fixed height:
+- where a path was measured on this machine to give a row the same bits in any call of h or more rows
+  (`_row_keeping_path`, per key, shape, dtype, layout and thread count: often h is 1 or 2), the path with the
+  smallest h is taken (the first on a tie): a call of h or more rows goes to it whole and a shorter one is
+  padded with zero rows to h;
+- where none keeps rows (and always on CUDA, where the library picks kernels per shape) every row is computed by
+  the first path in a call of exactly `tile_rows(device)` rows: shorter calls padded, taller ones cut into tiles.
+What was chosen for each key is kept for `chosen_paths()` (the bench shows why the mode costs what it costs).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -30,12 +34,25 @@ def tile_rows(device: torch.device) -> int:
     return _CPU_TILE_ROWS if device.type == "cpu" else _GPU_TILE_ROWS
 
 
-# (key, dtype, shape and layout of everything but the rows, threads) -> the height from which the library keeps
-# rows
-_measured: dict[tuple, int | None] = {}
-_measured_lock = threading.Lock()
-
 RowsFn = Callable[[torch.Tensor], torch.Tensor]  # rows of the row operand -> those rows of the result
+Path = tuple[str, RowsFn]  # a way to compute it, by name: "library" (the op itself), "onednn"...
+
+
+@dataclass(frozen=True)
+class ChosenPath:
+    """How the mode computes the rows of one kind of call on this machine (`by_rows`' choice)."""
+
+    key: tuple  # the computation, its dtype, the shape and layout of all but the rows, the thread count
+    path: str  # the path's name
+    height: int | None  # the row-keeping height it is padded to; None: tiles of `tile_rows` rows
+    heights: dict[str, int | None]  # each path's row-keeping height as measured (None: none up to 16, or it failed)
+
+
+# (key, dtype, shape and layout of everything but the rows, threads) -> the path taken (its index) and its
+# row-keeping height
+_measured: dict[tuple, tuple[int, int | None]] = {}
+_chosen: dict[tuple, ChosenPath] = {}
+_measured_lock = threading.Lock()
 
 
 def _padded(rows: torch.Tensor, height: int, dim: int) -> torch.Tensor:
@@ -47,14 +64,16 @@ def _padded(rows: torch.Tensor, height: int, dim: int) -> torch.Tensor:
     return torch.cat([rows, rows.new_zeros(shape)], dim=dim)
 
 
-def by_rows(a: torch.Tensor, dim: int, key: tuple, compute: RowsFn) -> torch.Tensor:
-    """`compute(a)` with every row of `a` (along `dim`) getting the bits it gets in a call of one fixed height:
-    a shorter call padded to that height, a taller one through the library where it keeps rows (measured),
-    else in tiles of the fixed height. `key` names the computation (the operation and its other operands)."""
+def by_rows(a: torch.Tensor, dim: int, key: tuple, paths: Sequence[Path]) -> torch.Tensor:
+    """The computation `paths` name (each a way to compute it, the library's first) on `a`, with every row of `a`
+    (along `dim`) getting the bits it gets in a call of one fixed height: through the path measured to keep rows
+    from the smallest height, a shorter call padded to that height; where none does, the first path in tiles of
+    the fixed height. `key` names the computation (the operation and its other operands)."""
     m = a.shape[dim]
     if m == 0:
-        return compute(a)
-    floor = _row_keeping_height(a, dim, key, compute)
+        return paths[0][1](a)
+    chosen, floor = _row_keeping_path(a, dim, key, paths)
+    compute = paths[chosen][1]
     if floor is not None:
         return compute(a) if m >= floor else compute(_padded(a, floor, dim)).narrow(dim, 0, m).clone()
     height = tile_rows(a.device)
@@ -68,12 +87,17 @@ def by_rows(a: torch.Tensor, dim: int, key: tuple, compute: RowsFn) -> torch.Ten
 _FLOORS = (1, 2, 4, 8, 16)
 
 
-def _row_keeping_height(a: torch.Tensor, dim: int, key: tuple, compute: RowsFn) -> int | None:
-    """The smallest height h such that, measured once per key on random rows, the library gives every row of a
-    call of h or more rows the bits that row gets in a call of exactly h rows (wherever it sits); None when not
-    even 16 rows do, and always on CUDA, where the library picks kernels per shape (then: fixed-height tiles)."""
-    if a.device.type != "cpu":
-        return None
+def chosen_paths() -> list[ChosenPath]:
+    """Every kind of call the mode has computed by rows in this process, and how."""
+    with _measured_lock:
+        return list(_chosen.values())
+
+
+def _row_keeping_path(a: torch.Tensor, dim: int, key: tuple, paths: Sequence[Path]) -> tuple[int, int | None]:
+    """(which path, its height h): the path that, measured once per key on random rows, gives every row of a call
+    of h or more rows the bits that row gets in a call of exactly h rows (wherever it sits) from the smallest h
+    (the first on a tie); h None when no path keeps rows even from 16 rows, and always on CUDA, where the library
+    picks kernels per shape (then: the first path in fixed-height tiles). A path that fails here is not taken."""
     # The library blocks a call by its thread count too, and that count is per thread (the app's workers run
     # with one core fewer than the main thread): a measurement holds for one count only.
     threads = torch.get_num_threads()
@@ -81,13 +105,27 @@ def _row_keeping_height(a: torch.Tensor, dim: int, key: tuple, compute: RowsFn) 
     with _measured_lock:
         if key in _measured:
             return _measured[key]
-    shape = list(a.shape)
-    shape[dim] = 67
-    probe = torch.randn(shape, generator=torch.Generator().manual_seed(0)).to(a.dtype)
-    floor = next((h for h in _FLOORS if _keeps_rows_from(h, probe, dim, compute)), None)
+    heights = dict.fromkeys((name for name, _ in paths), None)
+    if a.device.type == "cpu":
+        shape = list(a.shape)
+        shape[dim] = 67
+        probe = torch.randn(shape, generator=torch.Generator().manual_seed(0)).to(a.dtype)
+        heights = {name: _row_keeping_height(probe, dim, compute) for name, compute in paths}
+    floors = [h for h in heights.values() if h is not None]
+    best = min(floors, default=None)
+    index = list(heights.values()).index(best) if best is not None else 0
     with _measured_lock:
-        _measured[key] = floor
-    return floor
+        _measured[key] = (index, best)
+        _chosen[key] = ChosenPath(key, paths[index][0], best, heights)
+    return index, best
+
+
+def _row_keeping_height(probe: torch.Tensor, dim: int, compute: RowsFn) -> int | None:
+    """The smallest height from which `compute` keeps rows; None where none does, or where it fails."""
+    try:
+        return next((h for h in _FLOORS if _keeps_rows_from(h, probe, dim, compute)), None)
+    except RuntimeError:  # a kernel this CPU lacks (oneDNN's bf16 without AVX-512, or float64)
+        return None
 
 
 def _keeps_rows_from(height: int, probe: torch.Tensor, dim: int, compute: RowsFn) -> bool:

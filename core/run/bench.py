@@ -9,6 +9,9 @@ has it; a method of under a second is tried three times a round):
 (e) the generation floor: bare greedy `generate` calls (one per left-padded chunk, one per text alone);
 (f) generate_and_compare() as `batchtui generate` runs it, on the same number of new tokens;
 (g), (h) compare() and generate_and_compare() in the batch-invariant mode: what the same logits cost.
+Both generations' forward passes are also timed by phase (prefill, decode: `phase_clock`), and the mode's
+matmul paths are listed per shape (the library, padded to the height from which it keeps rows, oneDNN, or
+fixed-height tiles): why the mode costs what it costs on this machine.
 Peak memory: on CUDA max_memory_allocated above what was allocated before (the weights); on the
 CPU the peak resident-set growth, sampled.
 """
@@ -23,11 +26,13 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from ..invariant.rows import chosen_paths
 from ..models.loading import LoadedModel, load_model
 from ..numbers.generation import DEFAULT_MAX_NEW_TOKENS
 from ..settings import Settings
 from .engine import compare
 from .generation import generate_and_compare
+from .phase_clock import PHASES, phase_clock
 from .runner import Runner
 from .skeleton import chunks
 
@@ -177,6 +182,10 @@ class BenchResult:
     seconds: dict[str, float]  # each method's best round
     all_seconds: dict[str, list[float]]  # each round's best try
     peak_bytes: dict[str, int]
+    # The generations' forward passes by phase (prefill, decode), seconds, in their best try
+    phases: dict[str, dict[str, float]] = field(default_factory=dict)
+    # How the mode computed each kind of matmul: op, operand shape, dtype, path, height, each path's height
+    matmul_paths: list[dict] = field(default_factory=list)
     ratios: dict[str, float] = field(default_factory=dict)
     targets: list[dict] = field(default_factory=list)
 
@@ -185,6 +194,8 @@ class BenchResult:
 
 
 _SHORT_TRIES = 3
+# The methods whose forward passes are timed by phase: the generations, in and out of the mode.
+PHASED = ("generate", "generate_invariant")
 # Built-in models small enough that per-call overheads, not the passes, dominate their timings.
 SMALL_BUILTINS = ("tiny", "qwen2-english-4m")
 # The memory target is about logits of a real vocabulary (Qwen2.5: 151,936 tokens).
@@ -227,13 +238,25 @@ def bench(
     # on short timings, and the tries cost little beside generate's seconds.
     tries = {name: _SHORT_TRIES if seconds < 1.0 else 1 for name, seconds in warm_up.items()}
     times: dict[str, list[float]] = {name: [] for name in methods}
+    phases: dict[str, dict[str, float]] = {}  # of the generations' best tries so far
+    fastest = dict.fromkeys(methods, float("inf"))
+
+    def timed(name: str) -> float:
+        with phase_clock(loaded.model, lambda: _synchronize(device)) as clock:
+            seconds = _timed(methods[name], device)
+        if seconds < fastest[name]:
+            fastest[name] = seconds
+            if name in PHASED:
+                phases[name] = dict(clock)
+        return seconds
+
     for round_ in range(rounds):
         # Rotate the order each round so drift (heat, other load) falls on every method alike.
         order = list(methods)[round_ % len(methods) :] + list(methods)[: round_ % len(methods)]
         round_best = dict.fromkeys(methods, float("inf"))
         for attempt in range(max(tries.values())):
             for name in (name for name in order if attempt < tries[name]):
-                round_best[name] = min(round_best[name], _timed(methods[name], device))
+                round_best[name] = min(round_best[name], timed(name))
                 if attempt == tries[name] - 1:
                     step(f"round {round_ + 1}/{rounds} {name}")
         for name in methods:
@@ -257,6 +280,8 @@ def bench(
         seconds=best,
         all_seconds=times,
         peak_bytes=peaks,
+        phases=phases,
+        matmul_paths=[_path_row(c) for c in chosen_paths() if c.key[0][0] in _MATMULS and c.key[1] == _dtype(loaded)],
     )
     result.ratios = {
         "compare_vs_floor": best["compare"] / best["floor"],
@@ -265,9 +290,35 @@ def bench(
         "generate_vs_floor": best["generate"] / best["generate_floor"],
         "invariant_vs_compare": best["compare_invariant"] / best["compare"],
         "invariant_generate_vs_generate": best["generate_invariant"] / best["generate"],
+        **{
+            f"invariant_{phase}_vs_{phase}": phases["generate_invariant"][phase] / phases["generate"][phase]
+            for phase in PHASES
+            if phases["generate"][phase] > 0
+        },
     }
     result.targets = _targets(result, texts, loaded)
     return result
+
+
+_MATMULS = ("mm", "addmm", "bmm")
+
+
+def _dtype(loaded: LoadedModel) -> torch.dtype:
+    return next(loaded.model.parameters()).dtype
+
+
+def _path_row(chosen) -> dict:
+    """One kind of matmul the mode computed, in words a table can show."""
+    (op, operand, *_), dtype, _, _, _, threads = chosen.key
+    return {
+        "op": op,
+        "operand": "x".join(str(n) for n in operand),
+        "dtype": str(dtype).removeprefix("torch."),
+        "threads": threads,
+        "path": chosen.path,
+        "height": chosen.height,
+        "heights": chosen.heights,
+    }
 
 
 def _target(name: str, value: float, limit: float) -> dict:
