@@ -11,6 +11,8 @@ the same way wherever it is, so only the CPU kernels are replaced.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from .scopes import ScopedKernels
@@ -21,6 +23,7 @@ _STEP = 64
 _GRAIN = 32768
 
 
+@functools.lru_cache(maxsize=4096)
 def tail_free_length(n: int, threads: int) -> int:
     """The smallest length >= n that ATen's thread split cuts into shares of whole vector steps."""
     length = -(-n // _STEP) * _STEP
@@ -35,9 +38,11 @@ def _tail_free(out_op):
     def run(x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
         if not TailFreeElementwise.active():  # another thread's call: the library's own
             return out_op(x, *args, **kwargs, out=torch.empty_like(x))
-        flat = x.reshape(-1)
-        n = flat.numel()
+        n = x.numel()
         length = tail_free_length(n, torch.get_num_threads())
+        if length == n and x.is_contiguous():  # no tail anywhere: the tensor as it is (the same loop, flattened)
+            return out_op(x, *args, **kwargs, out=torch.empty_like(x))
+        flat = x.reshape(-1)
         padded = torch.cat([flat, flat.new_zeros(length - n)]) if length > n else flat.contiguous()
         out = torch.empty_like(padded)
         out_op(padded, *args, **kwargs, out=out)

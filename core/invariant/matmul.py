@@ -21,31 +21,32 @@ from __future__ import annotations
 
 import torch
 
-from .rows import DEVICE_KEYS, Path, by_rows
+from .rows import DEVICE_KEYS, Path, RowsFn, by_rows
 from .scopes import ScopedKernels
 
 # The dtypes oneDNN's inner product takes (where this CPU has the kernels: the measurement finds out).
 _ONEDNN_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+_ONEDNN = torch.backends.mkldnn.is_available()
 
 
-def _by_rows(a: torch.Tensor, dim: int, key: tuple, paths: list[Path]) -> torch.Tensor:
+def _by_rows(a: torch.Tensor, dim: int, key: tuple, library: RowsFn, others=tuple) -> torch.Tensor:
     if not RowInvariantMatmuls.active():  # another thread's call: the library's own
-        return paths[0][1](a)
-    return by_rows(a, dim, key, paths)
+        return library(a)
+    return by_rows(a, dim, key, library, others)
 
 
-def _onednn_path(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> list[Path]:
+def _onednn(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> list[Path]:
     """oneDNN's inner product, where `b` is a linear layer's weight transposed (nn.Linear's [out, in], read as
     it is) and the bias, if any, one value per output: `rows @ b + bias`."""
     weight = b.t()
     usable = (
-        a.device.type == "cpu"
+        _ONEDNN
+        and a.device.type == "cpu"
         and a.dim() == 2
         and a.dtype in _ONEDNN_DTYPES
         and b.dtype == a.dtype
         and weight.is_contiguous()
         and (bias is None or (bias.dtype == a.dtype and bias.shape == (b.shape[1],) and bias.is_contiguous()))
-        and torch.backends.mkldnn.is_available()
     )
     if not usable:
         return []
@@ -56,7 +57,7 @@ def _mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     def library(rows):
         return torch.ops.aten.mm.out(rows, b, out=rows.new_empty((rows.shape[0], b.shape[1])))
 
-    return _by_rows(a, 0, ("mm", tuple(b.shape), b.stride()), [("library", library), *_onednn_path(a, b)])
+    return _by_rows(a, 0, ("mm", b.shape, b.stride()), library, lambda: _onednn(a, b))
 
 
 def _addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta=1, alpha=1) -> torch.Tensor:
@@ -68,17 +69,17 @@ def _addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta=1, alph
         out = rows.new_empty((rows.shape[0], b.shape[1]))
         return torch.ops.aten.addmm.out(bias, rows, b, beta=beta, alpha=alpha, out=out)
 
-    paths = [("library", library)]
-    if beta == 1 and alpha == 1:
-        paths += _onednn_path(a, b, bias.reshape(-1) if bias.dim() == 2 else bias)
-    return _by_rows(a, 0, ("addmm", tuple(b.shape), b.stride(), tuple(bias.shape), beta, alpha), paths)
+    def others():
+        return _onednn(a, b, bias.reshape(-1)) if beta == 1 and alpha == 1 else []
+
+    return _by_rows(a, 0, ("addmm", b.shape, b.stride(), bias.shape, beta, alpha), library, others)
 
 
 def _bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     def library(rows):
         return torch.ops.aten.bmm.out(rows, b, out=rows.new_empty((rows.shape[0], rows.shape[1], b.shape[2])))
 
-    return _by_rows(a, 1, ("bmm", tuple(b.shape), b.stride()), [("library", library)])
+    return _by_rows(a, 1, ("bmm", b.shape, b.stride()), library)
 
 
 def _baddbmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta=1, alpha=1) -> torch.Tensor:

@@ -46,7 +46,7 @@ def _by_rows(x: torch.Tensor, dims, keepdim: bool, key: tuple, reduce) -> torch.
         return reduce(x, dims, keepdim)
     lead = tuple(x.shape[: x.dim() - count])
     rows = x.reshape(math.prod(lead), math.prod(x.shape[x.dim() - count :]))
-    reduced = by_rows(rows, 0, key, [("library", lambda r: reduce(r, [1], False))])
+    reduced = by_rows(rows, 0, key, lambda r: reduce(r, [1], False))
     return reduced.reshape(lead + (1,) * count if keepdim else lead)
 
 

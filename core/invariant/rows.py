@@ -64,16 +64,23 @@ def _padded(rows: torch.Tensor, height: int, dim: int) -> torch.Tensor:
     return torch.cat([rows, rows.new_zeros(shape)], dim=dim)
 
 
-def by_rows(a: torch.Tensor, dim: int, key: tuple, paths: Sequence[Path]) -> torch.Tensor:
-    """The computation `paths` name (each a way to compute it, the library's first) on `a`, with every row of `a`
-    (along `dim`) getting the bits it gets in a call of one fixed height: through the path measured to keep rows
-    from the smallest height, a shorter call padded to that height; where none does, the first path in tiles of
-    the fixed height. `key` names the computation (the operation and its other operands)."""
+def by_rows(
+    a: torch.Tensor, dim: int, key: tuple, library: RowsFn, others: Callable[[], Sequence[Path]] = tuple
+) -> torch.Tensor:
+    """The computation `library` does (and `others()` can do another way: each path named) on `a`, with every row
+    of `a` (along `dim`) getting the bits it gets in a call of one fixed height: through the path measured to keep
+    rows from the smallest height, a shorter call padded to that height; where none does, the library in tiles of
+    the fixed height. `key` names the computation (the operation and its other operands). `others` is called
+    only where it is measured or taken: on the way of every call, the library costs a lookup."""
     m = a.shape[dim]
     if m == 0:
-        return paths[0][1](a)
-    chosen, floor = _row_keeping_path(a, dim, key, paths)
-    compute = paths[chosen][1]
+        return library(a)
+    # The library blocks a call by its thread count too, and that count is per thread (the app's workers run
+    # with one core fewer than the main thread): a measurement holds for one count only.
+    key = (key, a.dtype, a.shape[:dim], a.shape[dim + 1 :], a.stride(-1) == 1, torch.get_num_threads())
+    known = _measured.get(key)  # a dict read needs no lock
+    chosen, floor = known if known is not None else _row_keeping_path(a, dim, key, [("library", library), *others()])
+    compute = library if chosen == 0 else others()[chosen - 1][1]
     if floor is not None:
         return compute(a) if m >= floor else compute(_padded(a, floor, dim)).narrow(dim, 0, m).clone()
     height = tile_rows(a.device)
@@ -98,13 +105,6 @@ def _row_keeping_path(a: torch.Tensor, dim: int, key: tuple, paths: Sequence[Pat
     of h or more rows the bits that row gets in a call of exactly h rows (wherever it sits) from the smallest h
     (the first on a tie); h None when no path keeps rows even from 16 rows, and always on CUDA, where the library
     picks kernels per shape (then: the first path in fixed-height tiles). A path that fails here is not taken."""
-    # The library blocks a call by its thread count too, and that count is per thread (the app's workers run
-    # with one core fewer than the main thread): a measurement holds for one count only.
-    threads = torch.get_num_threads()
-    key = (key, a.dtype, tuple(a.shape[:dim]), tuple(a.shape[dim + 1 :]), a.stride(-1) == 1, threads)
-    with _measured_lock:
-        if key in _measured:
-            return _measured[key]
     heights = dict.fromkeys((name for name, _ in paths), None)
     if a.device.type == "cpu":
         shape = list(a.shape)
@@ -114,9 +114,9 @@ def _row_keeping_path(a: torch.Tensor, dim: int, key: tuple, paths: Sequence[Pat
     floors = [h for h in heights.values() if h is not None]
     best = min(floors, default=None)
     index = list(heights.values()).index(best) if best is not None else 0
-    with _measured_lock:
-        _measured[key] = (index, best)
+    with _measured_lock:  # two threads measuring one key find the same
         _chosen[key] = ChosenPath(key, paths[index][0], best, heights)
+        _measured[key] = (index, best)
     return index, best
 
 
