@@ -130,12 +130,18 @@ def _per_row(query, key, value, mask, is_causal: bool, attend, q_dim_of_output: 
     if mask is not None and mask.dim() < 4:  # SDPA also takes [q, kv] and [b, q, kv] masks
         mask = mask.view((1,) * (4 - mask.dim()) + tuple(mask.shape))
     plan = _row_plan(mask, b, q, kv, is_causal, query.device)
+    self_only = getattr(_local, "self_only", False)
+    if b == 1 and plan[0] is not None and len(plan[0][0]) == q and len(plan[0][1]) == kv and not self_only:
+        # One row, every query and key real (a text alone): the same call as below without the cutting, its
+        # operands laid out as a cut leaves them (contiguous), so the kernel meets the same inputs.
+        row_mask = _row_mask(mask, 0, *plan[0], kv)
+        return attend(query.contiguous(), key.contiguous(), value.contiguous(), row_mask).contiguous()
     out = None
     for row, entry in enumerate(plan):
         if entry is None:
             continue
         q_idx, k_idx, sub = entry
-        if getattr(_local, "self_only", False):
+        if self_only:
             row_mask = _itself_only(len(q_idx), len(k_idx), query.device)
         else:
             row_mask = _row_mask(mask, row, q_idx, k_idx, sub, kv)

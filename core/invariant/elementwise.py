@@ -34,9 +34,12 @@ def tail_free_length(n: int, threads: int) -> int:
         length = -(-length // (_STEP * used)) * (_STEP * used)
 
 
-def _tail_free(out_op):
+def _tail_free(out_op, exact_in: tuple[torch.dtype, ...] = ()):
+    """`out_op`'s function on a tensor with no element in a scalar tail; `exact_in`: dtypes whose vector and scalar
+    paths compute the same (correctly rounded) result, for which any tail will do."""
+
     def run(x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
-        if not TailFreeElementwise.active():  # another thread's call: the library's own
+        if not TailFreeElementwise.active() or x.dtype in exact_in:  # the library's own
             return out_op(x, *args, **kwargs, out=torch.empty_like(x))
         n = x.numel()
         length = tail_free_length(n, torch.get_num_threads())
@@ -52,10 +55,14 @@ def _tail_free(out_op):
 
 
 _OPS = ("silu", "gelu", "sigmoid", "tanh", "exp", "rsqrt", "erf", "log", "sin", "cos")
+# rsqrt's vector body is 1 / sqrt(x), two correctly rounded operations, as its scalar tail is in float32 and float64
+# (an RMSNorm's, called on one value per row: a tail in every short call); in bfloat16 and float16 the tail rounds
+# sqrt to the narrow type before dividing, so those still need no tail.
+_EXACT_IN = {"rsqrt": (torch.float32, torch.float64)}
 
 
 class TailFreeElementwise(ScopedKernels):
     """The CPU kernels of `_OPS` replaced while entered."""
 
     def kernels(self) -> dict:
-        return {(name, "CPU"): _tail_free(getattr(torch.ops.aten, name).out) for name in _OPS}
+        return {(name, "CPU"): _tail_free(getattr(torch.ops.aten, name).out, _EXACT_IN.get(name, ())) for name in _OPS}

@@ -35,20 +35,25 @@ def _by_rows(a: torch.Tensor, dim: int, key: tuple, library: RowsFn, others=tupl
     return by_rows(a, dim, key, library, others)
 
 
-def _onednn(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> list[Path]:
-    """oneDNN's inner product, where `b` is a linear layer's weight transposed (nn.Linear's [out, in], read as
-    it is) and the bias, if any, one value per output: `rows @ b + bias`."""
-    weight = b.t()
-    usable = (
+def onednn_usable(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
+    """Whether oneDNN's inner product takes `a` (rows) times `weight` ([out, in], as nn.Linear stores it) plus
+    `bias` (one value per output) as they are."""
+    return (
         _ONEDNN
         and a.device.type == "cpu"
         and a.dim() == 2
         and a.dtype in _ONEDNN_DTYPES
-        and b.dtype == a.dtype
+        and weight.dtype == a.dtype
         and weight.is_contiguous()
-        and (bias is None or (bias.dtype == a.dtype and bias.shape == (b.shape[1],) and bias.is_contiguous()))
+        and (bias is None or (bias.dtype == a.dtype and bias.shape == (weight.shape[0],) and bias.is_contiguous()))
     )
-    if not usable:
+
+
+def _onednn(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> list[Path]:
+    """oneDNN's inner product, where `b` is a linear layer's weight transposed (nn.Linear's [out, in], read as
+    it is) and the bias, if any, one value per output: `rows @ b + bias`."""
+    weight = b.t()
+    if not onednn_usable(a, weight, bias):
         return []
     return [("onednn", lambda rows: torch.ops.mkldnn._linear_pointwise(rows, weight, bias, "none", [], ""))]
 

@@ -5,7 +5,8 @@
         ...  # each text's real rows torch.equal its logits run alone; model.generate(...) too
 
 Four sources make a row's logits depend on the rest of the batch, and the mode removes each for the duration:
-matmuls whose kernel depends on the call's height (`invariant.matmul`), reductions over a row (a norm's mean)
+matmuls whose kernel depends on the call's height (`invariant.matmul`, and a model's linear layers at the layer:
+`invariant.linear`), reductions over a row (a norm's mean)
 whose thread configuration depends on how many rows there are (`invariant.reduction`), attention over padded keys
 (`invariant.attention`) and element-wise functions whose vector tails round otherwise (`invariant.elementwise`).
 On the way out, even on an exception or Ctrl+C, the aten kernels, the attention interfaces, the model's
@@ -38,6 +39,7 @@ from .attention import (
     set_inner,
 )
 from .elementwise import TailFreeElementwise
+from .linear import RowInvariantLinears
 from .matmul import RowInvariantMatmuls
 from .reduction import RowInvariantReductions
 
@@ -181,18 +183,14 @@ def _mode(model, catch_sdpa: bool, classes: tuple[str, ...] = KERNEL_CLASSES) ->
     routed to it, and with `catch_sdpa` the SDPA calls it makes itself; all undone after. `classes`: which parts."""
     if "attention" not in classes:
         with contextlib.ExitStack() as stack:
-            for name, scope in _KERNEL_SCOPES.items():
-                if name in classes:
-                    stack.enter_context(scope())
+            _enter_kernels(stack, model, classes)
             yield
         return
     configs = _configs(model) if _uses_interface(model) else []
     # A nested entry finds the model routed already: the outer entry keeps what to restore.
     saved = [(c, getattr(c, _attn_attribute(c))) for c in configs if getattr(c, _attn_attribute(c)) != NAME]
     with contextlib.ExitStack() as stack:
-        for name, scope in _KERNEL_SCOPES.items():
-            if name in classes:
-                stack.enter_context(scope())
+        _enter_kernels(stack, model, classes)
         stack.enter_context(AttentionRegistration())
         stack.callback(_restore, saved)
         for config, old in saved:
@@ -201,6 +199,15 @@ def _mode(model, catch_sdpa: bool, classes: tuple[str, ...] = KERNEL_CLASSES) ->
         if catch_sdpa:
             stack.enter_context(RowWiseSdpa())
         yield
+
+
+def _enter_kernels(stack: contextlib.ExitStack, model, classes: tuple[str, ...]) -> None:
+    """The kernel scopes of `classes`; with matmuls, the model's linear layers computing their rows themselves."""
+    for name, scope in _KERNEL_SCOPES.items():
+        if name in classes:
+            stack.enter_context(scope())
+    if "matmul" in classes:
+        stack.enter_context(RowInvariantLinears(model))
 
 
 def _restore(saved: list) -> None:

@@ -65,22 +65,47 @@ def _padded(rows: torch.Tensor, height: int, dim: int) -> torch.Tensor:
 
 
 def by_rows(
-    a: torch.Tensor, dim: int, key: tuple, library: RowsFn, others: Callable[[], Sequence[Path]] = tuple
+    a: torch.Tensor,
+    dim: int,
+    key: tuple,
+    library: RowsFn,
+    others: Callable[[], Sequence[Path]] = tuple,
+    name: str = "library",
 ) -> torch.Tensor:
     """The computation `library` does (and `others()` can do another way: each path named) on `a`, with every row
     of `a` (along `dim`) getting the bits it gets in a call of one fixed height: through the path measured to keep
     rows from the smallest height, a shorter call padded to that height; where none does, the library in tiles of
     the fixed height. `key` names the computation (the operation and its other operands). `others` is called
-    only where it is measured or taken: on the way of every call, the library costs a lookup."""
-    m = a.shape[dim]
-    if m == 0:
+    only where it is measured or taken: on the way of every call, the library costs a lookup. `name`: the first
+    path's, where it is not the library's op itself."""
+    if a.shape[dim] == 0:
         return library(a)
+    compute, floor = choose(a, dim, key, library, others, name)
+    return in_rows(a, dim, compute, floor)
+
+
+def choose(
+    a: torch.Tensor,
+    dim: int,
+    key: tuple,
+    library: RowsFn,
+    others: Callable[[], Sequence[Path]] = tuple,
+    name: str = "library",
+) -> tuple[RowsFn, int | None]:
+    """`by_rows`' choice for calls like this one: (the path's function, the height it keeps rows from; None:
+    tiles of the library), measured once per key, dtype, shape and layout of all but the rows, and thread count."""
     # The library blocks a call by its thread count too, and that count is per thread (the app's workers run
     # with one core fewer than the main thread): a measurement holds for one count only.
     key = (key, a.dtype, a.shape[:dim], a.shape[dim + 1 :], a.stride(-1) == 1, torch.get_num_threads())
     known = _measured.get(key)  # a dict read needs no lock
-    chosen, floor = known if known is not None else _row_keeping_path(a, dim, key, [("library", library), *others()])
-    compute = library if chosen == 0 else others()[chosen - 1][1]
+    chosen, floor = known if known is not None else _row_keeping_path(a, dim, key, [(name, library), *others()])
+    return (library if chosen == 0 else others()[chosen - 1][1]), floor
+
+
+def in_rows(a: torch.Tensor, dim: int, compute: RowsFn, floor: int | None) -> torch.Tensor:
+    """`compute(a)` with every row of `a` as in a call of `floor` rows or more (a shorter call padded to it);
+    with no floor, in tiles of the fixed height."""
+    m = a.shape[dim]
     if floor is not None:
         return compute(a) if m >= floor else compute(_padded(a, floor, dim)).narrow(dim, 0, m).clone()
     height = tile_rows(a.device)

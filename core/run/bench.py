@@ -300,7 +300,7 @@ def bench(
     return result
 
 
-_MATMULS = ("mm", "addmm", "bmm")
+_MATMULS = ("linear", "mm", "addmm", "bmm")
 
 
 def _dtype(loaded: LoadedModel) -> torch.dtype:

@@ -1,0 +1,109 @@
+"""Linear layers whose rows do not depend on how many share the call, computed at the layer (CPU).
+
+The mode's aten matmuls (`invariant.matmul`) cover every product, but each call crosses into Python twice
+(the dispatcher's, then the choice of path): on a model of a few million weights, where a linear layer's call
+costs tens of microseconds, that is what the mode cost. While `RowInvariantLinears(model)` is entered, each
+`nn.Linear` of the model (the class itself, not a subclass with its own forward) computes its rows in its own
+forward: oneDNN's inner product on the weight as stored where it keeps rows from the fewest rows (one call into
+C++, as fast as the library's or faster), else the GEMM library's op (`rows.by_rows` measures both, per shape,
+dtype and thread count). Another thread's call, or a call outside the mode, is the layer's own.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+
+import torch
+
+from .matmul import RowInvariantMatmuls, onednn_usable
+from .rows import choose, in_rows
+
+
+def _onednn(weight: torch.Tensor, bias: torch.Tensor | None):
+    return lambda rows: torch.ops.mkldnn._linear_pointwise(rows, weight, bias, "none", [], "")
+
+
+def _library(weight: torch.Tensor, bias: torch.Tensor | None):
+    out_features = weight.shape[0]
+    if bias is None:
+        return lambda rows: torch.ops.aten.mm.out(rows, weight.t(), out=rows.new_empty((rows.shape[0], out_features)))
+    return lambda rows: torch.ops.aten.addmm.out(
+        bias, rows, weight.t(), out=rows.new_empty((rows.shape[0], out_features))
+    )
+
+
+def _paths(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> tuple:
+    """(first path, the others, the first's name) for `rows` times this layer's weight: oneDNN first where it
+    takes them as they are (one call into C++), else the GEMM library's op alone."""
+    if onednn_usable(rows, weight, bias):
+        return _onednn(weight, bias), lambda: [("library", _library(weight, bias))], "onednn"
+    return _library(weight, bias), tuple, "library"
+
+
+def linear_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """`F.linear(x, weight, bias)` with each row of `x` (all but its last dim) computed as in a call of one fixed
+    height, through the path that keeps rows from the fewest."""
+    rows = x.reshape(-1, weight.shape[1])
+    compute, floor = choose(rows, 0, ("linear", weight.shape, bias is not None), *_paths(rows, weight, bias))
+    return in_rows(rows, 0, compute, floor).view(*x.shape[:-1], weight.shape[0])
+
+
+class _Forward:
+    """A linear layer's forward in the mode: its rows through the path `choose` takes for its shape (kept per
+    thread count, so that a call costs a lookup), the layer's own elsewhere."""
+
+    def __init__(self, module: torch.nn.Linear) -> None:
+        self.original = module.forward
+        self._weight, self._bias = module.weight, module.bias
+        self._shape = (module.out_features,)
+        self._chosen: dict[int, tuple] = {}  # thread count -> (compute, floor)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        weight = self._weight
+        if not RowInvariantMatmuls.active() or x.dtype != weight.dtype or x.shape[-1] != weight.shape[1]:
+            return self.original(x)
+        rows = x.reshape(-1, weight.shape[1])
+        if rows.shape[0] == 0:
+            return self.original(x)
+        threads = torch.get_num_threads()
+        chosen = self._chosen.get(threads)
+        if chosen is None:
+            key = ("linear", weight.shape, self._bias is not None)
+            chosen = self._chosen[threads] = choose(rows, 0, key, *_paths(rows, weight, self._bias))
+        return in_rows(rows, 0, *chosen).view(x.shape[:-1] + self._shape)
+
+
+# model -> how many entries hold its layers' forwards, and the layers given one
+_held: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_lock = threading.Lock()
+
+
+class RowInvariantLinears:
+    """The CPU `nn.Linear` layers of `model` with `linear_rows` forwards while entered (by any thread: the first
+    entry gives them, the last exit takes them back; entries nest). Enter it inside `RowInvariantMatmuls`."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self._model = model
+
+    def __enter__(self):
+        with _lock:
+            held = _held.get(self._model)
+            if held is None:
+                layers = [
+                    m for m in self._model.modules() if type(m) is torch.nn.Linear and m.weight.device.type == "cpu"
+                ]
+                for layer in layers:
+                    layer.forward = _Forward(layer)
+                held = _held[self._model] = [0, layers]
+            held[0] += 1
+        return self
+
+    def __exit__(self, *exc) -> None:
+        with _lock:
+            held = _held[self._model]
+            held[0] -= 1
+            if held[0] == 0:
+                for layer in held[1]:
+                    del layer.forward  # the class's own forward again
+                del _held[self._model]
