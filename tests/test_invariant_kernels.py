@@ -302,3 +302,33 @@ def test_sdpa_a_model_calls_itself_runs_per_row_on_the_real_queries_and_keys():
         alone = sdpa(q[row : row + 1, :, own], k[row : row + 1, :, own], v[row : row + 1, :, own], attn_mask=causal)
         assert torch.equal(out[row, :, own], alone[0])
         assert not out[row, :, : width - n].any()
+
+
+def test_a_model_s_linear_layers_compute_their_rows_themselves_in_the_mode_and_only_there():
+    """In the mode each nn.Linear of the model computes its rows in its own forward (one call into a kernel, not
+    two crossings into Python per product): a row alone gets the bits it gets among any number of others, another
+    thread and the time after the mode get the layer's own forward, and nested entries give it back once."""
+    import threading
+
+    from batchtui.core.invariant.linear import RowInvariantLinears
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(257, 67), torch.nn.Linear(67, 31, bias=False))
+    model = model.to(torch.float32)
+    a = torch.randn(100, 257)
+    plain = model(a[:1])
+    elsewhere = []
+    with torch.no_grad(), RowInvariantMatmuls(), RowInvariantLinears(model):
+        with RowInvariantLinears(model):  # nested: the outer entry keeps the layers' forwards
+            pass
+        layers = [m for m in model if isinstance(m, torch.nn.Linear)]
+        assert all("forward" in vars(layer) for layer in layers)
+        assert _rows_alike(model, a)
+        assert all(_rows_alike(lambda x, m=m: m(x), torch.randn(100, m.in_features)) for m in layers)
+        with RowInvariantMatmuls.paused():
+            paused = model(a[:1])
+        worker = threading.Thread(target=lambda: elsewhere.append(model(a[:1])))
+        worker.start()
+        worker.join()
+    assert not any("forward" in vars(m) for m in model)  # the class's own forward again
+    assert torch.equal(paused, plain) and torch.equal(elsewhere[0], plain) and torch.equal(model(a[:1]), plain)

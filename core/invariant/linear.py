@@ -41,14 +41,6 @@ def _paths(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) 
     return _library(weight, bias), tuple, "library"
 
 
-def linear_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """`F.linear(x, weight, bias)` with each row of `x` (all but its last dim) computed as in a call of one fixed
-    height, through the path that keeps rows from the fewest."""
-    rows = x.reshape(-1, weight.shape[1])
-    compute, floor = choose(rows, 0, ("linear", weight.shape, bias is not None), *_paths(rows, weight, bias))
-    return in_rows(rows, 0, compute, floor).view(*x.shape[:-1], weight.shape[0])
-
-
 class _Forward:
     """A linear layer's forward in the mode: its rows through the path `choose` takes for its shape (kept per
     thread count, so that a call costs a lookup), the layer's own elsewhere."""
@@ -80,7 +72,7 @@ _lock = threading.Lock()
 
 
 class RowInvariantLinears:
-    """The CPU `nn.Linear` layers of `model` with `linear_rows` forwards while entered (by any thread: the first
+    """The CPU `nn.Linear` layers of `model` computing their rows themselves while entered (by any thread: the first
     entry gives them, the last exit takes them back; entries nest). Enter it inside `RowInvariantMatmuls`."""
 
     def __init__(self, model: torch.nn.Module) -> None:

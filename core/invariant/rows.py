@@ -107,7 +107,10 @@ def in_rows(a: torch.Tensor, dim: int, compute: RowsFn, floor: int | None) -> to
     with no floor, in tiles of the fixed height."""
     m = a.shape[dim]
     if floor is not None:
-        return compute(a) if m >= floor else compute(_padded(a, floor, dim)).narrow(dim, 0, m).clone()
+        if m >= floor:
+            return compute(a)
+        rows = compute(_padded(a, floor, dim)).narrow(dim, 0, m)
+        return rows if dim == 0 and rows.is_contiguous() else rows.clone()  # a leading cut is compact already
     height = tile_rows(a.device)
     if m <= height:
         return compute(_padded(a, height, dim)).narrow(dim, 0, m).clone()
@@ -129,28 +132,29 @@ def _row_keeping_path(a: torch.Tensor, dim: int, key: tuple, paths: Sequence[Pat
     """(which path, its height h): the path that, measured once per key on random rows, gives every row of a call
     of h or more rows the bits that row gets in a call of exactly h rows (wherever it sits) from the smallest h
     (the first on a tie); h None when no path keeps rows even from 16 rows, and always on CUDA, where the library
-    picks kernels per shape (then: the first path in fixed-height tiles). A path that fails here is not taken."""
+    picks kernels per shape (then: the first path that runs, in fixed-height tiles). A path that fails here is not
+    taken."""
     heights = dict.fromkeys((name for name, _ in paths), None)
+    failed: set[str] = set()
     if a.device.type == "cpu":
         shape = list(a.shape)
         shape[dim] = 67
         probe = torch.randn(shape, generator=torch.Generator().manual_seed(0)).to(a.dtype)
-        heights = {name: _row_keeping_height(probe, dim, compute) for name, compute in paths}
-    floors = [h for h in heights.values() if h is not None]
-    best = min(floors, default=None)
-    index = list(heights.values()).index(best) if best is not None else 0
+        for name, compute in paths:
+            try:
+                heights[name] = next((h for h in _FLOORS if _keeps_rows_from(h, probe, dim, compute)), None)
+            except RuntimeError:  # a kernel this CPU lacks (oneDNN's bf16 without AVX-512, or float64)
+                failed.add(name)
+    floors = {i: heights[name] for i, (name, _) in enumerate(paths) if heights[name] is not None}
+    if floors:  # the smallest height, the first path on a tie
+        index = min(floors, key=lambda i: (floors[i], i))
+    else:  # none keeps rows: tiles, through the first path that runs here
+        index = next((i for i, (name, _) in enumerate(paths) if name not in failed), 0)
+    best = floors.get(index)
     with _measured_lock:  # two threads measuring one key find the same
         _chosen[key] = ChosenPath(key, paths[index][0], best, heights)
         _measured[key] = (index, best)
     return index, best
-
-
-def _row_keeping_height(probe: torch.Tensor, dim: int, compute: RowsFn) -> int | None:
-    """The smallest height from which `compute` keeps rows; None where none does, or where it fails."""
-    try:
-        return next((h for h in _FLOORS if _keeps_rows_from(h, probe, dim, compute)), None)
-    except RuntimeError:  # a kernel this CPU lacks (oneDNN's bf16 without AVX-512, or float64)
-        return None
 
 
 def _keeps_rows_from(height: int, probe: torch.Tensor, dim: int, compute: RowsFn) -> bool:
