@@ -40,8 +40,9 @@ def test_bench_json_has_ratios_and_targets(tmp_path, capsys):
         assert data["ratios"][f"invariant_{phase}_vs_{phase}"] == ratio
     # Every matmul the mode computed, and how: a path it measured, padded to that path's height.
     paths = data["matmul_paths"]
-    # The built-in model's products are its linear layers', each computed at the layer.
-    assert {p["op"] for p in paths} == {"linear", "linear+bias"} and all(p["dtype"] == "bfloat16" for p in paths)
+    # The built-in model's products are its linear layers', each computed at the layer (the list is the
+    # process's: other tests' products may be in it too).
+    assert {p["op"] for p in paths} >= {"linear", "linear+bias"} and all(p["dtype"] == "bfloat16" for p in paths)
     assert all(p["path"] in p["heights"] and p["height"] == p["heights"][p["path"]] for p in paths)
     table = printed.out[printed.out.index("the mode's matmuls") :]
     assert all(re.search(rf"{re.escape(p['op'])} +{p['operand']} +{p['path']} ", table) for p in paths), table

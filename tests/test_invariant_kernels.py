@@ -332,3 +332,26 @@ def test_a_model_s_linear_layers_compute_their_rows_themselves_in_the_mode_and_o
         worker.join()
     assert not any("forward" in vars(m) for m in model)  # the class's own forward again
     assert torch.equal(paused, plain) and torch.equal(elsewhere[0], plain) and torch.equal(model(a[:1]), plain)
+
+
+@pytest.mark.parametrize("floors", [(1, 2, 4, 8, 16), ()])
+def test_a_path_that_cannot_run_here_is_never_taken(floors, monkeypatch):
+    """A kernel this CPU lacks (oneDNN's bf16 without AVX-512) fails when measured: it is said, and never taken,
+    not even for the tiles when no path keeps rows."""
+    monkeypatch.setattr(invariant_rows, "_FLOORS", floors)
+    monkeypatch.setattr(invariant_rows, "_measured", {})
+    monkeypatch.setattr(invariant_rows, "_chosen", {})
+    torch.manual_seed(0)
+    a, b = torch.randn(5, 64), torch.randn(64, 32)
+
+    def lacking(rows):
+        raise RuntimeError("could not create a primitive descriptor")
+
+    def library(rows):
+        return torch.ops.aten.mm.out(rows, b, out=rows.new_empty((rows.shape[0], 32)))
+
+    got = invariant_rows.by_rows(a, 0, ("test",), lacking, lambda: [("library", library)], name="lacking")
+    (chosen,) = invariant_rows.chosen_paths()
+    assert chosen.path == "library" and chosen.failed == ("lacking",) and chosen.heights["lacking"] is None
+    assert (chosen.height is None) == (floors == ())
+    torch.testing.assert_close(got, a @ b)

@@ -26,7 +26,9 @@ MATMUL_PATHS_SAID = "per kind of call, the path taken and the rows a shorter cal
 def matmul_path_rows(paths: list[dict]) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
     """The bench's table of the mode's matmul paths: headers and rows."""
 
-    def keeps(height: int | None) -> str:
+    def keeps(name: str, height: int | None, failed: list[str]) -> str:
+        if name in failed:
+            return "no kernel here"
         return "none up to 16" if height is None else f"from {height}"
 
     rows = [
@@ -35,7 +37,7 @@ def matmul_path_rows(paths: list[dict]) -> tuple[tuple[str, ...], list[tuple[str
             p["operand"],
             p["path"],
             "tiles of 16" if p["height"] is None else "as it is" if p["height"] == 1 else f"padded to {p['height']}",
-            ", ".join(f"{name} {keeps(height)}" for name, height in p["heights"].items()),
+            ", ".join(f"{name} {keeps(name, height, p['failed'])}" for name, height in p["heights"].items()),
         )
         for p in paths
     ]

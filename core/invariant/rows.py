@@ -46,6 +46,7 @@ class ChosenPath:
     path: str  # the path's name
     height: int | None  # the row-keeping height it is padded to; None: tiles of `tile_rows` rows
     heights: dict[str, int | None]  # each path's row-keeping height as measured (None: none up to 16, or it failed)
+    failed: tuple[str, ...] = ()  # the paths that could not run here (a kernel this CPU lacks)
 
 
 # (key, dtype, shape and layout of everything but the rows, threads) -> the path taken (its index) and its
@@ -142,6 +143,7 @@ def _row_keeping_path(a: torch.Tensor, dim: int, key: tuple, paths: Sequence[Pat
         probe = torch.randn(shape, generator=torch.Generator().manual_seed(0)).to(a.dtype)
         for name, compute in paths:
             try:
+                compute(probe)  # runs here at all?
                 heights[name] = next((h for h in _FLOORS if _keeps_rows_from(h, probe, dim, compute)), None)
             except RuntimeError:  # a kernel this CPU lacks (oneDNN's bf16 without AVX-512, or float64)
                 failed.add(name)
@@ -152,7 +154,7 @@ def _row_keeping_path(a: torch.Tensor, dim: int, key: tuple, paths: Sequence[Pat
         index = next((i for i, (name, _) in enumerate(paths) if name not in failed), 0)
     best = floors.get(index)
     with _measured_lock:  # two threads measuring one key find the same
-        _chosen[key] = ChosenPath(key, paths[index][0], best, heights)
+        _chosen[key] = ChosenPath(key, paths[index][0], best, heights, tuple(sorted(failed)))
         _measured[key] = (index, best)
     return index, best
 

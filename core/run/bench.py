@@ -321,6 +321,7 @@ def _path_row(chosen) -> dict:
         "path": chosen.path,
         "height": chosen.height,
         "heights": chosen.heights,
+        "failed": list(chosen.failed),
     }
 
 
