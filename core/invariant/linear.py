@@ -16,12 +16,8 @@ import weakref
 
 import torch
 
-from .matmul import RowInvariantMatmuls, onednn_usable
+from .matmul import RowInvariantMatmuls, onednn_linear, onednn_usable
 from .rows import choose, in_rows
-
-
-def _onednn(weight: torch.Tensor, bias: torch.Tensor | None):
-    return lambda rows: torch.ops.mkldnn._linear_pointwise(rows, weight, bias, "none", [], "")
 
 
 def _library(weight: torch.Tensor, bias: torch.Tensor | None):
@@ -37,7 +33,7 @@ def _paths(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) 
     """(first path, the others, the first's name) for `rows` times this layer's weight: oneDNN first where it
     takes them as they are (one call into C++), else the GEMM library's op alone."""
     if onednn_usable(rows, weight, bias):
-        return _onednn(weight, bias), lambda: [("library", _library(weight, bias))], "onednn"
+        return onednn_linear(weight, bias), lambda: [("library", _library(weight, bias))], "onednn"
     return _library(weight, bias), tuple, "library"
 
 

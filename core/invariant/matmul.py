@@ -49,13 +49,18 @@ def onednn_usable(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     )
 
 
+def onednn_linear(weight: torch.Tensor, bias: torch.Tensor | None = None) -> RowsFn:
+    """oneDNN's inner product: `rows @ weight.T + bias`, the weight read as nn.Linear stores it."""
+    return lambda rows: torch.ops.mkldnn._linear_pointwise(rows, weight, bias, "none", [], "")
+
+
 def _onednn(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> list[Path]:
     """oneDNN's inner product, where `b` is a linear layer's weight transposed (nn.Linear's [out, in], read as
     it is) and the bias, if any, one value per output: `rows @ b + bias`."""
     weight = b.t()
     if not onednn_usable(a, weight, bias):
         return []
-    return [("onednn", lambda rows: torch.ops.mkldnn._linear_pointwise(rows, weight, bias, "none", [], ""))]
+    return [("onednn", onednn_linear(weight, bias))]
 
 
 def _mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
