@@ -20,28 +20,38 @@ from .options import (
 )
 
 BENCH_MODEL = "tiny"
-MATMUL_PATHS_SAID = "per kind of call, the path taken and the rows a shorter call is padded to; each path measured"
+MATMUL_PATHS_SAID = (
+    "per kind of call, the path taken and the rows a shorter call is padded to; each path measured; a decoding "
+    "step's calls apart"
+)
 
 
 def matmul_path_rows(paths: list[dict]) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
     """The bench's table of the mode's matmul paths: headers and rows."""
+    from ..invariant.rows import ALONE  # with torch: imported once a bench has run
 
     def keeps(name: str, height: int | None, failed: list[str]) -> str:
         if name in failed:
             return "no kernel here"
         return "none up to 16" if height is None else f"from {height}"
 
+    def short(path: str, height: int | None) -> str:
+        if path == ALONE:
+            return "each row alone"
+        return "tiles of 16" if height is None else "as it is" if height == 1 else f"padded to {height}"
+
     rows = [
         (
             p["op"],
             p["operand"],
+            p["calls"],
             p["path"],
-            "tiles of 16" if p["height"] is None else "as it is" if p["height"] == 1 else f"padded to {p['height']}",
+            short(p["path"], p["height"]),
             ", ".join(f"{name} {keeps(name, height, p['failed'])}" for name, height in p["heights"].items()),
         )
         for p in paths
     ]
-    return ("op", "operand", "path", "short calls", "rows kept"), rows
+    return ("op", "operand", "calls", "path", "short calls", "rows kept"), rows
 
 
 def run_bench(argv: list[str], prog: str = "batchtui bench") -> int:
@@ -109,7 +119,7 @@ def _bench(args: argparse.Namespace) -> int:
         print(format_columns(("forward passes of", "prefill ms", "decode ms"), rows, left={0}), file=out)
     if result.matmul_paths:
         print(f"the mode's matmuls ({MATMUL_PATHS_SAID}):", file=out)
-        print(format_columns(*matmul_path_rows(result.matmul_paths), left={0, 1, 2, 3, 4}), file=out)
+        print(format_columns(*matmul_path_rows(result.matmul_paths), left={0, 1, 2, 3, 4, 5}), file=out)
     print(
         "peak memory above the weights: "
         + ", ".join(f"{name} {b / 2**20:.1f} MiB" for name, b in result.peak_bytes.items()),

@@ -6,7 +6,8 @@ costs tens of microseconds, that is what the mode cost. While `RowInvariantLinea
 `nn.Linear` of the model (the class itself, not a subclass with its own forward) computes its rows in its own
 forward: oneDNN's inner product on the weight as stored where it keeps rows from the fewest rows (one call into
 C++, as fast as the library's or faster), else the GEMM library's op (`rows.by_rows` measures both, per shape,
-dtype and thread count). Another thread's call, or a call outside the mode, is the layer's own.
+dtype and thread count; a decoding step's few rows each as the library computes one row alone where that is
+what keeps rows from one: `rows`). Another thread's call, or a call outside the mode, is the layer's own.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import weakref
 
 import torch
 
-from .matmul import RowInvariantMatmuls, onednn_linear, onednn_usable
+from .matmul import RowInvariantMatmuls, alone_product, onednn_linear, onednn_usable
+from .phase import decoding
 from .rows import choose, in_rows
 
 
@@ -30,11 +32,13 @@ def _library(weight: torch.Tensor, bias: torch.Tensor | None):
 
 
 def _paths(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> tuple:
-    """(first path, the others, the first's name) for `rows` times this layer's weight: oneDNN first where it
-    takes them as they are (one call into C++), else the GEMM library's op alone."""
+    """(first path, the others, the first's name, a decoding step's path) for `rows` times this layer's weight:
+    oneDNN first where it takes them as they are (one call into C++), else the GEMM library's op alone."""
+    library = _library(weight, bias)
+    alone = alone_product(rows, weight.t(), bias, library)
     if onednn_usable(rows, weight, bias):
-        return onednn_linear(weight, bias), lambda: [("library", _library(weight, bias))], "onednn"
-    return _library(weight, bias), tuple, "library"
+        return onednn_linear(weight, bias), lambda: [("library", library)], "onednn", alone
+    return library, tuple, "library", alone
 
 
 class _Forward:
@@ -45,7 +49,7 @@ class _Forward:
         self.original = module.forward
         self._weight, self._bias = module.weight, module.bias
         self._shape = (module.out_features,)
-        self._chosen: dict[int, tuple] = {}  # thread count -> (compute, floor)
+        self._chosen: dict[tuple, tuple] = {}  # (thread count, decoding) -> (compute, floor)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         weight = self._weight
@@ -54,11 +58,11 @@ class _Forward:
         rows = x.reshape(-1, weight.shape[1])
         if rows.shape[0] == 0:
             return self.original(x)
-        threads = torch.get_num_threads()
-        chosen = self._chosen.get(threads)
+        kind = (torch.get_num_threads(), decoding())
+        chosen = self._chosen.get(kind)
         if chosen is None:
             key = ("linear", weight.shape, self._bias is not None)
-            chosen = self._chosen[threads] = choose(rows, 0, key, *_paths(rows, weight, self._bias))
+            chosen = self._chosen[kind] = choose(rows, 0, key, *_paths(rows, weight, self._bias))
         return in_rows(rows, 0, *chosen).view(x.shape[:-1] + self._shape)
 
 

@@ -13,6 +13,10 @@ library keeps rows only from 16 rows (MKL's float32 on every x86 CPU measured, A
 decoding step of one row would be padded to a 16-row GEMM; oneDNN keeps rows from 1 or 2 and is the faster
 of the two at a few rows, so the mode then takes it, for every call of that shape (`rows.by_rows` measures both
 and takes the one that keeps rows from fewer).
+In a decoding step (`invariant.phase`) the few rows of a product by a weight of at most `_ALONE_BYTES` may each be
+computed as the library computes one row alone, all in one batched call (`alone_product`): a text alone then
+decodes through the library's very call, where padding it to a GEMM's row-keeping height cost two to four times
+that on a small model. A bigger weight would be read again for every row: oneDNN or the padded GEMM stay.
 The replacements call the `out=` overloads, which are separate operators: calling `torch.mm` from the mm
 override would call the override again.
 """
@@ -21,18 +25,45 @@ from __future__ import annotations
 
 import torch
 
+from .phase import decoding
 from .rows import DEVICE_KEYS, Path, RowsFn, by_rows
 from .scopes import ScopedKernels
 
 # The dtypes oneDNN's inner product takes (where this CPU has the kernels: the measurement finds out).
 _ONEDNN_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _ONEDNN = torch.backends.mkldnn.is_available()
+# The largest weight a decoding step's rows are computed alone against: read again per row, a weight the CPU's
+# caches hold costs little (measured on the 1.5B shape: 1536x1536 in float32, 9 MiB, alone beat oneDNN; 1536x8960,
+# 52 MiB, did not).
+_ALONE_BYTES = 16 << 20
 
 
-def _by_rows(a: torch.Tensor, dim: int, key: tuple, library: RowsFn, others=tuple) -> torch.Tensor:
+def _by_rows(a: torch.Tensor, dim: int, key: tuple, library: RowsFn, others=tuple, alone=None) -> torch.Tensor:
     if not RowInvariantMatmuls.active():  # another thread's call: the library's own
         return library(a)
-    return by_rows(a, dim, key, library, others)
+    return by_rows(a, dim, key, library, others, alone=alone)
+
+
+def alone_product(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, library: RowsFn) -> RowsFn | None:
+    """In a decoding step on CPU, for `b` ([in, out]) of at most `_ALONE_BYTES`: `rows @ b + bias` with each row as
+    `library` computes one row alone (one row: `library` itself; more: one batched call of one-row products, the
+    weight shared, not copied). None elsewhere."""
+    if a.device.type != "cpu" or a.dim() != 2 or b.numel() * b.element_size() > _ALONE_BYTES or not decoding():
+        return None
+    n = b.shape[1]
+
+    def compute(rows: torch.Tensor) -> torch.Tensor:
+        m = rows.shape[0]
+        if m == 1:
+            return library(rows)
+        out = rows.new_empty((m, 1, n))
+        operand = b.expand(m, *b.shape)
+        if bias is None:
+            return torch.ops.aten.bmm.out(rows[:, None], operand, out=out).view(m, n)
+        biases = bias.reshape(1, 1, n).expand(m, 1, n)
+        return torch.ops.aten.baddbmm.out(biases, rows[:, None], operand, out=out).view(m, n)
+
+    return compute
 
 
 def onednn_usable(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
@@ -67,7 +98,9 @@ def _mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     def library(rows):
         return torch.ops.aten.mm.out(rows, b, out=rows.new_empty((rows.shape[0], b.shape[1])))
 
-    return _by_rows(a, 0, ("mm", b.shape, b.stride()), library, lambda: _onednn(a, b))
+    return _by_rows(
+        a, 0, ("mm", b.shape, b.stride()), library, lambda: _onednn(a, b), alone_product(a, b, None, library)
+    )
 
 
 def _addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta=1, alpha=1) -> torch.Tensor:
@@ -82,7 +115,8 @@ def _addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta=1, alph
     def others():
         return _onednn(a, b, bias.reshape(-1)) if beta == 1 and alpha == 1 else []
 
-    return _by_rows(a, 0, ("addmm", b.shape, b.stride(), bias.shape, beta, alpha), library, others)
+    alone = alone_product(a, b, bias, library) if beta == 1 and alpha == 1 and bias.numel() == b.shape[1] else None
+    return _by_rows(a, 0, ("addmm", b.shape, b.stride(), bias.shape, beta, alpha), library, others, alone)
 
 
 def _bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -10,7 +10,11 @@ gets in a call of one fixed height:
   smallest h is taken (the first on a tie): a call of h or more rows goes to it whole and a shorter one is
   padded with zero rows to h;
 - where none keeps rows (and always on CUDA, where the library picks kernels per shape) every row is computed by
-  the first path in a call of exactly `tile_rows(device)` rows: shorter calls padded, taller ones cut into tiles.
+  the first path in a call of exactly `tile_rows(device)` rows: shorter calls padded, taller ones cut into tiles;
+- in a decoding step the caller may offer one more path, `alone`: every row as the library computes one row alone
+  (a text alone decodes through the library's very call). It is taken where the library does not keep rows from
+  one row and it does (measured too): MKL's float32 GEMM keeps rows only from 16, and a 16-row GEMM costs a
+  one-row step two to four times the library's call on a small model's shapes.
 What was chosen for each key is kept for `chosen_paths()` (the bench shows why the mode costs what it costs).
 """
 
@@ -36,13 +40,16 @@ def tile_rows(device: torch.device) -> int:
 
 RowsFn = Callable[[torch.Tensor], torch.Tensor]  # rows of the row operand -> those rows of the result
 Path = tuple[str, RowsFn]  # a way to compute it, by name: "library" (the op itself), "onednn"...
+ALONE = "alone"  # the name of the path that computes each row as the library computes one row alone
+_ALONE_INDEX = -1
 
 
 @dataclass(frozen=True)
 class ChosenPath:
     """How the mode computes the rows of one kind of call on this machine (`by_rows`' choice)."""
 
-    key: tuple  # the computation, its dtype, the shape and layout of all but the rows, the thread count
+    key: tuple  # the computation, its dtype, the shape and layout of all but the rows, the thread count, and
+    # which calls: "decoding" (a decoding step's, offered `alone`) or "all"
     path: str  # the path's name
     height: int | None  # the row-keeping height it is padded to; None: tiles of `tile_rows` rows
     heights: dict[str, int | None]  # each path's row-keeping height as measured (None: none up to 16, or it failed)
@@ -72,16 +79,17 @@ def by_rows(
     library: RowsFn,
     others: Callable[[], Sequence[Path]] = tuple,
     name: str = "library",
+    alone: RowsFn | None = None,
 ) -> torch.Tensor:
     """The computation `library` does (and `others()` can do another way: each path named) on `a`, with every row
     of `a` (along `dim`) getting the bits it gets in a call of one fixed height: through the path measured to keep
     rows from the smallest height, a shorter call padded to that height; where none does, the library in tiles of
     the fixed height. `key` names the computation (the operation and its other operands). `others` is called
     only where it is measured or taken: on the way of every call, the library costs a lookup. `name`: the first
-    path's, where it is not the library's op itself."""
+    path's, where it is not the library's op itself. `alone`: a decoding step's path (see the module's doc)."""
     if a.shape[dim] == 0:
         return library(a)
-    compute, floor = choose(a, dim, key, library, others, name)
+    compute, floor = choose(a, dim, key, library, others, name, alone)
     return in_rows(a, dim, compute, floor)
 
 
@@ -92,14 +100,21 @@ def choose(
     library: RowsFn,
     others: Callable[[], Sequence[Path]] = tuple,
     name: str = "library",
+    alone: RowsFn | None = None,
 ) -> tuple[RowsFn, int | None]:
     """`by_rows`' choice for calls like this one: (the path's function, the height it keeps rows from; None:
-    tiles of the library), measured once per key, dtype, shape and layout of all but the rows, and thread count."""
+    tiles of the library), measured once per key, dtype, shape and layout of all but the rows, and thread count;
+    with `alone` offered (a decoding step) and without, apart."""
     # The library blocks a call by its thread count too, and that count is per thread (the app's workers run
     # with one core fewer than the main thread): a measurement holds for one count only.
-    key = (key, a.dtype, a.shape[:dim], a.shape[dim + 1 :], a.stride(-1) == 1, torch.get_num_threads())
+    calls = "all" if alone is None else "decoding"
+    key = (key, a.dtype, a.shape[:dim], a.shape[dim + 1 :], a.stride(-1) == 1, torch.get_num_threads(), calls)
     known = _measured.get(key)  # a dict read needs no lock
-    chosen, floor = known if known is not None else _row_keeping_path(a, dim, key, [(name, library), *others()])
+    if known is None:
+        known = _row_keeping_path(a, dim, key, [(name, library), *others()], alone)
+    chosen, floor = known
+    if chosen == _ALONE_INDEX:
+        return alone, floor
     return (library if chosen == 0 else others()[chosen - 1][1]), floor
 
 
@@ -129,34 +144,50 @@ def chosen_paths() -> list[ChosenPath]:
         return list(_chosen.values())
 
 
-def _row_keeping_path(a: torch.Tensor, dim: int, key: tuple, paths: Sequence[Path]) -> tuple[int, int | None]:
+def _row_keeping_path(
+    a: torch.Tensor, dim: int, key: tuple, paths: Sequence[Path], alone: RowsFn | None
+) -> tuple[int, int | None]:
     """(which path, its height h): the path that, measured once per key on random rows, gives every row of a call
     of h or more rows the bits that row gets in a call of exactly h rows (wherever it sits) from the smallest h
     (the first on a tie); h None when no path keeps rows even from 16 rows, and always on CUDA, where the library
     picks kernels per shape (then: the first path that runs, in fixed-height tiles). A path that fails here is not
-    taken."""
+    taken. With `alone` (a decoding step): `_ALONE_INDEX` where the library keeps rows from more than one row and
+    `alone` keeps them from one."""
     heights = dict.fromkeys((name for name, _ in paths), None)
     failed: set[str] = set()
+    probe = None
     if a.device.type == "cpu":
         shape = list(a.shape)
         shape[dim] = 67
         probe = torch.randn(shape, generator=torch.Generator().manual_seed(0)).to(a.dtype)
         for name, compute in paths:
-            try:
-                compute(probe)  # runs here at all?
-                heights[name] = next((h for h in _FLOORS if _keeps_rows_from(h, probe, dim, compute)), None)
-            except RuntimeError:  # a kernel this CPU lacks (oneDNN's bf16 without AVX-512, or float64)
-                failed.add(name)
+            heights[name] = _measured_height(probe, dim, compute, name, failed)
     floors = {i: heights[name] for i, (name, _) in enumerate(paths) if heights[name] is not None}
     if floors:  # the smallest height, the first path on a tie
         index = min(floors, key=lambda i: (floors[i], i))
     else:  # none keeps rows: tiles, through the first path that runs here
         index = next((i for i, (name, _) in enumerate(paths) if name not in failed), 0)
     best = floors.get(index)
+    name = paths[index][0]
+    if alone is not None and probe is not None and heights.get("library") != 1:
+        heights[ALONE] = _measured_height(probe, dim, alone, ALONE, failed)
+        if heights[ALONE] == 1:
+            index, best, name = _ALONE_INDEX, 1, ALONE
     with _measured_lock:  # two threads measuring one key find the same
-        _chosen[key] = ChosenPath(key, paths[index][0], best, heights, tuple(sorted(failed)))
+        _chosen[key] = ChosenPath(key, name, best, heights, tuple(sorted(failed)))
         _measured[key] = (index, best)
     return index, best
+
+
+def _measured_height(probe: torch.Tensor, dim: int, compute: RowsFn, name: str, failed: set[str]) -> int | None:
+    """The smallest height from which `compute` keeps rows (None: not up to 16); a path that cannot run here is
+    added to `failed`."""
+    try:
+        compute(probe)  # runs here at all?
+        return next((h for h in _FLOORS if _keeps_rows_from(h, probe, dim, compute)), None)
+    except RuntimeError:  # a kernel this CPU lacks (oneDNN's bf16 without AVX-512, or float64)
+        failed.add(name)
+        return None
 
 
 def _keeps_rows_from(height: int, probe: torch.Tensor, dim: int, compute: RowsFn) -> bool:

@@ -1,0 +1,84 @@
+"""Which phase a model's forward pass is in: a prefill (a pass over a prompt) or a decoding step (one new position
+per row, over a cache that already holds positions).
+
+A text alone and the same text in a batch take the same phases at the same steps, so the mode may compute a
+decoding step's rows another way than a prefill's and still give each text the same bits alone and batched
+(`invariant.linear`: a decoding step's few rows each as the library computes one row alone)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import torch
+
+PHASES = ("prefill", "decode")
+
+_local = threading.local()  # `phases`: the phases of this thread's passes under way, innermost last
+
+
+def phase_of(args: tuple, kwargs: dict) -> str:
+    """The phase of a forward pass given these arguments: "decode" for one position per row (input ids or
+    embeddings one wide) over a cache that holds positions, else "prefill"."""
+    given = kwargs.get("input_ids")
+    if given is None:
+        given = kwargs.get("inputs_embeds")
+    if given is None and args:
+        given = args[0]
+    width = given.shape[1] if isinstance(given, torch.Tensor) and given.dim() >= 2 else None
+    # transformers names the cache `past_key_values`, or `cache` in its newer models' forward
+    cache = next((kwargs[name] for name in ("past_key_values", "cache") if kwargs.get(name) is not None), None)
+    held = getattr(cache, "get_seq_length", None)
+    cached = cache is not None and (held() > 0 if held is not None else True)
+    return "decode" if width == 1 and cached else "prefill"
+
+
+def decoding() -> bool:
+    """Whether this thread is inside a decoding step of a model whose phases are followed (`PhaseTracking`)."""
+    phases = getattr(_local, "phases", None)
+    return bool(phases) and phases[-1] == "decode"
+
+
+def on_each_pass(model: torch.nn.Module, before: Callable, after: Callable) -> list:
+    """`before(phase)` as each forward pass of `model` starts, `after(phase)` as it ends (on an exception too):
+    the hooks' handles, for the caller to remove."""
+    started: list[str] = []
+
+    def pre(module, args, kwargs):
+        started.append(phase_of(args, kwargs))
+        before(started[-1])
+
+    def post(module, args, kwargs, output):
+        after(started.pop())
+
+    return [
+        model.register_forward_pre_hook(pre, with_kwargs=True),
+        model.register_forward_hook(post, with_kwargs=True, always_call=True),
+    ]
+
+
+def _push(phase: str) -> None:
+    if not hasattr(_local, "phases"):
+        _local.phases = []
+    _local.phases.append(phase)
+
+
+def _pop(phase: str) -> None:
+    _local.phases.pop()
+
+
+class PhaseTracking:
+    """While entered, `decoding()` tells, in the thread running it, whether a forward pass of `model` is a decoding
+    step. Entries nest; each adds its own hooks and removes them on exit."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self._model = model
+        self._handles: list = []
+
+    def __enter__(self):
+        self._handles = on_each_pass(self._model, _push, _pop)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for handle in self._handles:
+            handle.remove()
