@@ -7,8 +7,9 @@ zeros. Two ways in, so that attention is caught wherever a model computes it:
 - `attend_by_rows`, registered in transformers' `AttentionInterface` (with its mask function in
   `AttentionMaskInterface` under the same name, or transformers would hand it no mask), takes the models that
   attend through the interface and runs the model's own function per row (eager with its soft-capping or
-  sinks, or SDPA), always with a mask, so that the function shapes a row's call the same way in both runs
-  (transformers' SDPA path packs grouped heads differently with and without a mask);
+  sinks, or SDPA), with a mask wherever a row has more than one query, so that the function shapes a row's call
+  the same way in both runs (transformers' SDPA path packs grouped heads differently with and without a mask);
+  a row of one query (a decoding step's) attends every real key, and goes without one in both runs;
 - `RowWiseSdpa`, a torch function mode, takes the `scaled_dot_product_attention` calls a model makes itself
   (every torch call of the thread passes through it, which costs: it is entered only for models that make such
   calls).
@@ -115,10 +116,12 @@ def _row_plan(mask: torch.Tensor | None, b: int, q: int, kv: int, is_causal: boo
     return plan
 
 
-def _row_mask(mask: torch.Tensor | None, row: int, q_idx, k_idx, sub: torch.Tensor, kv: int) -> torch.Tensor:
-    """The row's own mask: the original's values where it is a float bias (ALiBi), else the bool sub-mask."""
+def _row_mask(mask: torch.Tensor | None, row: int, q_idx, k_idx, sub: torch.Tensor, kv: int) -> torch.Tensor | None:
+    """The row's own mask: the original's values where it is a float bias (ALiBi), else the bool sub-mask; None
+    for one query (a decoding step's), which attends every real key: the call a text alone makes without a mask,
+    the kernel's cheapest, in both runs alike."""
     if mask is None or mask.dtype == torch.bool:
-        return sub[None, None]
+        return None if len(q_idx) == 1 else sub[None, None]
     mask = mask[..., :kv]
     return mask[row % mask.shape[0]][None].index_select(2, q_idx).index_select(3, k_idx)
 
@@ -218,7 +221,7 @@ def attend_by_rows(module, query, key, value, attention_mask, **kwargs):
     _count_call()
 
     def attend(q, k, v, row_mask):
-        if inner_name == "eager" and row_mask.dtype == torch.bool:
+        if inner_name == "eager" and row_mask is not None and row_mask.dtype == torch.bool:
             row_mask = torch.zeros((), dtype=q.dtype, device=q.device).masked_fill(~row_mask, torch.finfo(q.dtype).min)
         return _inside(lambda: inner(module, q, k, v, row_mask, **kwargs)[0])
 
