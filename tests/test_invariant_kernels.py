@@ -69,16 +69,21 @@ def _own_height(product, a) -> int | None:
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
 @pytest.mark.parametrize("bias", [False, True])
-def test_a_linear_layer_takes_the_path_that_keeps_rows_from_the_fewest(dtype, bias, monkeypatch):
+@pytest.mark.parametrize("size", ["small", "large"])
+def test_a_linear_layer_takes_the_path_that_keeps_rows_from_the_fewest(dtype, bias, size, monkeypatch):
     """Two ways to a linear layer's rows on CPU, the GEMM library's and oneDNN's inner product on the weight as
-    stored: the mode takes the one that keeps rows from fewer rows (the library on a tie), as this test measures
-    each itself, and pads only to that height. (Where the library keeps rows only from 16, as MKL's float32 does
-    on the x86 CPUs measured, a decoding step's row would otherwise be a 16-row GEMM.)"""
+    stored, each measured by this test itself. A large weight (past 16 MiB) takes the one that keeps rows from fewer
+    rows (the library on a tie) and pads only to that height: where the library keeps rows only from 16, as MKL's
+    float32 does on the x86 CPUs measured, a decoding step's row would otherwise be a 16-row GEMM. A small weight
+    (a small model's, where a call costs the kernel's fixed cost and MKL's is the least) takes the library
+    wherever it keeps rows at all, rather than another kernel for less padding."""
     monkeypatch.setattr(invariant_rows, "_measured", {})
     monkeypatch.setattr(invariant_rows, "_chosen", {})
     torch.manual_seed(0)
-    a, weight = torch.randn(67, 256).to(dtype), torch.randn(96, 256).to(dtype)
-    b = torch.randn(96).to(dtype) if bias else None
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    out_features = 96 if size == "small" else (16 << 20) // (256 * itemsize) + 32
+    a, weight = torch.randn(67, 256).to(dtype), torch.randn(out_features, 256).to(dtype)
+    b = torch.randn(out_features).to(dtype) if bias else None
     heights = {"library": _own_height(lambda x: torch.addmm(b, x, weight.t()) if bias else torch.mm(x, weight.t()), a)}
     if dtype != torch.float64:  # oneDNN has no float64 kernels: not offered
         heights["onednn"] = _own_height(lambda x: torch.ops.mkldnn._linear_pointwise(x, weight, b, "none", [], ""), a)
@@ -86,11 +91,16 @@ def test_a_linear_layer_takes_the_path_that_keeps_rows_from_the_fewest(dtype, bi
         inside = torch.nn.functional.linear(a[:1], weight, b)
     (chosen,) = invariant_rows.chosen_paths()
     floors = [h for h in heights.values() if h is not None]
-    assert chosen.height == min(floors, default=None), (chosen, heights)
-    if floors:
-        assert chosen.path == next(name for name, h in heights.items() if h == min(floors)), (chosen, heights)
+    if size == "small" and heights["library"] is not None and heights["library"] > min(floors):
+        assert (chosen.path, chosen.height) == ("library", heights["library"]), (chosen, heights)
+    else:
+        assert chosen.height == min(floors, default=None), (chosen, heights)
+        if floors:
+            assert chosen.path == next(name for name, h in heights.items() if h == min(floors)), (chosen, heights)
     assert chosen.heights == heights  # the bench's table says what was measured
-    torch.testing.assert_close(inside, torch.nn.functional.linear(a[:1], weight, b))
+    # oneDNN sums in another order than the library: the same product, not the same bits
+    close = {} if dtype == torch.bfloat16 else {"rtol": 1e-4, "atol": 1e-4}
+    torch.testing.assert_close(inside, torch.nn.functional.linear(a[:1], weight, b), **close)
 
 
 def test_without_the_mode_a_row_alone_differs():

@@ -17,7 +17,7 @@ import weakref
 
 import torch
 
-from .matmul import RowInvariantMatmuls, alone_product, onednn_linear, onednn_usable
+from .matmul import RowInvariantMatmuls, alone_product, onednn_linear, onednn_usable, small_operand
 from .phase import decoding
 from .rows import choose, in_rows
 
@@ -32,13 +32,14 @@ def _library(weight: torch.Tensor, bias: torch.Tensor | None):
 
 
 def _paths(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> tuple:
-    """(first path, the others, the first's name, a decoding step's path) for `rows` times this layer's weight:
-    oneDNN first where it takes them as they are (one call into C++), else the GEMM library's op alone."""
+    """`choose`'s arguments after the key for `rows` times this layer's weight: (first path, the others, the
+    first's name, a decoding step's path, whether the library comes first). oneDNN first where it takes them as they
+    are (one call into C++), else the GEMM library's op alone."""
     library = _library(weight, bias)
-    alone = alone_product(rows, weight.t(), bias, library)
+    alone, small = alone_product(rows, weight.t(), bias, library), small_operand(rows, weight)
     if onednn_usable(rows, weight, bias):
-        return onednn_linear(weight, bias), lambda: [("library", library)], "onednn", alone
-    return library, tuple, "library", alone
+        return onednn_linear(weight, bias), lambda: [("library", library)], "onednn", alone, small
+    return library, tuple, "library", alone, small
 
 
 class _Forward:

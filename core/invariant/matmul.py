@@ -13,10 +13,12 @@ library keeps rows only from 16 rows (MKL's float32 on every x86 CPU measured, A
 decoding step of one row would be padded to a 16-row GEMM; oneDNN keeps rows from 1 or 2 and is the faster
 of the two at a few rows, so the mode then takes it, for every call of that shape (`rows.by_rows` measures both
 and takes the one that keeps rows from fewer).
-In a decoding step (`invariant.phase`) the few rows of a product by a weight of at most `_ALONE_BYTES` may each be
-computed as the library computes one row alone, all in one batched call (`alone_product`): a text alone then
-decodes through the library's very call, where padding it to a GEMM's row-keeping height cost two to four times
-that on a small model. A bigger weight would be read again for every row: oneDNN or the padded GEMM stay.
+A weight of at most `_SMALL_BYTES` (a small model's) is "small": a call by it costs the kernel's fixed cost more
+than its arithmetic, and MKL's is the least, so the library is taken wherever it keeps rows (`library_first`);
+in a decoding step (`invariant.phase`) the few rows of a product by it may each be computed as the library
+computes one row alone, all in one batched call (`alone_product`): a text alone then decodes through the
+library's very call, where padding it to a GEMM's row-keeping height cost two to four times that. A bigger weight
+would be read again for every row: the path that keeps rows from the fewest stays (oneDNN's, often).
 The replacements call the `out=` overloads, which are separate operators: calling `torch.mm` from the mm
 override would call the override again.
 """
@@ -32,23 +34,27 @@ from .scopes import ScopedKernels
 # The dtypes oneDNN's inner product takes (where this CPU has the kernels: the measurement finds out).
 _ONEDNN_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _ONEDNN = torch.backends.mkldnn.is_available()
-# The largest weight a decoding step's rows are computed alone against: read again per row, a weight the CPU's
-# caches hold costs little (measured on the 1.5B shape: 1536x1536 in float32, 9 MiB, alone beat oneDNN; 1536x8960,
-# 52 MiB, did not).
-_ALONE_BYTES = 16 << 20
+# The largest "small" weight: read again per row, a weight the CPU's caches hold costs little (measured on the
+# 1.5B shape in float32: 1536x1536, 9 MiB, a decoding step's rows alone beat oneDNN; 1536x8960, 52 MiB, did not).
+_SMALL_BYTES = 16 << 20
 
 
-def _by_rows(a: torch.Tensor, dim: int, key: tuple, library: RowsFn, others=tuple, alone=None) -> torch.Tensor:
+def small_operand(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether `b` ([in, out]) is a small weight on CPU (see the module's doc)."""
+    return a.device.type == "cpu" and b.numel() * b.element_size() <= _SMALL_BYTES
+
+
+def _by_rows(a: torch.Tensor, dim: int, key: tuple, library: RowsFn, others=tuple, **choice) -> torch.Tensor:
     if not RowInvariantMatmuls.active():  # another thread's call: the library's own
         return library(a)
-    return by_rows(a, dim, key, library, others, alone=alone)
+    return by_rows(a, dim, key, library, others, **choice)
 
 
 def alone_product(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, library: RowsFn) -> RowsFn | None:
-    """In a decoding step on CPU, for `b` ([in, out]) of at most `_ALONE_BYTES`: `rows @ b + bias` with each row as
-    `library` computes one row alone (one row: `library` itself; more: one batched call of one-row products, the
-    weight shared, not copied). None elsewhere."""
-    if a.device.type != "cpu" or a.dim() != 2 or b.numel() * b.element_size() > _ALONE_BYTES or not decoding():
+    """In a decoding step, for a small `b` ([in, out]): `rows @ b + bias` with each row as `library` computes one
+    row alone (one row: `library` itself; more: one batched call of one-row products, the weight shared, not
+    copied). None elsewhere."""
+    if a.dim() != 2 or not small_operand(a, b) or not decoding():
         return None
     n = b.shape[1]
 
@@ -98,9 +104,9 @@ def _mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     def library(rows):
         return torch.ops.aten.mm.out(rows, b, out=rows.new_empty((rows.shape[0], b.shape[1])))
 
-    return _by_rows(
-        a, 0, ("mm", b.shape, b.stride()), library, lambda: _onednn(a, b), alone_product(a, b, None, library)
-    )
+    key = ("mm", b.shape, b.stride())
+    alone = alone_product(a, b, None, library)
+    return _by_rows(a, 0, key, library, lambda: _onednn(a, b), alone=alone, library_first=small_operand(a, b))
 
 
 def _addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta=1, alpha=1) -> torch.Tensor:
@@ -115,8 +121,9 @@ def _addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta=1, alph
     def others():
         return _onednn(a, b, bias.reshape(-1)) if beta == 1 and alpha == 1 else []
 
+    key = ("addmm", b.shape, b.stride(), bias.shape, beta, alpha)
     alone = alone_product(a, b, bias, library) if beta == 1 and alpha == 1 and bias.numel() == b.shape[1] else None
-    return _by_rows(a, 0, ("addmm", b.shape, b.stride(), bias.shape, beta, alpha), library, others, alone)
+    return _by_rows(a, 0, key, library, others, alone=alone, library_first=small_operand(a, b))
 
 
 def _bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -11,6 +11,9 @@ gets in a call of one fixed height:
   padded with zero rows to h;
 - where none keeps rows (and always on CUDA, where the library picks kernels per shape) every row is computed by
   the first path in a call of exactly `tile_rows(device)` rows: shorter calls padded, taller ones cut into tiles;
+- on a small operand (`library_first`: a weight the CPU's caches hold) a call costs the kernel's fixed cost more
+  than its arithmetic: the library is taken wherever it keeps rows at all (a call of its height or more is its
+  own call), though another path keeps them from fewer (oneDNN's float32 call costs three times MKL's there);
 - in a decoding step the caller may offer one more path, `alone`: every row as the library computes one row alone
   (a text alone decodes through the library's very call). It is taken where the library does not keep rows from
   one row and it does (measured too): MKL's float32 GEMM keeps rows only from 16, and a 16-row GEMM costs a
@@ -80,16 +83,18 @@ def by_rows(
     others: Callable[[], Sequence[Path]] = tuple,
     name: str = "library",
     alone: RowsFn | None = None,
+    library_first: bool = False,
 ) -> torch.Tensor:
     """The computation `library` does (and `others()` can do another way: each path named) on `a`, with every row
     of `a` (along `dim`) getting the bits it gets in a call of one fixed height: through the path measured to keep
     rows from the smallest height, a shorter call padded to that height; where none does, the library in tiles of
     the fixed height. `key` names the computation (the operation and its other operands). `others` is called
     only where it is measured or taken: on the way of every call, the library costs a lookup. `name`: the first
-    path's, where it is not the library's op itself. `alone`: a decoding step's path (see the module's doc)."""
+    path's, where it is not the library's op itself. `alone`: a decoding step's path; `library_first`: the library
+    wherever it keeps rows (see the module's doc)."""
     if a.shape[dim] == 0:
         return library(a)
-    compute, floor = choose(a, dim, key, library, others, name, alone)
+    compute, floor = choose(a, dim, key, library, others, name, alone, library_first)
     return in_rows(a, dim, compute, floor)
 
 
@@ -101,6 +106,7 @@ def choose(
     others: Callable[[], Sequence[Path]] = tuple,
     name: str = "library",
     alone: RowsFn | None = None,
+    library_first: bool = False,
 ) -> tuple[RowsFn, int | None]:
     """`by_rows`' choice for calls like this one: (the path's function, the height it keeps rows from; None:
     tiles of the library), measured once per key, dtype, shape and layout of all but the rows, and thread count;
@@ -111,7 +117,7 @@ def choose(
     key = (key, a.dtype, a.shape[:dim], a.shape[dim + 1 :], a.stride(-1) == 1, torch.get_num_threads(), calls)
     known = _measured.get(key)  # a dict read needs no lock
     if known is None:
-        known = _row_keeping_path(a, dim, key, [(name, library), *others()], alone)
+        known = _row_keeping_path(a, dim, key, [(name, library), *others()], alone, library_first)
     chosen, floor = known
     if chosen == _ALONE_INDEX:
         return alone, floor
@@ -145,14 +151,14 @@ def chosen_paths() -> list[ChosenPath]:
 
 
 def _row_keeping_path(
-    a: torch.Tensor, dim: int, key: tuple, paths: Sequence[Path], alone: RowsFn | None
+    a: torch.Tensor, dim: int, key: tuple, paths: Sequence[Path], alone: RowsFn | None, library_first: bool
 ) -> tuple[int, int | None]:
     """(which path, its height h): the path that, measured once per key on random rows, gives every row of a call
     of h or more rows the bits that row gets in a call of exactly h rows (wherever it sits) from the smallest h
     (the first on a tie); h None when no path keeps rows even from 16 rows, and always on CUDA, where the library
     picks kernels per shape (then: the first path that runs, in fixed-height tiles). A path that fails here is not
-    taken. With `alone` (a decoding step): `_ALONE_INDEX` where the library keeps rows from more than one row and
-    `alone` keeps them from one."""
+    taken. With `library_first`, the library wherever it keeps rows. With `alone` (a decoding step): `_ALONE_INDEX`
+    where the library keeps rows from more than one row and `alone` keeps them from one."""
     heights = dict.fromkeys((name for name, _ in paths), None)
     failed: set[str] = set()
     probe = None
@@ -163,8 +169,11 @@ def _row_keeping_path(
         for name, compute in paths:
             heights[name] = _measured_height(probe, dim, compute, name, failed)
     floors = {i: heights[name] for i, (name, _) in enumerate(paths) if heights[name] is not None}
+    library = next((i for i, (name, _) in enumerate(paths) if name == "library"), None)
     if floors:  # the smallest height, the first path on a tie
         index = min(floors, key=lambda i: (floors[i], i))
+        if library_first and library in floors:  # not another kernel for less padding
+            index = library if floors[library] > floors[index] else index
     else:  # none keeps rows: tiles, through the first path that runs here
         index = next((i for i, (name, _) in enumerate(paths) if name not in failed), 0)
     best = floors.get(index)
