@@ -45,9 +45,9 @@ def test_the_mode_tells_a_decoding_step_from_a_prefill():
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_a_decoding_step_s_rows_are_each_the_library_s_row_alone_where_that_keeps_rows(dtype, monkeypatch):
-    """In a batched generation in the mode, every linear layer's decoding call takes `alone` exactly where the
-    library (measured) keeps rows only from more than one row and `alone` keeps them from one; where it does, each
-    row of the step equals the library's own call on that row alone (computed here outside the mode)."""
+    """In a batched generation in the mode, every float32 linear layer's decoding call takes `alone` exactly where
+    the library (measured) keeps rows only from more than one row and `alone` keeps them from one; where it does,
+    each row of the step equals the library's own call on that row alone (computed here outside the mode)."""
     monkeypatch.setattr(invariant_rows, "_measured", {})
     monkeypatch.setattr(invariant_rows, "_chosen", {})
     loaded = load_model(Settings(model="tiny", dtype=dtype))
@@ -71,12 +71,15 @@ def test_a_decoding_step_s_rows_are_each_the_library_s_row_alone_where_that_keep
         for c in invariant_rows.chosen_paths()
         if c.key[0][0] == "linear" and c.key[-1] == "decoding"
     }
-    assert calls and len(chosen) == len({(m.weight.shape, m.bias is not None) for m, _, _ in calls})
+    shapes = {(m.weight.shape, m.bias is not None) for m, _, _ in calls}
+    # Offered in float32 and float64 only: bf16's batched one-row products run a plain loop on CPU.
+    assert calls and len(chosen) == (len(shapes) if dtype == "float32" else 0)
     for choice in chosen.values():
         wanted = choice.heights["library"] != 1 and choice.heights.get(invariant_rows.ALONE) == 1
         assert (choice.path == invariant_rows.ALONE) == wanted, choice
     for module, inputs, output in calls:
-        if chosen[(module.weight.shape, module.bias is not None)].path != invariant_rows.ALONE:
+        choice = chosen.get((module.weight.shape, module.bias is not None))
+        if choice is None or choice.path != invariant_rows.ALONE:
             continue
         rows_in, rows_out = inputs.reshape(-1, module.in_features), output.reshape(-1, module.out_features)
         assert rows_in.shape[0] == 3  # one new position per text

@@ -23,12 +23,11 @@ from .rows import choose, in_rows
 
 
 def _library(weight: torch.Tensor, bias: torch.Tensor | None):
+    # The bindings' out= forms call the out overloads, which the mode does not replace.
     out_features = weight.shape[0]
     if bias is None:
-        return lambda rows: torch.ops.aten.mm.out(rows, weight.t(), out=rows.new_empty((rows.shape[0], out_features)))
-    return lambda rows: torch.ops.aten.addmm.out(
-        bias, rows, weight.t(), out=rows.new_empty((rows.shape[0], out_features))
-    )
+        return lambda rows: torch.mm(rows, weight.t(), out=rows.new_empty((rows.shape[0], out_features)))
+    return lambda rows: torch.addmm(bias, rows, weight.t(), out=rows.new_empty((rows.shape[0], out_features)))
 
 
 def _paths(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> tuple:

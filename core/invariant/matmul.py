@@ -15,12 +15,12 @@ of the two at a few rows, so the mode then takes it, for every call of that shap
 and takes the one that keeps rows from fewer).
 A weight of at most `_SMALL_BYTES` (a small model's) is "small": a call by it costs the kernel's fixed cost more
 than its arithmetic, and MKL's is the least, so the library is taken wherever it keeps rows (`library_first`);
-in a decoding step (`invariant.phase`) the few rows of a product by it may each be computed as the library
-computes one row alone, all in one batched call (`alone_product`): a text alone then decodes through the
+in a decoding step (`invariant.phase`) the few rows of a float32 or float64 product by it may each be computed as
+the library computes one row alone, all in one batched call (`alone_product`): a text alone then decodes through the
 library's very call, where padding it to a GEMM's row-keeping height cost two to four times that. A bigger weight
 would be read again for every row: the path that keeps rows from the fewest stays (oneDNN's, often).
-The replacements call the `out=` overloads, which are separate operators: calling `torch.mm` from the mm
-override would call the override again.
+The replacements call the bindings' `out=` forms (`torch.mm(..., out=)`), the out overloads, which are separate
+operators: calling `torch.mm` without `out` from the mm override would call the override again.
 """
 
 from __future__ import annotations
@@ -50,11 +50,16 @@ def _by_rows(a: torch.Tensor, dim: int, key: tuple, library: RowsFn, others=tupl
     return by_rows(a, dim, key, library, others, **choice)
 
 
+# The dtypes whose batched one-row products go to the BLAS library on CPU: bf16's run a plain loop there (eight rows
+# of 1536x1536: 30 ms, where the library's call takes 0.2).
+_ALONE_DTYPES = (torch.float32, torch.float64)
+
+
 def alone_product(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, library: RowsFn) -> RowsFn | None:
-    """In a decoding step, for a small `b` ([in, out]): `rows @ b + bias` with each row as `library` computes one
-    row alone (one row: `library` itself; more: one batched call of one-row products, the weight shared, not
-    copied). None elsewhere."""
-    if a.dim() != 2 or not small_operand(a, b) or not decoding():
+    """In a decoding step, for a small `b` ([in, out]) in float32 or float64: `rows @ b + bias` with each row as
+    `library` computes one row alone (one row: `library` itself; more: one batched call of one-row products, the
+    weight shared, not copied). None elsewhere."""
+    if a.dim() != 2 or a.dtype not in _ALONE_DTYPES or not small_operand(a, b) or not decoding():
         return None
     n = b.shape[1]
 
@@ -65,9 +70,9 @@ def alone_product(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, l
         out = rows.new_empty((m, 1, n))
         operand = b.expand(m, *b.shape)
         if bias is None:
-            return torch.ops.aten.bmm.out(rows[:, None], operand, out=out).view(m, n)
+            return torch.bmm(rows[:, None], operand, out=out).view(m, n)
         biases = bias.reshape(1, 1, n).expand(m, 1, n)
-        return torch.ops.aten.baddbmm.out(biases, rows[:, None], operand, out=out).view(m, n)
+        return torch.baddbmm(biases, rows[:, None], operand, out=out).view(m, n)
 
     return compute
 
@@ -102,7 +107,7 @@ def _onednn(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) 
 
 def _mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     def library(rows):
-        return torch.ops.aten.mm.out(rows, b, out=rows.new_empty((rows.shape[0], b.shape[1])))
+        return torch.mm(rows, b, out=rows.new_empty((rows.shape[0], b.shape[1])))
 
     key = ("mm", b.shape, b.stride())
     alone = alone_product(a, b, None, library)
@@ -116,7 +121,7 @@ def _addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta=1, alph
 
     def library(rows):
         out = rows.new_empty((rows.shape[0], b.shape[1]))
-        return torch.ops.aten.addmm.out(bias, rows, b, beta=beta, alpha=alpha, out=out)
+        return torch.addmm(bias, rows, b, beta=beta, alpha=alpha, out=out)
 
     def others():
         return _onednn(a, b, bias.reshape(-1)) if beta == 1 and alpha == 1 else []
@@ -128,7 +133,7 @@ def _addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta=1, alph
 
 def _bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     def library(rows):
-        return torch.ops.aten.bmm.out(rows, b, out=rows.new_empty((rows.shape[0], rows.shape[1], b.shape[2])))
+        return torch.bmm(rows, b, out=rows.new_empty((rows.shape[0], rows.shape[1], b.shape[2])))
 
     return _by_rows(a, 1, ("bmm", b.shape, b.stride()), library)
 
@@ -136,7 +141,7 @@ def _bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def _baddbmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta=1, alpha=1) -> torch.Tensor:
     if not RowInvariantMatmuls.active():
         out = a.new_empty((a.shape[0], a.shape[1], b.shape[2]))
-        return torch.ops.aten.baddbmm.out(bias, a, b, beta=beta, alpha=alpha, out=out)
+        return torch.baddbmm(bias, a, b, beta=beta, alpha=alpha, out=out)
     # The bias may vary along the rows: product first (row-invariant), then the element-wise sum.
     product = _bmm(a, b)
     if beta == 0:
