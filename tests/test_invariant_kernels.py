@@ -314,6 +314,35 @@ def test_sdpa_a_model_calls_itself_runs_per_row_on_the_real_queries_and_keys():
         assert not out[row, :, : width - n].any()
 
 
+def test_attention_cuts_rows_whose_real_positions_have_holes_and_decoding_rows_without_a_mask():
+    """A row's real positions as one run (padding on one side) are cut as a view, others (a hole in the middle)
+    picked one by one: both give the bits of the call on just those positions. A row of one query attends every
+    real key: the call a text alone makes, without a mask."""
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    from batchtui.core.invariant.attention import RowWiseSdpa
+
+    torch.manual_seed(0)
+    width = 6
+    real = torch.tensor([[0, 1, 1, 1, 1, 1], [1, 1, 0, 1, 1, 1]], dtype=torch.bool)  # a run; a hole
+    q, k, v = (torch.randn(2, 2, width, 8) for _ in range(3))
+    mask = torch.ones(width, width, dtype=torch.bool).tril() & real[:, None, :] & real[:, :, None]
+    step_q = torch.randn(2, 2, 1, 8)
+    with RowWiseSdpa():
+        out = sdpa(q, k, v, attn_mask=mask[:, None])
+        step = sdpa(step_q, k, v, attn_mask=real[:, None, None, :])
+    for row in range(2):
+        own = real[row].nonzero().flatten()
+        n = len(own)
+
+        def pick(t, r=row, i=own):
+            return t[r : r + 1].index_select(2, i)
+
+        causal = torch.ones(n, n, dtype=torch.bool).tril()[None, None]
+        assert torch.equal(out[row].index_select(1, own), sdpa(pick(q), pick(k), pick(v), attn_mask=causal)[0])
+        assert torch.equal(step[row], sdpa(step_q[row : row + 1], pick(k), pick(v))[0])
+
+
 def test_a_model_s_linear_layers_compute_their_rows_themselves_in_the_mode_and_only_there():
     """In the mode each nn.Linear of the model computes its rows in its own forward (one call into a kernel, not
     two crossings into Python per product): a row alone gets the bits it gets among any number of others, another

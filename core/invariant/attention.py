@@ -25,6 +25,7 @@ import sys
 import threading
 import weakref
 from collections.abc import Iterator
+from typing import NamedTuple
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -85,21 +86,45 @@ def _attended(mask: torch.Tensor, kv: int) -> torch.Tensor:
     return attend.any(dim=1)
 
 
+class _Row(NamedTuple):
+    """One row's real queries and keys: their indices, the [q', kv'] bool sub-mask, and each set as a run (start,
+    length) where its indices are consecutive (padding on one side: a view and a copy cut them, where picking
+    indices one by one costs several times that)."""
+
+    q_idx: torch.Tensor
+    k_idx: torch.Tensor
+    sub: torch.Tensor
+    q_run: tuple[int, int] | None
+    k_run: tuple[int, int] | None
+
+
+def _run(indices: torch.Tensor) -> tuple[int, int] | None:
+    n = len(indices)
+    first, last = (int(i) for i in indices[[0, -1]].tolist())
+    return (first, n) if last - first + 1 == n else None
+
+
+def _cut(t: torch.Tensor, row: int, dim: int, indices: torch.Tensor, run: tuple[int, int] | None) -> torch.Tensor:
+    """Row `row` of `t` (kept as a batch of one) at `indices` along `dim`, contiguous either way."""
+    if run is not None:
+        return t.narrow(0, row, 1).narrow(dim, *run).contiguous()
+    return t[row : row + 1].index_select(dim, indices)
+
+
 # Masks are shared by every layer of a pass (a full and a sliding one at most): their rows are found once.
 # Tensors compare element-wise, so the cache holds weak references and matches by identity.
 _plans: list[tuple[weakref.ref, tuple[int, int], list]] = []
 _PLANS_KEPT = 4
 
 
-def _row_plan(mask: torch.Tensor | None, b: int, q: int, kv: int, is_causal: bool, device) -> list:
-    """Per row: (real query indices, real key indices, the [q', kv'] bool sub-mask), or None for a row
-    with no real query."""
+def _row_plan(mask: torch.Tensor | None, b: int, q: int, kv: int, is_causal: bool, device) -> list[_Row | None]:
+    """Per row: its real queries and keys, or None for a row with no real query."""
     if mask is None:
         every_q, every_k = torch.arange(q, device=device), torch.arange(kv, device=device)
         sub = torch.ones(q, kv, dtype=torch.bool, device=device)
         if is_causal:
             sub = sub.tril()  # SDPA's is_causal aligns the queries to the first keys
-        return [(every_q, every_k, sub)] * b
+        return [_Row(every_q, every_k, sub, (0, q), (0, kv))] * b
     for ref, shape, plan in _plans:
         if ref() is mask and shape == (q, kv):
             return plan
@@ -109,21 +134,24 @@ def _row_plan(mask: torch.Tensor | None, b: int, q: int, kv: int, is_causal: boo
     plan = []
     for row in range(b):
         q_idx, k_idx = real_q[row].nonzero().flatten(), real_k[row].nonzero().flatten()
-        sub = attend[row].index_select(0, q_idx).index_select(1, k_idx)
-        plan.append((q_idx, k_idx, sub) if len(q_idx) else None)
+        if len(q_idx):
+            sub = attend[row].index_select(0, q_idx).index_select(1, k_idx)
+            plan.append(_Row(q_idx, k_idx, sub, _run(q_idx), _run(k_idx)))
+        else:
+            plan.append(None)
     _plans.insert(0, (weakref.ref(mask), (q, kv), plan))
     del _plans[_PLANS_KEPT:]
     return plan
 
 
-def _row_mask(mask: torch.Tensor | None, row: int, q_idx, k_idx, sub: torch.Tensor, kv: int) -> torch.Tensor | None:
+def _row_mask(mask: torch.Tensor | None, row: int, entry: _Row, kv: int) -> torch.Tensor | None:
     """The row's own mask: the original's values where it is a float bias (ALiBi), else the bool sub-mask; None
     for one query (a decoding step's), which attends every real key: the call a text alone makes without a mask,
     the kernel's cheapest, in both runs alike."""
     if mask is None or mask.dtype == torch.bool:
-        return None if len(q_idx) == 1 else sub[None, None]
+        return None if len(entry.q_idx) == 1 else entry.sub[None, None]
     mask = mask[..., :kv]
-    return mask[row % mask.shape[0]][None].index_select(2, q_idx).index_select(3, k_idx)
+    return mask[row % mask.shape[0]][None].index_select(2, entry.q_idx).index_select(3, entry.k_idx)
 
 
 def _per_row(query, key, value, mask, is_causal: bool, attend, q_dim_of_output: int) -> torch.Tensor:
@@ -134,31 +162,34 @@ def _per_row(query, key, value, mask, is_causal: bool, attend, q_dim_of_output: 
         mask = mask.view((1,) * (4 - mask.dim()) + tuple(mask.shape))
     plan = _row_plan(mask, b, q, kv, is_causal, query.device)
     self_only = getattr(_local, "self_only", False)
-    if b == 1 and plan[0] is not None and len(plan[0][0]) == q and len(plan[0][1]) == kv and not self_only:
+    first = plan[0]
+    if b == 1 and first is not None and len(first.q_idx) == q and len(first.k_idx) == kv and not self_only:
         # One row, every query and key real (a text alone): the same call as below without the cutting, its
         # operands laid out as a cut leaves them (contiguous), so the kernel meets the same inputs.
-        row_mask = _row_mask(mask, 0, *plan[0], kv)
+        row_mask = _row_mask(mask, 0, first, kv)
         return attend(query.contiguous(), key.contiguous(), value.contiguous(), row_mask).contiguous()
     out = None
     for row, entry in enumerate(plan):
         if entry is None:
             continue
-        q_idx, k_idx, sub = entry
         if self_only:
-            row_mask = _itself_only(len(q_idx), len(k_idx), query.device)
+            row_mask = _itself_only(len(entry.q_idx), len(entry.k_idx), query.device)
         else:
-            row_mask = _row_mask(mask, row, q_idx, k_idx, sub, kv)
+            row_mask = _row_mask(mask, row, entry, kv)
         row_out = attend(
-            query[row : row + 1].index_select(2, q_idx),
-            key[row : row + 1].index_select(2, k_idx),
-            value[row : row + 1].index_select(2, k_idx),
+            _cut(query, row, 2, entry.q_idx, entry.q_run),
+            _cut(key, row, 2, entry.k_idx, entry.k_run),
+            _cut(value, row, 2, entry.k_idx, entry.k_run),
             row_mask,
         )
         if out is None:
             shape = list(row_out.shape)
             shape[0], shape[q_dim_of_output] = b, q
             out = row_out.new_zeros(shape)
-        out[row].index_copy_(q_dim_of_output - 1, q_idx, row_out[0])
+        if entry.q_run is not None:
+            out[row].narrow(q_dim_of_output - 1, *entry.q_run).copy_(row_out[0])
+        else:
+            out[row].index_copy_(q_dim_of_output - 1, entry.q_idx, row_out[0])
     if out is None:  # no real query anywhere: nothing attends, as the original would give for masked rows
         out = attend(query, key, value, torch.zeros(1, 1, q, kv, dtype=torch.bool, device=query.device)).zero_()
     return out
