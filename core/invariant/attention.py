@@ -16,11 +16,14 @@ zeros. Two ways in, so that attention is caught wherever a model computes it:
 
 Which rows are real is read off the mask: a key is real when a real query attends it, and a query is real
 when it attends its own key (the last `q` of the `kv` keys are the queries' own, with or without a cache).
+Where transformers skips a mask that is only causal (a text alone with no padding), every query and key is real
+and the row's mask is the causal one it would have been (`_unmasked_plan`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 import threading
 import weakref
@@ -117,14 +120,23 @@ _plans: list[tuple[weakref.ref, tuple[int, int], list]] = []
 _PLANS_KEPT = 4
 
 
-def _row_plan(mask: torch.Tensor | None, b: int, q: int, kv: int, is_causal: bool, device) -> list[_Row | None]:
-    """Per row: its real queries and keys, or None for a row with no real query."""
+@functools.lru_cache(maxsize=16)
+def _unmasked_plan(b: int, q: int, kv: int, causal: str | None, device) -> list[_Row]:
+    """Every query and key real in each of `b` rows; `causal`: "start" (SDPA's is_causal aligns the queries to the
+    first keys), "end" (transformers' mask, skipped where it is only causal: the queries are the last keys) or
+    None (each query attends every key)."""
+    every_q, every_k = torch.arange(q, device=device), torch.arange(kv, device=device)
+    sub = torch.ones(q, kv, dtype=torch.bool, device=device)
+    if causal is not None:
+        sub = sub.tril(0 if causal == "start" else kv - q)
+    return [_Row(every_q, every_k, sub, (0, q), (0, kv))] * b
+
+
+def _row_plan(mask: torch.Tensor | None, b: int, q: int, kv: int, causal: str | None, device) -> list[_Row | None]:
+    """Per row: its real queries and keys, or None for a row with no real query (`causal`: what no mask means,
+    `_unmasked_plan`)."""
     if mask is None:
-        every_q, every_k = torch.arange(q, device=device), torch.arange(kv, device=device)
-        sub = torch.ones(q, kv, dtype=torch.bool, device=device)
-        if is_causal:
-            sub = sub.tril()  # SDPA's is_causal aligns the queries to the first keys
-        return [_Row(every_q, every_k, sub, (0, q), (0, kv))] * b
+        return _unmasked_plan(b, q, kv, causal, device)
     for ref, shape, plan in _plans:
         if ref() is mask and shape == (q, kv):
             return plan
@@ -154,13 +166,13 @@ def _row_mask(mask: torch.Tensor | None, row: int, entry: _Row, kv: int) -> torc
     return mask[row % mask.shape[0]][None].index_select(2, entry.q_idx).index_select(3, entry.k_idx)
 
 
-def _per_row(query, key, value, mask, is_causal: bool, attend, q_dim_of_output: int) -> torch.Tensor:
+def _per_row(query, key, value, mask, causal: str | None, attend, q_dim_of_output: int) -> torch.Tensor:
     """`attend(q, k, v, row_mask)` on each row's real queries and keys; the outputs scattered back into a
     zero tensor along the output's query dim (2 for [b, h, q, d], 1 for [b, q, h, d])."""
     b, q, kv = query.shape[0], query.shape[2], key.shape[2]
     if mask is not None and mask.dim() < 4:  # SDPA also takes [q, kv] and [b, q, kv] masks
         mask = mask.view((1,) * (4 - mask.dim()) + tuple(mask.shape))
-    plan = _row_plan(mask, b, q, kv, is_causal, query.device)
+    plan = _row_plan(mask, b, q, kv, causal, query.device)
     self_only = getattr(_local, "self_only", False)
     first = plan[0]
     if b == 1 and first is not None and len(first.q_idx) == q and len(first.k_idx) == kv and not self_only:
@@ -216,7 +228,7 @@ class RowWiseSdpa(TorchFunctionMode):
         def attend(q, k, v, row_mask):
             return _inside(lambda: func(q, k, v, attn_mask=row_mask, is_causal=False, **given))
 
-        return _per_row(query, key, value, mask, is_causal, attend, q_dim_of_output=2)
+        return _per_row(query, key, value, mask, "start" if is_causal else None, attend, q_dim_of_output=2)
 
 
 # id(config) -> the attention implementation the model had, which `attend_by_rows` runs per row.
@@ -256,26 +268,22 @@ def attend_by_rows(module, query, key, value, attention_mask, **kwargs):
             row_mask = torch.zeros((), dtype=q.dtype, device=q.device).masked_fill(~row_mask, torch.finfo(q.dtype).min)
         return _inside(lambda: inner(module, q, k, v, row_mask, **kwargs)[0])
 
-    return _per_row(query, key, value, attention_mask, False, attend, q_dim_of_output=1), None
-
-
-def mask_without_skips(*args, **kwargs):
-    """transformers' bool mask, always materialized (never skipped for `is_causal`): rows are read off it."""
-    from transformers.masking_utils import sdpa_mask
-
-    kwargs["allow_is_causal_skip"] = False
-    return sdpa_mask(*args, **kwargs)
+    # No mask: transformers skipped a mask that is only causal (a text alone, no padding), or the layer attends both
+    # ways (`is_causal` False), as its SDPA function would read it.
+    is_causal = kwargs.get("is_causal")
+    causal = "end" if (getattr(module, "is_causal", True) if is_causal is None else is_causal) else None
+    return _per_row(query, key, value, attention_mask, causal, attend, q_dim_of_output=1), None
 
 
 class AttentionRegistration(SharedScope):
     """`NAME` in transformers' attention and mask interfaces while entered."""
 
     def _install(self) -> None:
-        from transformers.masking_utils import AttentionMaskInterface
+        from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
         from transformers.modeling_utils import AttentionInterface
 
         AttentionInterface.register(NAME, attend_by_rows)
-        AttentionMaskInterface.register(NAME, mask_without_skips)
+        AttentionMaskInterface.register(NAME, sdpa_mask)  # None where it is only causal: `_unmasked_plan`
 
     def _remove(self) -> None:
         from transformers.masking_utils import AttentionMaskInterface

@@ -24,10 +24,10 @@ from .rows import choose, in_rows
 
 def _library(weight: torch.Tensor, bias: torch.Tensor | None):
     # The bindings' out= forms call the out overloads, which the mode does not replace.
-    out_features = weight.shape[0]
+    out_features, operand = weight.shape[0], weight.t()
     if bias is None:
-        return lambda rows: torch.mm(rows, weight.t(), out=rows.new_empty((rows.shape[0], out_features)))
-    return lambda rows: torch.addmm(bias, rows, weight.t(), out=rows.new_empty((rows.shape[0], out_features)))
+        return lambda rows: torch.mm(rows, operand, out=rows.new_empty((rows.shape[0], out_features)))
+    return lambda rows: torch.addmm(bias, rows, operand, out=rows.new_empty((rows.shape[0], out_features)))
 
 
 def _paths(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> tuple:
