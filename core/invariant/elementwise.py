@@ -47,9 +47,10 @@ def _tail_free(out_op, exact_in: tuple[torch.dtype, ...] = ()):
         if length == n and x.is_contiguous():  # no tail anywhere: the tensor as it is (the same loop, flattened)
             return out_op(x, *args, **kwargs, out=torch.empty_like(x))
         padded = x.new_empty(length)  # what the padding holds is computed and dropped: no need to clear it
-        padded[:n] = x.reshape(-1)
+        head = padded[:n].view(x.shape)
+        head.copy_(x)
         out_op(padded, *args, **kwargs, out=padded)  # element by element: in place computes the same
-        return padded[:n].view(x.shape)
+        return head
 
     return run
 
