@@ -394,3 +394,20 @@ def test_a_path_that_cannot_run_here_is_never_taken(floors, monkeypatch):
     assert chosen.path == "library" and chosen.failed == ("lacking",) and chosen.heights["lacking"] is None
     assert (chosen.height is None) == (floors == ())
     torch.testing.assert_close(got, a @ b)
+
+
+def test_a_measurement_on_one_device_is_not_used_on_another(monkeypatch):
+    """A model split across devices (--device-map) has the same shapes on CPU and on an accelerator: a height
+    measured on the CPU must not be taken where the library picks kernels per shape (there: fixed-height tiles).
+    The other device here is `meta`, which needs no accelerator: like CUDA, it is never measured."""
+    monkeypatch.setattr(invariant_rows, "_measured", {})
+    monkeypatch.setattr(invariant_rows, "_chosen", {})
+    b = torch.randn(64, 32)
+
+    def library(rows):
+        return rows @ b.to(rows.device)
+
+    invariant_rows.choose(torch.randn(5, 64), 0, ("test",), library)
+    _, elsewhere = invariant_rows.choose(torch.randn(5, 64, device="meta"), 0, ("test",), library)
+    assert elsewhere is None  # tiles, whatever the CPU measured
+    assert sorted(c.key[5] for c in invariant_rows.chosen_paths()) == ["cpu", "meta"]

@@ -51,16 +51,16 @@ _ALONE_INDEX = -1
 class ChosenPath:
     """How the mode computes the rows of one kind of call on this machine (`by_rows`' choice)."""
 
-    key: tuple  # the computation, its dtype, the shape and layout of all but the rows, the thread count, and
-    # which calls: "decoding" (a decoding step's, offered `alone`) or "all"
+    key: tuple  # the computation, its dtype, the shape and layout of all but the rows, the device type, the thread
+    # count, and which calls: "decoding" (a decoding step's, offered `alone`) or "all"
     path: str  # the path's name
     height: int | None  # the row-keeping height it is padded to; None: tiles of `tile_rows` rows
     heights: dict[str, int | None]  # each path's row-keeping height as measured (None: none up to 16, or it failed)
     failed: tuple[str, ...] = ()  # the paths that could not run here (a kernel this CPU lacks)
 
 
-# (key, dtype, shape and layout of everything but the rows, threads) -> the path taken (its index) and its
-# row-keeping height
+# (key, dtype, shape and layout of everything but the rows, device type, threads, calls) -> the path taken (its
+# index) and its row-keeping height
 _measured: dict[tuple, tuple[int, int | None]] = {}
 _chosen: dict[tuple, ChosenPath] = {}
 _measured_lock = threading.Lock()
@@ -114,7 +114,9 @@ def choose(
     # The library blocks a call by its thread count too, and that count is per thread (the app's workers run
     # with one core fewer than the main thread): a measurement holds for one count only.
     calls = "all" if alone is None else "decoding"
-    key = (key, a.dtype, a.shape[:dim], a.shape[dim + 1 :], a.stride(-1) == 1, torch.get_num_threads(), calls)
+    shape = (a.shape[:dim], a.shape[dim + 1 :], a.stride(-1) == 1)
+    # A model split across devices (--device-map) has the same shapes on CPU and CUDA: measured apart.
+    key = (key, a.dtype, *shape, a.device.type, torch.get_num_threads(), calls)
     known = _measured.get(key)  # a dict read needs no lock
     if known is None:
         known = _row_keeping_path(a, dim, key, [(name, library), *others()], alone, library_first)

@@ -311,7 +311,7 @@ def _dtype(loaded: LoadedModel) -> torch.dtype:
 def _path_row(chosen) -> dict:
     """One kind of matmul the mode computed, in words a table can show: the operand that is not the rows as
     [in, out] (a linear layer's weight transposed)."""
-    (op, operand, *rest), dtype, _, _, _, threads, calls = chosen.key
+    (op, operand, *rest), dtype, _, _, _, _, threads, calls = chosen.key
     if op == "linear":  # its weight as stored, [out, in]; and whether it adds a bias
         op, operand = ("linear+bias" if rest[0] else "linear"), (operand[1], operand[0])
     return {
