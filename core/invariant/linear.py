@@ -53,17 +53,21 @@ class _Forward:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         weight = self._weight
-        if not RowInvariantMatmuls.active() or x.dtype != weight.dtype or x.shape[-1] != weight.shape[1]:
+        if x.dtype != weight.dtype or x.shape[-1] != weight.shape[1] or not RowInvariantMatmuls.active():
             return self.original(x)
         rows = x.reshape(-1, weight.shape[1])
-        if rows.shape[0] == 0:
+        m = rows.shape[0]
+        if m == 0:
             return self.original(x)
         kind = (torch.get_num_threads(), decoding())
         chosen = self._chosen.get(kind)
         if chosen is None:
             key = ("linear", weight.shape, self._bias is not None)
             chosen = self._chosen[kind] = choose(rows, 0, key, *_paths(rows, weight, self._bias))
-        return in_rows(rows, 0, *chosen).view(x.shape[:-1] + self._shape)
+        compute, floor = chosen
+        # A call of the path's height or more is its own call (in_rows' first case, without the detour).
+        out = compute(rows) if floor is not None and m >= floor else in_rows(rows, 0, compute, floor)
+        return out.view(x.shape[:-1] + self._shape)
 
 
 # model -> how many entries hold its layers' forwards, and the layers given one
