@@ -221,23 +221,27 @@ def test_element_wise_functions_give_an_element_the_same_bits_wherever_it_sits(t
     saved = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        big = torch.randn(1700, 100)
-        with TailFreeElementwise():
-            for fn in (torch.nn.functional.silu, torch.sigmoid, torch.rsqrt, torch.sin):
-                whole = fn(big.abs() + 0.1)
-                for rows, offset in ((1, 5), (3, 0), (7, 1000), (213, 31)):
-                    part = big[offset : offset + rows].abs() + 0.1
-                    assert torch.equal(fn(part), whole[offset : offset + rows]), (fn, rows, offset)
+        # Rows of 100 elements, and of 96 (three float32 steps of two 512-bit vectors, one and a half of bfloat16's)
+        for width, dtype in ((100, torch.float32), (96, torch.float32), (96, torch.bfloat16)):
+            big = torch.randn(1700, width).to(dtype)
+            with TailFreeElementwise():
+                for fn in (torch.nn.functional.silu, torch.sigmoid, torch.rsqrt, torch.sin, torch.exp):
+                    whole = fn(big.abs() + 0.1)
+                    for rows, offset in ((1, 5), (3, 0), (7, 1000), (213, 31)):
+                        part = big[offset : offset + rows].abs() + 0.1
+                        assert torch.equal(fn(part), whole[offset : offset + rows]), (fn, width, dtype, rows, offset)
     finally:
         torch.set_num_threads(saved)
 
 
 def test_tail_free_lengths_cut_into_whole_vector_steps_per_thread():
-    for n in (1, 63, 64, 65, 32768, 32769, 70000, 10**6 + 3):
-        for threads in (1, 2, 3, 16):
-            length = tail_free_length(n, threads)
-            used = max(1, min(threads, -(-length // 32768)))
-            assert length >= n and length % 64 == 0 and (length // used) % 64 == 0 and length % used == 0
+    for itemsize, step in ((2, 64), (4, 32), (8, 16)):  # two 512-bit vectors of bf16, float32, float64
+        for n in (1, 31, 63, 64, 65, 32768, 32769, 70000, 10**6 + 3):
+            for threads in (1, 2, 3, 16):
+                length = tail_free_length(n, threads, itemsize)
+                used = max(1, min(threads, -(-length // 32768)))
+                assert length >= n and length % step == 0 and (length // used) % step == 0 and length % used == 0
+                assert length < n + step * used  # the least such length
 
 
 def test_other_threads_get_the_library_s_own_results_while_the_mode_is_on():

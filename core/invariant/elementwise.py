@@ -17,21 +17,24 @@ import torch
 
 from .scopes import ScopedKernels
 
-# Elements of one step of the widest vector body (two 512-bit vectors of bfloat16).
-_STEP = 64
+# Bytes of one step of the widest vector body (two 512-bit vectors): 64 elements of bfloat16, 32 of float32 (the
+# steps of the narrower AVX2 vectors divide them).
+_STEP_BYTES = 128
 # The share below which ATen runs an element-wise kernel on one thread (at::internal::GRAIN_SIZE).
 _GRAIN = 32768
 
 
 @functools.lru_cache(maxsize=4096)
-def tail_free_length(n: int, threads: int) -> int:
-    """The smallest length >= n that ATen's thread split cuts into shares of whole vector steps."""
-    length = -(-n // _STEP) * _STEP
+def tail_free_length(n: int, threads: int, itemsize: int = 2) -> int:
+    """The smallest length >= n that ATen's thread split cuts into shares of whole vector steps, for elements of
+    `itemsize` bytes."""
+    step = _STEP_BYTES // itemsize
+    length = -(-n // step) * step
     while True:
         used = max(1, min(threads, -(-length // _GRAIN)))
-        if length % (_STEP * used) == 0:
+        if length % (step * used) == 0:
             return length
-        length = -(-length // (_STEP * used)) * (_STEP * used)
+        length = -(-length // (step * used)) * (step * used)
 
 
 def _tail_free(out_op, exact_in: tuple[torch.dtype, ...] = ()):
@@ -43,7 +46,7 @@ def _tail_free(out_op, exact_in: tuple[torch.dtype, ...] = ()):
         n = x.numel()
         if x.dtype in exact_in or not TailFreeElementwise.active():  # the library's own
             return out_op(x, *args, **kwargs, out=torch.empty_like(x))
-        length = tail_free_length(n, torch.get_num_threads())
+        length = tail_free_length(n, torch.get_num_threads(), x.element_size())
         if length == n and x.is_contiguous():  # no tail anywhere: the tensor as it is (the same loop, flattened)
             return out_op(x, *args, **kwargs, out=torch.empty_like(x))
         padded = x.new_empty(length)  # what the padding holds is computed and dropped: no need to clear it
