@@ -44,12 +44,6 @@ def small_operand(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.device.type == "cpu" and b.numel() * b.element_size() <= _SMALL_BYTES
 
 
-def _by_rows(a: torch.Tensor, dim: int, key: tuple, library: RowsFn, others=tuple, **choice) -> torch.Tensor:
-    if not RowInvariantMatmuls.active():  # another thread's call: the library's own
-        return library(a)
-    return by_rows(a, dim, key, library, others, **choice)
-
-
 # The dtypes whose batched one-row products go to the BLAS library on CPU: bf16's run a plain loop there (eight rows
 # of 1536x1536: 30 ms, where the library's call takes 0.2).
 _ALONE_DTYPES = (torch.float32, torch.float64)
@@ -109,9 +103,11 @@ def _mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     def library(rows):
         return torch.mm(rows, b, out=rows.new_empty((rows.shape[0], b.shape[1])))
 
+    if not RowInvariantMatmuls.active():  # another thread's call: the library's own
+        return library(a)
     key = ("mm", b.shape, b.stride())
     alone = alone_product(a, b, None, library)
-    return _by_rows(a, 0, key, library, lambda: _onednn(a, b), alone=alone, library_first=small_operand(a, b))
+    return by_rows(a, 0, key, library, lambda: _onednn(a, b), alone=alone, library_first=small_operand(a, b))
 
 
 def _addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta=1, alpha=1) -> torch.Tensor:
@@ -123,19 +119,24 @@ def _addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta=1, alph
         out = rows.new_empty((rows.shape[0], b.shape[1]))
         return torch.addmm(bias, rows, b, beta=beta, alpha=alpha, out=out)
 
+    if not RowInvariantMatmuls.active():
+        return library(a)
+
     def others():
         return _onednn(a, b, bias.reshape(-1)) if beta == 1 and alpha == 1 else []
 
     key = ("addmm", b.shape, b.stride(), bias.shape, beta, alpha)
     alone = alone_product(a, b, bias, library) if beta == 1 and alpha == 1 and bias.numel() == b.shape[1] else None
-    return _by_rows(a, 0, key, library, others, alone=alone, library_first=small_operand(a, b))
+    return by_rows(a, 0, key, library, others, alone=alone, library_first=small_operand(a, b))
 
 
 def _bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     def library(rows):
         return torch.bmm(rows, b, out=rows.new_empty((rows.shape[0], rows.shape[1], b.shape[2])))
 
-    return _by_rows(a, 1, ("bmm", b.shape, b.stride()), library)
+    if not RowInvariantMatmuls.active():
+        return library(a)
+    return by_rows(a, 1, ("bmm", b.shape, b.stride()), library)
 
 
 def _baddbmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta=1, alpha=1) -> torch.Tensor:

@@ -81,21 +81,17 @@ def by_rows(
     key: tuple,
     library: RowsFn,
     others: Callable[[], Sequence[Path]] = tuple,
-    name: str = "library",
-    alone: RowsFn | None = None,
-    library_first: bool = False,
+    **choice,
 ) -> torch.Tensor:
     """The computation `library` does (and `others()` can do another way: each path named) on `a`, with every row
     of `a` (along `dim`) getting the bits it gets in a call of one fixed height: through the path measured to keep
     rows from the smallest height, a shorter call padded to that height; where none does, the library in tiles of
     the fixed height. `key` names the computation (the operation and its other operands). `others` is called
-    only where it is measured or taken: on the way of every call, the library costs a lookup. `name`: the first
-    path's, where it is not the library's op itself. `alone`: a decoding step's path; `library_first`: the library
-    wherever it keeps rows (see the module's doc)."""
+    only where it is measured or taken: on the way of every call, the library costs a lookup. `choice`: the rest of
+    `choose`'s arguments (the first path's name, a decoding step's path, the library first)."""
     if a.shape[dim] == 0:
         return library(a)
-    compute, floor = choose(a, dim, key, library, others, name, alone, library_first)
-    return in_rows(a, dim, compute, floor)
+    return in_rows(a, dim, *choose(a, dim, key, library, others, **choice))
 
 
 def choose(
