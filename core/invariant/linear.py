@@ -43,7 +43,7 @@ def _paths(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) 
 
 class _Forward:
     """A linear layer's forward in the mode: its rows through the path `choose` takes for its shape (kept per
-    thread count, so that a call costs a lookup), the layer's own elsewhere."""
+    thread count and phase, so that a call costs a lookup), the layer's own elsewhere."""
 
     def __init__(self, module: torch.nn.Linear) -> None:
         self.original = module.forward
@@ -56,18 +56,14 @@ class _Forward:
         if x.dtype != weight.dtype or x.shape[-1] != weight.shape[1] or not RowInvariantMatmuls.active():
             return self.original(x)
         rows = x.reshape(-1, weight.shape[1])
-        m = rows.shape[0]
-        if m == 0:
+        if rows.shape[0] == 0:
             return self.original(x)
         kind = (torch.get_num_threads(), decoding())
         chosen = self._chosen.get(kind)
         if chosen is None:
             key = ("linear", weight.shape, self._bias is not None)
             chosen = self._chosen[kind] = choose(rows, 0, key, *_paths(rows, weight, self._bias))
-        compute, floor = chosen
-        # A call of the path's height or more is its own call (in_rows' first case, without the detour).
-        out = compute(rows) if floor is not None and m >= floor else in_rows(rows, 0, compute, floor)
-        return out.view(x.shape[:-1] + self._shape)
+        return in_rows(rows, 0, *chosen).view(x.shape[:-1] + self._shape)
 
 
 # model -> how many entries hold its layers' forwards, and the layers given one
