@@ -8,7 +8,7 @@ import torch
 
 from batchtui.core.invariant import rows as invariant_rows
 from batchtui.core.invariant.mode import batch_invariant
-from batchtui.core.invariant.phase import PhaseTracking, decoding
+from batchtui.core.invariant.phase import decoding, tracking_phases
 from batchtui.core.models.loading import load_model
 from batchtui.core.settings import Settings
 
@@ -32,7 +32,7 @@ def test_the_mode_tells_a_decoding_step_from_a_prefill():
     hook = layer.register_forward_pre_hook(lambda module, args: seen.append((args[0].shape[1], decoding())))
     ids = tokenizer(["a prompt of a few words"], return_tensors="pt")
     try:
-        with PhaseTracking(model), torch.inference_mode():
+        with tracking_phases(model), torch.inference_mode():
             model.generate(**ids, max_new_tokens=4, min_new_tokens=4, do_sample=False)
             assert not decoding()
             model(**ids)

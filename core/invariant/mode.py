@@ -41,7 +41,7 @@ from .attention import (
 from .elementwise import TailFreeElementwise
 from .linear import RowInvariantLinears
 from .matmul import RowInvariantMatmuls
-from .phase import PhaseTracking
+from .phase import tracking_phases
 from .reduction import RowInvariantReductions
 
 # The aten kernels the mode replaces while entered (and `outside_the_mode` pauses), by the class each makes
@@ -209,7 +209,7 @@ def _enter_kernels(stack: contextlib.ExitStack, model, classes: tuple[str, ...])
             stack.enter_context(scope())
     if "matmul" in classes:
         stack.enter_context(RowInvariantLinears(model))
-        stack.enter_context(PhaseTracking(model))  # a decoding step's products may take another path
+        stack.enter_context(tracking_phases(model))  # a decoding step's products may take another path
 
 
 def _restore(saved: list) -> None:

@@ -7,8 +7,9 @@ decoding step's rows another way than a prefill's and still give each text the s
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -34,14 +35,15 @@ def phase_of(args: tuple, kwargs: dict) -> str:
 
 
 def decoding() -> bool:
-    """Whether this thread is inside a decoding step of a model whose phases are followed (`PhaseTracking`)."""
+    """Whether this thread is inside a decoding step of a model whose phases are followed (`tracking_phases`)."""
     phases = getattr(_local, "phases", None)
     return bool(phases) and phases[-1] == "decode"
 
 
-def on_each_pass(model: torch.nn.Module, before: Callable, after: Callable) -> list:
-    """`before(phase)` as each forward pass of `model` starts, `after(phase)` as it ends (on an exception too):
-    the hooks' handles, for the caller to remove."""
+@contextlib.contextmanager
+def on_each_pass(model: torch.nn.Module, before: Callable, after: Callable) -> Iterator[None]:
+    """While entered, `before(phase)` as each forward pass of `model` starts and `after(phase)` as it ends (on an
+    exception too). Entries nest: each adds its own hooks and removes them on exit."""
     started: list[str] = []
 
     def pre(module, args, kwargs):
@@ -51,10 +53,15 @@ def on_each_pass(model: torch.nn.Module, before: Callable, after: Callable) -> l
     def post(module, args, kwargs, output):
         after(started.pop())
 
-    return [
+    handles = [
         model.register_forward_pre_hook(pre, with_kwargs=True),
         model.register_forward_hook(post, with_kwargs=True, always_call=True),
     ]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 def _push(phase: str) -> None:
@@ -67,18 +74,7 @@ def _pop(phase: str) -> None:
     _local.phases.pop()
 
 
-class PhaseTracking:
+def tracking_phases(model: torch.nn.Module) -> contextlib.AbstractContextManager:
     """While entered, `decoding()` tells, in the thread running it, whether a forward pass of `model` is a decoding
-    step. Entries nest; each adds its own hooks and removes them on exit."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        self._model = model
-        self._handles: list = []
-
-    def __enter__(self):
-        self._handles = on_each_pass(self._model, _push, _pop)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for handle in self._handles:
-            handle.remove()
+    step."""
+    return on_each_pass(model, _push, _pop)

@@ -10,8 +10,8 @@ has it; a method of under a second is tried three times a round):
 (f) generate_and_compare() as `batchtui generate` runs it, on the same number of new tokens;
 (g), (h) compare() and generate_and_compare() in the batch-invariant mode: what the same logits cost.
 Both generations' forward passes are also timed by phase (prefill, decode: `phase_clock`), and the mode's
-matmul paths are listed per shape (the library, padded to the height from which it keeps rows, oneDNN, or
-fixed-height tiles): why the mode costs what it costs on this machine.
+matmul paths are listed per shape, a decoding step's calls apart (the library, padded to the height from which it
+keeps rows, oneDNN, each row alone, or fixed-height tiles): why the mode costs what it costs on this machine.
 Peak memory: on CUDA max_memory_allocated above what was allocated before (the weights); on the
 CPU the peak resident-set growth, sampled.
 """

@@ -29,9 +29,5 @@ def phase_clock(model: torch.nn.Module, synchronize=lambda: None) -> Iterator[di
         synchronize()
         seconds[phase] += time.perf_counter() - started.pop()
 
-    handles = on_each_pass(model, before, after)
-    try:
+    with on_each_pass(model, before, after):
         yield seconds
-    finally:
-        for handle in handles:
-            handle.remove()
