@@ -90,15 +90,17 @@ def _attended(mask: torch.Tensor, kv: int) -> torch.Tensor:
 
 
 class _Row(NamedTuple):
-    """One row's real queries and keys: their indices, the [q', kv'] bool sub-mask, and each set as a run (start,
+    """One row's real queries and keys: their indices, the [q', kv'] bool sub-mask, each set as a run (start,
     length) where its indices are consecutive (padding on one side: a view and a copy cut them, where picking
-    indices one by one costs several times that)."""
+    indices one by one costs several times that), and whether the sub-mask is the square causal one (a prefill's:
+    as many queries as keys, each attending itself and those before), which SDPA computes without a mask."""
 
     q_idx: torch.Tensor
     k_idx: torch.Tensor
     sub: torch.Tensor
     q_run: tuple[int, int] | None
     k_run: tuple[int, int] | None
+    causal: bool
 
 
 def _run(indices: torch.Tensor) -> tuple[int, int] | None:
@@ -129,7 +131,12 @@ def _unmasked_plan(b: int, q: int, kv: int, causal: str | None, device) -> list[
     sub = torch.ones(q, kv, dtype=torch.bool, device=device)
     if causal is not None:
         sub = sub.tril(0 if causal == "start" else kv - q)
-    return [_Row(every_q, every_k, sub, (0, q), (0, kv))] * b
+    return [_Row(every_q, every_k, sub, (0, q), (0, kv), causal is not None and q == kv)] * b
+
+
+def _square_causal(sub: torch.Tensor) -> bool:
+    n = sub.shape[0]
+    return n == sub.shape[1] and torch.equal(sub, torch.ones(n, n, dtype=torch.bool, device=sub.device).tril())
 
 
 def _row_plan(mask: torch.Tensor | None, b: int, q: int, kv: int, causal: str | None, device) -> list[_Row | None]:
@@ -148,7 +155,7 @@ def _row_plan(mask: torch.Tensor | None, b: int, q: int, kv: int, causal: str | 
         q_idx, k_idx = real_q[row].nonzero().flatten(), real_k[row].nonzero().flatten()
         if len(q_idx):
             sub = attend[row].index_select(0, q_idx).index_select(1, k_idx)
-            plan.append(_Row(q_idx, k_idx, sub, _run(q_idx), _run(k_idx)))
+            plan.append(_Row(q_idx, k_idx, sub, _run(q_idx), _run(k_idx), _square_causal(sub)))
         else:
             plan.append(None)
     _plans.insert(0, (weakref.ref(mask), (q, kv), plan))
@@ -156,19 +163,21 @@ def _row_plan(mask: torch.Tensor | None, b: int, q: int, kv: int, causal: str | 
     return plan
 
 
-def _row_mask(mask: torch.Tensor | None, row: int, entry: _Row, kv: int) -> torch.Tensor | None:
+def _row_mask(mask: torch.Tensor | None, row: int, entry: _Row, kv: int) -> tuple[torch.Tensor | None, bool]:
     """The row's own mask: the original's values where it is a float bias (ALiBi), else the bool sub-mask; None
     for one query (a decoding step's), which attends every real key: the call a text alone makes without a mask,
-    the kernel's cheapest, in both runs alike."""
+    the kernel's cheapest, in both runs alike. With it, whether the mask is the square causal one, which an SDPA
+    call takes as `is_causal` in place of the mask (its causal kernel, several times faster on CPU)."""
     if mask is None or mask.dtype == torch.bool:
-        return None if len(entry.q_idx) == 1 else entry.sub[None, None]
+        return (None, False) if len(entry.q_idx) == 1 else (entry.sub[None, None], entry.causal)
     mask = mask[..., :kv]
-    return mask[row % mask.shape[0]][None].index_select(2, entry.q_idx).index_select(3, entry.k_idx)
+    return mask[row % mask.shape[0]][None].index_select(2, entry.q_idx).index_select(3, entry.k_idx), False
 
 
 def _per_row(query, key, value, mask, causal: str | None, attend, q_dim_of_output: int) -> torch.Tensor:
-    """`attend(q, k, v, row_mask)` on each row's real queries and keys; the outputs scattered back into a
-    zero tensor along the output's query dim (2 for [b, h, q, d], 1 for [b, q, h, d])."""
+    """`attend(q, k, v, row_mask, causal)` on each row's real queries and keys (`causal`: the mask is the square
+    causal one, `_row_mask`); the outputs scattered back into a zero tensor along the output's query dim (2 for
+    [b, h, q, d], 1 for [b, q, h, d])."""
     b, q, kv = query.shape[0], query.shape[2], key.shape[2]
     if mask is not None and mask.dim() < 4:  # SDPA also takes [q, kv] and [b, q, kv] masks
         mask = mask.view((1,) * (4 - mask.dim()) + tuple(mask.shape))
@@ -178,21 +187,22 @@ def _per_row(query, key, value, mask, causal: str | None, attend, q_dim_of_outpu
     if b == 1 and first is not None and len(first.q_idx) == q and len(first.k_idx) == kv and not self_only:
         # One row, every query and key real (a text alone): the same call as below without the cutting, its
         # operands laid out as a cut leaves them (contiguous), so the kernel meets the same inputs.
-        row_mask = _row_mask(mask, 0, first, kv)
-        return attend(query.contiguous(), key.contiguous(), value.contiguous(), row_mask).contiguous()
+        row_mask, square = _row_mask(mask, 0, first, kv)
+        return attend(query.contiguous(), key.contiguous(), value.contiguous(), row_mask, square).contiguous()
     out = None
     for row, entry in enumerate(plan):
         if entry is None:
             continue
         if self_only:
-            row_mask = _itself_only(len(entry.q_idx), len(entry.k_idx), query.device)
+            row_mask, square = _itself_only(len(entry.q_idx), len(entry.k_idx), query.device), False
         else:
-            row_mask = _row_mask(mask, row, entry, kv)
+            row_mask, square = _row_mask(mask, row, entry, kv)
         row_out = attend(
             _cut(query, row, 2, entry.q_idx, entry.q_run),
             _cut(key, row, 2, entry.k_idx, entry.k_run),
             _cut(value, row, 2, entry.k_idx, entry.k_run),
             row_mask,
+            square,
         )
         if out is None:
             shape = list(row_out.shape)
@@ -203,7 +213,8 @@ def _per_row(query, key, value, mask, causal: str | None, attend, q_dim_of_outpu
         else:
             out[row].index_copy_(q_dim_of_output - 1, entry.q_idx, row_out[0])
     if out is None:  # no real query anywhere: nothing attends, as the original would give for masked rows
-        out = attend(query, key, value, torch.zeros(1, 1, q, kv, dtype=torch.bool, device=query.device)).zero_()
+        nothing = torch.zeros(1, 1, q, kv, dtype=torch.bool, device=query.device)
+        out = attend(query, key, value, nothing, False).zero_()
     return out
 
 
@@ -225,8 +236,8 @@ class RowWiseSdpa(TorchFunctionMode):
         _count_call()
         _local.direct = direct_sdpa_calls() + 1
 
-        def attend(q, k, v, row_mask):
-            return _inside(lambda: func(q, k, v, attn_mask=row_mask, is_causal=False, **given))
+        def attend(q, k, v, row_mask, square):
+            return _inside(lambda: func(q, k, v, attn_mask=None if square else row_mask, is_causal=square, **given))
 
         return _per_row(query, key, value, mask, "start" if is_causal else None, attend, q_dim_of_output=2)
 
@@ -263,10 +274,13 @@ def attend_by_rows(module, query, key, value, attention_mask, **kwargs):
         inner = ALL_ATTENTION_FUNCTIONS["sdpa"]  # flash and flex kernels take no per-row masks
     _count_call()
 
-    def attend(q, k, v, row_mask):
-        if inner_name == "eager" and row_mask is not None and row_mask.dtype == torch.bool:
+    def attend(q, k, v, row_mask, square):
+        call_kwargs = kwargs
+        if inner_name == "eager" and row_mask is not None and row_mask.dtype == torch.bool:  # its mask always
             row_mask = torch.zeros((), dtype=q.dtype, device=q.device).masked_fill(~row_mask, torch.finfo(q.dtype).min)
-        return _inside(lambda: inner(module, q, k, v, row_mask, **kwargs)[0])
+        elif square and inner_name != "eager":  # transformers' SDPA reads no mask and more than one query as causal
+            row_mask, call_kwargs = None, {**kwargs, "is_causal": True}
+        return _inside(lambda: inner(module, q, k, v, row_mask, **call_kwargs)[0])
 
     # No mask: transformers skipped a mask that is only causal (a text alone, no padding), or the layer attends both
     # ways (`is_causal` False), as its SDPA function would read it.
