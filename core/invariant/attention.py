@@ -89,31 +89,51 @@ def _attended(mask: torch.Tensor, kv: int) -> torch.Tensor:
     return attend.any(dim=1)
 
 
+class _Span(NamedTuple):
+    """A row's real positions along its queries or its keys: how many, and where they are consecutive (padding on one
+    side) their first, else their indices (a view and a copy cut a run, where picking indices one by one costs
+    several times that)."""
+
+    length: int
+    start: int | None
+    indices: torch.Tensor | None
+
+    def cut(self, t: torch.Tensor, dim: int) -> torch.Tensor:
+        """These positions of `t` along `dim`, contiguous."""
+        if self.start is None:
+            return t.index_select(dim, self.indices)
+        return t.narrow(dim, self.start, self.length).contiguous()
+
+    def put(self, target: torch.Tensor, dim: int, values: torch.Tensor) -> None:
+        """`values` into these positions of `target` along `dim`."""
+        if self.start is None:
+            target.index_copy_(dim, self.indices, values)
+        else:
+            target.narrow(dim, self.start, self.length).copy_(values)
+
+
+def _spans(real: torch.Tensor) -> list[_Span]:
+    """Each row's real positions of `real` ([b, n] bool), found for all rows in a few calls: a decoding step's plan
+    is made anew every step."""
+    n = real.shape[1]
+    as_bytes = real.to(torch.uint8)
+    first, last = as_bytes.argmax(1), (n - 1) - as_bytes.flip(1).argmax(1)
+    spans = []
+    for row, (length, start, end) in enumerate(torch.stack([real.sum(1), first, last], 1).tolist()):
+        consecutive = length == 0 or end - start + 1 == length
+        spans.append(_Span(length, start, None) if consecutive else _Span(length, None, real[row].nonzero().flatten()))
+    return spans
+
+
 class _Row(NamedTuple):
-    """One row's real queries and keys: their indices, the [q', kv'] bool sub-mask, each set as a run (start,
-    length) where its indices are consecutive (padding on one side: a view and a copy cut them, where picking
-    indices one by one costs several times that), and whether the sub-mask is the square causal one (a prefill's:
-    as many queries as keys, each attending itself and those before), which SDPA computes without a mask."""
+    """One row's real queries and keys, the [q', kv'] bool sub-mask where it has more than one query (one query
+    attends every real key: `_row_mask`), and whether that sub-mask is the square causal one (a prefill's: as many
+    queries as keys, each attending itself and those before), which SDPA computes without a mask."""
 
-    q_idx: torch.Tensor
-    k_idx: torch.Tensor
-    sub: torch.Tensor
-    q_run: tuple[int, int] | None
-    k_run: tuple[int, int] | None
+    q: _Span
+    k: _Span
+    sub: torch.Tensor | None
     causal: bool
-
-
-def _run(indices: torch.Tensor) -> tuple[int, int] | None:
-    n = len(indices)
-    first, last = (int(i) for i in indices[[0, -1]].tolist())
-    return (first, n) if last - first + 1 == n else None
-
-
-def _cut(t: torch.Tensor, row: int, dim: int, indices: torch.Tensor, run: tuple[int, int] | None) -> torch.Tensor:
-    """Row `row` of `t` (kept as a batch of one) at `indices` along `dim`, contiguous either way."""
-    if run is not None:
-        return t.narrow(0, row, 1).narrow(dim, *run).contiguous()
-    return t[row : row + 1].index_select(dim, indices)
 
 
 # Masks are shared by every layer of a pass (a full and a sliding one at most): their rows are found once.
@@ -127,11 +147,10 @@ def _unmasked_plan(b: int, q: int, kv: int, causal: str | None, device) -> list[
     """Every query and key real in each of `b` rows; `causal`: "start" (SDPA's is_causal aligns the queries to the
     first keys), "end" (transformers' mask, skipped where it is only causal: the queries are the last keys) or
     None (each query attends every key)."""
-    every_q, every_k = torch.arange(q, device=device), torch.arange(kv, device=device)
     sub = torch.ones(q, kv, dtype=torch.bool, device=device)
     if causal is not None:
         sub = sub.tril(0 if causal == "start" else kv - q)
-    return [_Row(every_q, every_k, sub, (0, q), (0, kv), causal is not None and q == kv)] * b
+    return [_Row(_Span(q, 0, None), _Span(kv, 0, None), sub, causal is not None and q == kv)] * b
 
 
 def _square_causal(sub: torch.Tensor) -> bool:
@@ -150,14 +169,13 @@ def _row_plan(mask: torch.Tensor | None, b: int, q: int, kv: int, causal: str | 
     attend = _attended(mask, kv).expand(b, q, kv)
     real_q = attend.diagonal(offset=kv - q, dim1=1, dim2=2)
     real_k = (attend & real_q[:, :, None]).any(dim=1)
-    plan = []
-    for row in range(b):
-        q_idx, k_idx = real_q[row].nonzero().flatten(), real_k[row].nonzero().flatten()
-        if len(q_idx):
-            sub = attend[row].index_select(0, q_idx).index_select(1, k_idx)
-            plan.append(_Row(q_idx, k_idx, sub, _run(q_idx), _run(k_idx), _square_causal(sub)))
-        else:
+    plan: list[_Row | None] = []
+    for row, (queries, keys) in enumerate(zip(_spans(real_q), _spans(real_k))):
+        if queries.length == 0:
             plan.append(None)
+            continue
+        sub = None if queries.length == 1 else keys.cut(queries.cut(attend[row], 0), 1)
+        plan.append(_Row(queries, keys, sub, sub is not None and _square_causal(sub)))
     _plans.insert(0, (weakref.ref(mask), (q, kv), plan))
     del _plans[_PLANS_KEPT:]
     return plan
@@ -169,9 +187,8 @@ def _row_mask(mask: torch.Tensor | None, row: int, entry: _Row, kv: int) -> tupl
     the kernel's cheapest, in both runs alike. With it, whether the mask is the square causal one, which an SDPA
     call takes as `is_causal` in place of the mask (its causal kernel, several times faster on CPU)."""
     if mask is None or mask.dtype == torch.bool:
-        return (None, False) if len(entry.q_idx) == 1 else (entry.sub[None, None], entry.causal)
-    mask = mask[..., :kv]
-    return mask[row % mask.shape[0]][None].index_select(2, entry.q_idx).index_select(3, entry.k_idx), False
+        return (None, False) if entry.q.length == 1 else (entry.sub[None, None], entry.causal)
+    return entry.k.cut(entry.q.cut(mask[..., :kv][row % mask.shape[0]][None], 2), 3), False
 
 
 def _per_row(query, key, value, mask, causal: str | None, attend, q_dim_of_output: int) -> torch.Tensor:
@@ -184,7 +201,7 @@ def _per_row(query, key, value, mask, causal: str | None, attend, q_dim_of_outpu
     plan = _row_plan(mask, b, q, kv, causal, query.device)
     self_only = getattr(_local, "self_only", False)
     first = plan[0]
-    if b == 1 and first is not None and len(first.q_idx) == q and len(first.k_idx) == kv and not self_only:
+    if b == 1 and first is not None and first.q.length == q and first.k.length == kv and not self_only:
         # One row, every query and key real (a text alone): the same call as below without the cutting, its
         # operands laid out as a cut leaves them (contiguous), so the kernel meets the same inputs.
         row_mask, square = _row_mask(mask, 0, first, kv)
@@ -194,13 +211,13 @@ def _per_row(query, key, value, mask, causal: str | None, attend, q_dim_of_outpu
         if entry is None:
             continue
         if self_only:
-            row_mask, square = _itself_only(len(entry.q_idx), len(entry.k_idx), query.device), False
+            row_mask, square = _itself_only(entry.q.length, entry.k.length, query.device), False
         else:
             row_mask, square = _row_mask(mask, row, entry, kv)
         row_out = attend(
-            _cut(query, row, 2, entry.q_idx, entry.q_run),
-            _cut(key, row, 2, entry.k_idx, entry.k_run),
-            _cut(value, row, 2, entry.k_idx, entry.k_run),
+            entry.q.cut(query[row : row + 1], 2),
+            entry.k.cut(key[row : row + 1], 2),
+            entry.k.cut(value[row : row + 1], 2),
             row_mask,
             square,
         )
@@ -208,10 +225,7 @@ def _per_row(query, key, value, mask, causal: str | None, attend, q_dim_of_outpu
             shape = list(row_out.shape)
             shape[0], shape[q_dim_of_output] = b, q
             out = row_out.new_zeros(shape)
-        if entry.q_run is not None:
-            out[row].narrow(q_dim_of_output - 1, *entry.q_run).copy_(row_out[0])
-        else:
-            out[row].index_copy_(q_dim_of_output - 1, entry.q_idx, row_out[0])
+        entry.q.put(out[row], q_dim_of_output - 1, row_out[0])
     if out is None:  # no real query anywhere: nothing attends, as the original would give for masked rows
         nothing = torch.zeros(1, 1, q, kv, dtype=torch.bool, device=query.device)
         out = attend(query, key, value, nothing, False).zero_()
