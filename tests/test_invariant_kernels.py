@@ -415,3 +415,33 @@ def test_a_measurement_on_one_device_is_not_used_on_another(monkeypatch):
     _, elsewhere = invariant_rows.choose(torch.randn(5, 64, device="meta"), 0, ("test",), library)
     assert elsewhere is None  # tiles, whatever the CPU measured
     assert sorted(c.key[5] for c in invariant_rows.chosen_paths()) == ["cpu", "meta"]
+
+
+def test_a_row_s_direct_sdpa_call_computes_what_transformers_sdpa_function_does():
+    """The mode calls SDPA itself for a row where transformers' function would make one plain call (its checks cost
+    a fifth of a decoding row's call): the same attention for a square causal row, a masked row and one query, with
+    grouped heads; soft-capping, a position bias or attention weights go through the function itself."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from batchtui.core.invariant.attention import _one_sdpa_call, _sdpa_as_transformers_calls_it
+
+    class Grouped(torch.nn.Module):  # what the function reads of an attention layer
+        num_key_value_groups, is_causal = 2, True
+
+    torch.manual_seed(0)
+    k, v = torch.randn(1, 2, 9, 16), torch.randn(1, 2, 9, 16)
+    holes = torch.rand(1, 1, 9, 9) > 0.3
+    holes |= torch.eye(9, dtype=torch.bool)
+    for q, mask, square in [
+        (torch.randn(1, 4, 9, 16), None, True),
+        (torch.randn(1, 4, 9, 16), holes, False),
+        (torch.randn(1, 4, 1, 16), None, False),
+    ]:
+        ours = _sdpa_as_transformers_calls_it(q, k, v, mask, square, {"scaling": 0.3, "dropout": 0.0})
+        theirs, _ = sdpa_attention_forward(Grouped(), q, k, v, mask, scaling=0.3, dropout=0.0)
+        assert ours.shape == theirs.shape
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+    assert _one_sdpa_call({"scaling": 0.3, "dropout": 0.0, "sliding_window": None, "position_ids": None})
+    assert not _one_sdpa_call({"softcap": 30.0})
+    assert not _one_sdpa_call({"position_bias": torch.zeros(1)})
+    assert not _one_sdpa_call({"output_attentions": True})
