@@ -18,7 +18,7 @@ import weakref
 import torch
 
 from .matmul import RowInvariantMatmuls, alone_product, onednn_linear, onednn_usable, small_operand
-from .phase import decoding
+from .phase import pass_kind
 from .rows import choose, in_rows
 
 
@@ -48,22 +48,25 @@ class _Forward:
     def __init__(self, module: torch.nn.Linear) -> None:
         self.original = module.forward
         self._weight, self._bias = module.weight, module.bias
-        self._shape = (module.out_features,)
+        self._dtype, self._in, self._shape = module.weight.dtype, module.in_features, (module.out_features,)
         self._chosen: dict[tuple, tuple] = {}  # (thread count, decoding) -> (compute, floor)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        weight = self._weight
-        if x.dtype != weight.dtype or x.shape[-1] != weight.shape[1] or not RowInvariantMatmuls.active():
+        # Every linear layer's call of every pass comes through here, where each Python step costs a small model a
+        # share of its pass: the common case in as few as can be.
+        if x.dtype != self._dtype or x.shape[-1] != self._in or not RowInvariantMatmuls.active():
             return self.original(x)
-        rows = x.reshape(-1, weight.shape[1])
-        if rows.shape[0] == 0:
-            return self.original(x)
-        kind = (torch.get_num_threads(), decoding())
+        rows = x.reshape(-1, self._in)
+        kind = pass_kind()
         chosen = self._chosen.get(kind)
         if chosen is None:
-            key = ("linear", weight.shape, self._bias is not None)
-            chosen = self._chosen[kind] = choose(rows, 0, key, *_paths(rows, weight, self._bias))
-        return in_rows(rows, 0, *chosen).view(x.shape[:-1] + self._shape)
+            if rows.shape[0] == 0:
+                return self.original(x)
+            key = ("linear", self._weight.shape, self._bias is not None)
+            chosen = self._chosen[kind] = choose(rows, 0, key, *_paths(rows, self._weight, self._bias))
+        compute, floor = chosen
+        out = compute(rows) if floor == 1 and rows.shape[0] else in_rows(rows, 0, compute, floor)
+        return out.view(x.shape[:-1] + self._shape)
 
 
 # model -> how many entries hold its layers' forwards, and the layers given one

@@ -15,7 +15,7 @@ import torch
 
 PHASES = ("prefill", "decode")
 
-_local = threading.local()  # `phases`: the phases of this thread's passes under way, innermost last
+_local = threading.local()  # `kinds`: `pass_kind()` of this thread's passes under way, innermost last
 
 
 def phase_of(args: tuple, kwargs: dict) -> str:
@@ -36,8 +36,14 @@ def phase_of(args: tuple, kwargs: dict) -> str:
 
 def decoding() -> bool:
     """Whether this thread is inside a decoding step of a model whose phases are followed (`tracking_phases`)."""
-    phases = getattr(_local, "phases", None)
-    return bool(phases) and phases[-1] == "decode"
+    return pass_kind()[1]
+
+
+def pass_kind() -> tuple[int, bool]:
+    """(the thread count, whether a decoding step) of this thread's pass under way, taken as it started: what a
+    kernel's choice is kept by, read once per call of every linear layer; outside a followed pass, as they are now."""
+    kinds = getattr(_local, "kinds", None)
+    return kinds[-1] if kinds else (torch.get_num_threads(), False)
 
 
 @contextlib.contextmanager
@@ -65,13 +71,13 @@ def on_each_pass(model: torch.nn.Module, before: Callable, after: Callable) -> I
 
 
 def _push(phase: str) -> None:
-    if not hasattr(_local, "phases"):
-        _local.phases = []
-    _local.phases.append(phase)
+    if not hasattr(_local, "kinds"):
+        _local.kinds = []
+    _local.kinds.append((torch.get_num_threads(), phase == "decode"))
 
 
 def _pop(phase: str) -> None:
-    _local.phases.pop()
+    _local.kinds.pop()
 
 
 def tracking_phases(model: torch.nn.Module) -> contextlib.AbstractContextManager:
