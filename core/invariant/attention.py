@@ -7,9 +7,11 @@ zeros. Two ways in, so that attention is caught wherever a model computes it:
 - `attend_by_rows`, registered in transformers' `AttentionInterface` (with its mask function in
   `AttentionMaskInterface` under the same name, or transformers would hand it no mask), takes the models that
   attend through the interface and runs the model's own function per row (eager with its soft-capping or
-  sinks, or SDPA), with a mask wherever a row has more than one query, so that the function shapes a row's call
-  the same way in both runs (transformers' SDPA path packs grouped heads differently with and without a mask);
-  a row of one query (a decoding step's) attends every real key, and goes without one in both runs;
+  sinks, or SDPA), the same call for a row in both runs: a row of one query (a decoding step's) attends every real
+  key without a mask, a row whose real queries and keys form the square causal mask (a prefill's) goes to SDPA's
+  causal kernel with no mask, any other row with its own mask (eager attention always gets the mask); where
+  transformers' SDPA function would make one plain SDPA call, the row's call is made directly, without the
+  function's checks (`_one_sdpa_call`);
 - `RowWiseSdpa`, a torch function mode, takes the `scaled_dot_product_attention` calls a model makes itself
   (every torch call of the thread passes through it, which costs: it is entered only for models that make such
   calls).
