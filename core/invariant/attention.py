@@ -293,7 +293,8 @@ def _one_sdpa_call(kwargs: dict) -> bool:
 
 def _sdpa_as_transformers_calls_it(q, k, v, mask, square: bool, kwargs: dict) -> torch.Tensor:
     """[b, q, h, d]: the SDPA call transformers' function makes of a row (`_one_sdpa_call`): no mask and causal where
-    the row's mask is the square causal one, grouped heads as they are."""
+    the row's mask is the square causal one, grouped heads as they are (SDPA's `enable_gqa`, as the function passes
+    them with no mask)."""
     mask, dropout, scale = None if square else mask, kwargs.get("dropout", 0.0), kwargs.get("scaling")
     out = _SDPA(q, k, v, mask, dropout, is_causal=square, scale=scale, enable_gqa=q.shape[1] != k.shape[1])
     return out.transpose(1, 2)
@@ -317,7 +318,9 @@ def attend_by_rows(module, query, key, value, attention_mask, **kwargs):
     direct = inner_name != "eager" and _one_sdpa_call(kwargs)
 
     def attend(q, k, v, row_mask, square):
-        if direct:
+        # Grouped heads with a mask: the function's own way (on CUDA, SDPA's grouped heads take no mask but in its
+        # slowest kernel, and it repeats the keys instead).
+        if direct and (square or row_mask is None or q.shape[1] == k.shape[1]):
             return _inside(lambda: _sdpa_as_transformers_calls_it(q, k, v, row_mask, square, kwargs))
         call_kwargs = kwargs
         if inner_name == "eager" and row_mask is not None and row_mask.dtype == torch.bool:  # its mask always
