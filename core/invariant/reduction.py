@@ -33,20 +33,20 @@ def _trailing(x: torch.Tensor, dims) -> int | None:
 _GRAIN = 32768
 
 
-def _serial_on_cpu(x: torch.Tensor) -> bool:
-    return x.is_cpu and (x.numel() < _GRAIN or torch.get_num_threads() == 1)
-
-
-def _by_rows(x: torch.Tensor, dims, keepdim: bool, key: tuple, reduce) -> torch.Tensor:
-    """`reduce(x, dims, keepdim)`, each row of the dims it leaves reduced as in a call of one fixed height."""
-    if not x.is_floating_point() or _serial_on_cpu(x) or not RowInvariantReductions.active():
-        return reduce(x, dims, keepdim)
+def _reduced(op, x: torch.Tensor, dims, keepdim: bool, dtype, key: tuple, *before) -> torch.Tensor:
+    """`op(x, *before, dims, keepdim, dtype=dtype)`, each row of the dims it leaves reduced as in a call of one fixed
+    height. `op` is a binding called with `out=` (the out overload: a separate operator, not replaced, and a third of
+    the cost of `torch.ops.aten.<op>.out`)."""
+    # Below the grain (or on one thread) ATen reduces every row on one thread, a row as in any other such call: the
+    # library's own, in as few Python steps as can be (every norm of every pass comes here).
+    if (x.is_cpu and (x.numel() < _GRAIN or torch.get_num_threads() == 1)) or not x.is_floating_point():
+        return op(x, *before, dims, keepdim, dtype=dtype, out=_out(x, dtype))
     count = _trailing(x, dims)
-    if count is None:
-        return reduce(x, dims, keepdim)
+    if count is None or not RowInvariantReductions.active():
+        return op(x, *before, dims, keepdim, dtype=dtype, out=_out(x, dtype))
     lead = tuple(x.shape[: x.dim() - count])
     rows = x.reshape(math.prod(lead), math.prod(x.shape[x.dim() - count :]))
-    reduced = by_rows(rows, 0, key, lambda r: reduce(r, [1], False))
+    reduced = by_rows(rows, 0, key, lambda r: op(r, *before, [1], False, dtype=dtype, out=_out(r, dtype)))
     return reduced.reshape(lead + (1,) * count if keepdim else lead)
 
 
@@ -55,27 +55,16 @@ def _out(x: torch.Tensor, dtype) -> torch.Tensor:
     return x.new_empty((0,), dtype=dtype or (x.dtype if x.is_floating_point() else torch.int64))
 
 
-# The replacements call the bindings' `out=` forms, the out overloads: separate operators that are not replaced
-# (and a third of the cost of calling `torch.ops.aten.<op>.out`).
 def _sum(x, dim=None, keepdim=False, *, dtype=None):
-    def reduce(t, dims, keep):
-        return torch.sum(t, dims, keep, dtype=dtype, out=_out(t, dtype))
-
-    return _by_rows(x, dim, keepdim, ("sum", dtype), reduce)
+    return _reduced(torch.sum, x, dim, keepdim, dtype, ("sum", dtype))
 
 
 def _mean(x, dim=None, keepdim=False, *, dtype=None):
-    def reduce(t, dims, keep):
-        return torch.mean(t, dims, keep, dtype=dtype, out=_out(t, dtype))
-
-    return _by_rows(x, dim, keepdim, ("mean", dtype), reduce)
+    return _reduced(torch.mean, x, dim, keepdim, dtype, ("mean", dtype))
 
 
 def _vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
-    def reduce(t, dims, keep):
-        return torch.linalg.vector_norm(t, ord, dims, keep, dtype=dtype, out=_out(t, dtype))
-
-    return _by_rows(x, dim, keepdim, ("norm", ord, dtype), reduce)
+    return _reduced(torch.linalg.vector_norm, x, dim, keepdim, dtype, ("norm", ord, dtype), ord)
 
 
 _REPLACEMENTS = {"sum.dim_IntList": _sum, "mean.dim": _mean, "linalg_vector_norm": _vector_norm}
