@@ -65,7 +65,7 @@ class _Forward:
             key = ("linear", self._weight.shape, self._bias is not None)
             chosen = self._chosen[kind] = choose(rows, 0, key, *_paths(rows, self._weight, self._bias))
         compute, floor = chosen
-        out = compute(rows) if floor == 1 and rows.shape[0] else in_rows(rows, 0, compute, floor)
+        out = compute(rows) if floor is not None and rows.shape[0] >= floor else in_rows(rows, 0, compute, floor)
         return out.view(x.shape[:-1] + self._shape)
 
 
