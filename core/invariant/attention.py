@@ -106,6 +106,13 @@ class _Span(NamedTuple):
             return t.index_select(dim, self.indices)
         return t.narrow(dim, self.start, self.length).contiguous()
 
+    def of_row(self, t: torch.Tensor, row: int) -> torch.Tensor:
+        """These positions of row `row` of `t` ([b, h, n, d]) along its positions, as a batch of one, contiguous: the
+        operand of a row's call (every row of every layer of a decoding step: as few calls as can be)."""
+        if self.start is None:
+            return t[row : row + 1].index_select(2, self.indices)
+        return t[row : row + 1, :, self.start : self.start + self.length].contiguous()
+
     def put(self, target: torch.Tensor, dim: int, values: torch.Tensor) -> None:
         """`values` into these positions of `target` along `dim`."""
         if self.start is None:
@@ -195,8 +202,8 @@ def _row_mask(mask: torch.Tensor | None, row: int, entry: _Row, kv: int) -> tupl
 
 def _per_row(query, key, value, mask, causal: str | None, attend, q_dim_of_output: int) -> torch.Tensor:
     """`attend(q, k, v, row_mask, causal)` on each row's real queries and keys (`causal`: the mask is the square
-    causal one, `_row_mask`); the outputs scattered back into a zero tensor along the output's query dim (2 for
-    [b, h, q, d], 1 for [b, q, h, d])."""
+    causal one, `_row_mask`); the outputs stacked where every row's queries are all real (a decoding step's), else
+    scattered back into a zero tensor along the output's query dim (2 for [b, h, q, d], 1 for [b, q, h, d])."""
     b, q, kv = query.shape[0], query.shape[2], key.shape[2]
     if mask is not None and mask.dim() < 4:  # SDPA also takes [q, kv] and [b, q, kv] masks
         mask = mask.view((1,) * (4 - mask.dim()) + tuple(mask.shape))
@@ -208,21 +215,24 @@ def _per_row(query, key, value, mask, causal: str | None, attend, q_dim_of_outpu
         # operands laid out as a cut leaves them (contiguous), so the kernel meets the same inputs.
         row_mask, square = _row_mask(mask, 0, first, kv)
         return attend(query.contiguous(), key.contiguous(), value.contiguous(), row_mask, square).contiguous()
-    out = None
+    outs = []
     for row, entry in enumerate(plan):
         if entry is None:
+            outs.append(None)
             continue
         if self_only:
             row_mask, square = _itself_only(entry.q.length, entry.k.length, query.device), False
         else:
             row_mask, square = _row_mask(mask, row, entry, kv)
-        row_out = attend(
-            entry.q.cut(query[row : row + 1], 2),
-            entry.k.cut(key[row : row + 1], 2),
-            entry.k.cut(value[row : row + 1], 2),
-            row_mask,
-            square,
+        outs.append(
+            attend(entry.q.of_row(query, row), entry.k.of_row(key, row), entry.k.of_row(value, row), row_mask, square)
         )
+    if all(entry is not None and entry.q.length == q for entry in plan):  # every query real (a decoding step's)
+        return torch.cat(outs)
+    out = None
+    for row, (entry, row_out) in enumerate(zip(plan, outs)):
+        if row_out is None:
+            continue
         if out is None:
             shape = list(row_out.shape)
             shape[0], shape[q_dim_of_output] = b, q
