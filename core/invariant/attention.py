@@ -106,13 +106,6 @@ class _Span(NamedTuple):
             return t.index_select(dim, self.indices)
         return t.narrow(dim, self.start, self.length).contiguous()
 
-    def of_row(self, t: torch.Tensor, row: int) -> torch.Tensor:
-        """These positions of row `row` of `t` ([b, h, n, d]) along its positions, as a batch of one, contiguous: the
-        operand of a row's call (every row of every layer of a decoding step: as few calls as can be)."""
-        if self.start is None:
-            return t[row : row + 1].index_select(2, self.indices)
-        return t[row : row + 1, :, self.start : self.start + self.length].contiguous()
-
     def put(self, target: torch.Tensor, dim: int, values: torch.Tensor) -> None:
         """`values` into these positions of `target` along `dim`."""
         if self.start is None:
@@ -225,7 +218,13 @@ def _per_row(query, key, value, mask, causal: str | None, attend, q_dim_of_outpu
         else:
             row_mask, square = _row_mask(mask, row, entry, kv)
         outs.append(
-            attend(entry.q.of_row(query, row), entry.k.of_row(key, row), entry.k.of_row(value, row), row_mask, square)
+            attend(
+                entry.q.cut(query[row : row + 1], 2),
+                entry.k.cut(key[row : row + 1], 2),
+                entry.k.cut(value[row : row + 1], 2),
+                row_mask,
+                square,
+            )
         )
     if all(entry is not None and entry.q.length == q for entry in plan):  # every query real (a decoding step's)
         return torch.cat(outs)
