@@ -52,8 +52,7 @@ class _Forward:
         self._chosen: dict[tuple, tuple] = {}  # (thread count, decoding) -> (compute, floor)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        # Every linear layer's call of every pass comes through here, where each Python step costs a small model a
-        # share of its pass: the common case in as few as can be.
+        # Every linear layer's call of every pass comes through here: each Python step costs a small model's pass.
         if x.dtype != self._dtype or x.shape[-1] != self._in or not RowInvariantMatmuls.active():
             return self.original(x)
         rows = x.reshape(-1, self._in)
@@ -64,9 +63,7 @@ class _Forward:
                 return self.original(x)
             key = ("linear", self._weight.shape, self._bias is not None)
             chosen = self._chosen[kind] = choose(rows, 0, key, *_paths(rows, self._weight, self._bias))
-        compute, floor = chosen
-        out = compute(rows) if floor is not None and rows.shape[0] >= floor else in_rows(rows, 0, compute, floor)
-        return out.view(x.shape[:-1] + self._shape)
+        return in_rows(rows, 0, *chosen).view(x.shape[:-1] + self._shape)
 
 
 # model -> how many entries hold its layers' forwards, and the layers given one
