@@ -38,11 +38,13 @@ def _reduced(op, x: torch.Tensor, dims, keepdim: bool, dtype, key: tuple, *befor
     height. `op` is a binding called with `out=` (the out overload: a separate operator, not replaced, and a third of
     the cost of `torch.ops.aten.<op>.out`)."""
     # Below the grain (or on one thread) ATen reduces every row on one thread, a row as in any other such call: the
-    # library's own, in as few Python steps as can be (every norm of every pass comes here).
-    if (x.is_cpu and (x.numel() < _GRAIN or torch.get_num_threads() == 1)) or not x.is_floating_point():
-        return op(x, *before, dims, keepdim, dtype=dtype, out=_out(x, dtype))
-    count = _trailing(x, dims)
-    if count is None or not RowInvariantReductions.active():
+    # library's own, checked first (every norm of every pass comes here).
+    if (
+        (x.is_cpu and (x.numel() < _GRAIN or torch.get_num_threads() == 1))
+        or not x.is_floating_point()
+        or (count := _trailing(x, dims)) is None
+        or not RowInvariantReductions.active()
+    ):
         return op(x, *before, dims, keepdim, dtype=dtype, out=_out(x, dtype))
     lead = tuple(x.shape[: x.dim() - count])
     rows = x.reshape(math.prod(lead), math.prod(x.shape[x.dim() - count :]))
