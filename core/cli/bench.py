@@ -120,6 +120,12 @@ def _bench(args: argparse.Namespace) -> int:
     if result.matmul_paths:
         print(f"the mode's matmuls ({MATMUL_PATHS_SAID}):", file=out)
         print(format_columns(*matmul_path_rows(result.matmul_paths), left={0, 1, 2, 3, 4, 5}), file=out)
+    if result.library_kernels:
+        print(
+            "the mode's CPU kernels left to the library (this model never calls them in a way a batch changes): "
+            + ", ".join(result.library_kernels),
+            file=out,
+        )
     print(
         "peak memory above the weights: "
         + ", ".join(f"{name} {b / 2**20:.1f} MiB" for name, b in result.peak_bytes.items()),

@@ -65,6 +65,17 @@ _OPS = ("silu", "gelu", "sigmoid", "tanh", "exp", "rsqrt", "erf", "log", "sin", 
 _EXACT_IN = {"rsqrt": (torch.float32, torch.float64)}
 
 
+def _exact(name: str):
+    def rule(x: torch.Tensor, *args, **kwargs):
+        return ("exact", x.dtype) if x.dtype in _EXACT_IN.get(name, ()) else None
+
+    return rule
+
+
+# op -> what makes a call of it (its arguments) need no tail-free run whatever its size, None where one may
+_NEEDLESS_ON_CPU = {name: _exact(name) for name in _OPS}
+
+
 def _binding(name: str):
     """The Python binding of the op (its `out=` form is the out overload), where torch has one: a third of the call's
     cost of `torch.ops.aten.<name>.out`."""
@@ -73,6 +84,8 @@ def _binding(name: str):
 
 class TailFreeElementwise(ScopedKernels):
     """The CPU kernels of `_OPS` replaced while entered."""
+
+    needless_on_cpu = _NEEDLESS_ON_CPU
 
     def kernels(self) -> dict:
         return {(name, "CPU"): _tail_free(_binding(name), _EXACT_IN.get(name, ())) for name in _OPS}

@@ -38,6 +38,7 @@ from .attention import (
     each_query_attending_itself,
     set_inner,
 )
+from .census import needless_cpu_kernels
 from .elementwise import TailFreeElementwise
 from .linear import RowInvariantLinears
 from .matmul import RowInvariantMatmuls
@@ -52,8 +53,9 @@ _KERNEL_SCOPES = {
     "elementwise": TailFreeElementwise,
 }
 
-# model -> (its attention implementation, why the mode cannot cover it or None, whether it calls SDPA itself),
-# found once per model and implementation
+# model -> (what it was probed as: its attention implementation, dtype and the CPU's autocast; why the mode cannot
+# cover it or None; whether it calls SDPA itself; the CPU kernels its passes never need replaced), found once per
+# model and what it was probed as
 _gaps: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -62,10 +64,10 @@ def batch_invariant(model, classes: tuple[str, ...] = KERNEL_CLASSES) -> Iterato
     """Run `model` batch-invariantly inside the block; `NotInvariant` if it cannot be (see the module doc).
     `classes`: which of the mode's parts to apply (`KERNEL_CLASSES`, all by default), to find which one a
     difference comes from."""
-    _, gap, calls_sdpa = _probed(model)
+    _, gap, calls_sdpa, needless = _probed(model)
     if gap is not None:
         raise NotInvariant(gap)
-    with _mode(model, catch_sdpa=calls_sdpa, classes=classes):
+    with _mode(model, catch_sdpa=calls_sdpa, classes=classes, library_on_cpu=needless):
         yield
 
 
@@ -89,14 +91,26 @@ def coverage_gap(model) -> str | None:
     return _probed(model)[1]
 
 
-def _probed(model) -> tuple[str, str | None, bool]:
-    """(attention implementation, coverage gap, whether the model calls SDPA itself), for the attention the model
-    has now."""
-    implementation = _implementation(model)
+def library_kernels_on_cpu(model) -> frozenset[str]:
+    """The aten ops the mode leaves to the library on the CPU for `model`: its passes never call them in a way
+    the replacement would change (`invariant.census`)."""
+    return _probed(model)[3]
+
+
+def _probed(model) -> tuple[tuple, str | None, bool, frozenset[str]]:
+    """(what the model was probed as, coverage gap, whether it calls SDPA itself, the CPU kernels it never needs
+    replaced), for the attention, dtype and CPU autocast the model has now."""
+    dtype = getattr(model, "dtype", None)
+    probed_as = (_implementation(model), dtype, torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"))
     known = _gaps.get(model)
-    if known is None or known[0] != implementation:
-        static = _static_gap(model)
-        known = _gaps[model] = (implementation, static, True) if static else (implementation, *_probed_gap(model))
+    if known is None or known[0] != probed_as:
+        gap, calls_sdpa = _static_gap(model), True
+        if gap is None:
+            gap, calls_sdpa = _probed_gap(model)
+        needless = frozenset()
+        if gap is None and any(p.is_cpu for p in model.parameters()):
+            needless = needless_cpu_kernels(model, [scope() for scope in _KERNEL_SCOPES.values()])
+        known = _gaps[model] = (probed_as, gap, calls_sdpa, needless)
     return known
 
 
@@ -179,19 +193,22 @@ def _mixes_beside_attention(model, ids: torch.Tensor, vocab: int) -> bool:
 
 
 @contextlib.contextmanager
-def _mode(model, catch_sdpa: bool, classes: tuple[str, ...] = KERNEL_CLASSES) -> Iterator[None]:
+def _mode(
+    model, catch_sdpa: bool, classes: tuple[str, ...] = KERNEL_CLASSES, library_on_cpu: frozenset[str] = frozenset()
+) -> Iterator[None]:
     """The mechanics: row-invariant matmuls, reductions and element-wise functions, attention per row, the model
-    routed to it, and with `catch_sdpa` the SDPA calls it makes itself; all undone after. `classes`: which parts."""
+    routed to it, and with `catch_sdpa` the SDPA calls it makes itself; all undone after. `classes`: which parts;
+    `library_on_cpu`: ops whose CPU kernels stay the library's."""
     if "attention" not in classes:
         with contextlib.ExitStack() as stack:
-            _enter_kernels(stack, model, classes)
+            _enter_kernels(stack, model, classes, library_on_cpu)
             yield
         return
     configs = _configs(model) if _uses_interface(model) else []
     # A nested entry finds the model routed already: the outer entry keeps what to restore.
     saved = [(c, getattr(c, _attn_attribute(c))) for c in configs if getattr(c, _attn_attribute(c)) != NAME]
     with contextlib.ExitStack() as stack:
-        _enter_kernels(stack, model, classes)
+        _enter_kernels(stack, model, classes, library_on_cpu)
         stack.enter_context(AttentionRegistration())
         stack.callback(_restore, saved)
         for config, old in saved:
@@ -202,11 +219,12 @@ def _mode(model, catch_sdpa: bool, classes: tuple[str, ...] = KERNEL_CLASSES) ->
         yield
 
 
-def _enter_kernels(stack: contextlib.ExitStack, model, classes: tuple[str, ...]) -> None:
-    """The kernel scopes of `classes`; with matmuls, the model's linear layers computing their rows themselves."""
+def _enter_kernels(stack: contextlib.ExitStack, model, classes: tuple[str, ...], library_on_cpu: frozenset) -> None:
+    """The kernel scopes of `classes` (but the CPU kernels of `library_on_cpu`); with matmuls, the model's linear
+    layers computing their rows themselves."""
     for name, scope in _KERNEL_SCOPES.items():
         if name in classes:
-            stack.enter_context(scope())
+            stack.enter_context(scope(library_on_cpu))
     if "matmul" in classes:
         stack.enter_context(RowInvariantLinears(model))
         stack.enter_context(tracking_phases(model))  # a decoding step's products may take another path

@@ -72,8 +72,28 @@ def _vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
 _REPLACEMENTS = {"sum.dim_IntList": _sum, "mean.dim": _mean, "linalg_vector_norm": _vector_norm}
 
 
+def _row_kind(x: torch.Tensor, dims) -> tuple | None:
+    """What makes a CPU reduction need nothing from the mode whatever the batch: of integers or over other dims
+    than the trailing ones (the library's own in the mode too), or over rows shorter than the grain (only a call of
+    one row that long is split across threads; a row among others is reduced whole). None where it may."""
+    if not x.is_floating_point() or (count := _trailing(x, dims)) is None:
+        return ("library",)
+    row = math.prod(x.shape[x.dim() - count :])
+    return ("row", row) if row < _GRAIN else None
+
+
+# op -> what makes a call of it (its arguments) need nothing whatever the batch, None where it may
+_NEEDLESS_ON_CPU = {
+    "sum.dim_IntList": lambda x, dim=None, *args, **kwargs: _row_kind(x, dim),
+    "mean.dim": lambda x, dim=None, *args, **kwargs: _row_kind(x, dim),
+    "linalg_vector_norm": lambda x, ord=2, dim=None, *args, **kwargs: _row_kind(x, dim),
+}
+
+
 class RowInvariantReductions(ScopedKernels):
     """aten's sum, mean and vector norm over trailing dims replaced, on CPU and CUDA, while entered."""
+
+    needless_on_cpu = _NEEDLESS_ON_CPU
 
     def kernels(self) -> dict:
         return {(name, key): fn for name, fn in _REPLACEMENTS.items() for key in DEVICE_KEYS}

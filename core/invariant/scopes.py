@@ -44,17 +44,27 @@ class SharedScope:
                 self._remove()
 
 
-class ScopedKernels(SharedScope):
+class ScopedKernels:
     """aten kernels replaced while entered: subclasses name them in `kernels()`, (op name, dispatch key) ->
     function. A kernel registration is process-wide, so each replacement asks `active()` and computes what the
-    library computes in a thread that has not entered the block (the app's other workers, a baseline run)."""
+    library computes in a thread that has not entered the block (the app's other workers, a baseline run).
 
-    _library: torch.library.Library | None = None
+    `library_on_cpu`: ops whose CPU kernel this entry leaves as it is (a model whose calls of them never need the
+    replacement: `invariant.census`). A kernel is registered while any entry wants it (entries may nest and come
+    from several threads, each wanting its own set); the registrations an entry adds are undone together once no
+    entry wants any of them."""
+
+    _lock: threading.Lock
     _threads: threading.local
+    _wanted: dict[tuple[str, str], int]  # registration -> how many entries want it
+    _libraries: list[tuple[torch.library.Library, frozenset]]  # each with the registrations it holds
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
-        cls._threads = threading.local()
+        cls._lock, cls._threads, cls._wanted, cls._libraries = threading.Lock(), threading.local(), {}, []
+
+    def __init__(self, library_on_cpu: frozenset[str] = frozenset()) -> None:
+        self._library_on_cpu = library_on_cpu
 
     @classmethod
     def active(cls) -> bool:
@@ -72,26 +82,51 @@ class ScopedKernels(SharedScope):
         finally:
             cls._threads.depth = depth
 
+    @classmethod
+    def registered(cls) -> frozenset[tuple[str, str]]:
+        """The (op name, dispatch key) pairs this scope's kernels replace now."""
+        with cls._lock:
+            return frozenset(key for _, keys in cls._libraries for key in keys)
+
+    # op -> what makes a CPU call of it (its arguments) need no replacement whatever the batch, None where it may
+    # (`invariant.census`); ops without a rule always may.
+    needless_on_cpu: dict[str, Callable] = {}
+
     def kernels(self) -> dict[tuple[str, str], Callable]:
         raise NotImplementedError
 
     def __enter__(self):
-        super().__enter__()
-        type(self)._threads.depth = getattr(type(self)._threads, "depth", 0) + 1
+        cls = type(self)
+        kernels = {k: fn for k, fn in self.kernels().items() if not (k[1] == "CPU" and k[0] in self._library_on_cpu)}
+        self._keys = frozenset(kernels)
+        with cls._lock:
+            held = {key for _, keys in cls._libraries for key in keys}
+            missing = {key: fn for key, fn in kernels.items() if key not in held}
+            if missing:
+                cls._libraries.append((registered(missing), frozenset(missing)))
+            for key in self._keys:
+                cls._wanted[key] = cls._wanted.get(key, 0) + 1
+        cls._threads.depth = getattr(cls._threads, "depth", 0) + 1
         return self
 
     def __exit__(self, *exc) -> None:
-        type(self)._threads.depth -= 1
-        super().__exit__(*exc)
+        cls = type(self)
+        cls._threads.depth -= 1
+        with cls._lock:
+            for key in self._keys:
+                cls._wanted[key] -= 1
+                if cls._wanted[key] == 0:
+                    del cls._wanted[key]
+            for entry in [e for e in cls._libraries if not any(key in cls._wanted for key in e[1])]:
+                entry[0]._destroy()  # the library's own kernels are back
+                cls._libraries.remove(entry)
 
-    def _install(self) -> None:
-        library = torch.library.Library("aten", "IMPL")
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*[Oo]verrid.*")
-            for (name, key), fn in self.kernels().items():
-                library.impl(name, fn, key)
-        type(self)._library = library
 
-    def _remove(self) -> None:
-        type(self)._library._destroy()  # the library's own kernels are back
-        type(self)._library = None
+def registered(kernels: dict[tuple[str, str], Callable]) -> torch.library.Library:
+    """A library holding `kernels` ((op name, dispatch key) -> function) until its `_destroy()`."""
+    library = torch.library.Library("aten", "IMPL")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*[Oo]verrid.*")
+        for (name, key), fn in kernels.items():
+            library.impl(name, fn, key)
+    return library

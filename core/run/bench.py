@@ -11,7 +11,8 @@ has it; a method of under a second is tried three times a round):
 (g), (h) compare() and generate_and_compare() in the batch-invariant mode: what the same logits cost.
 Both generations' forward passes are also timed by phase (prefill, decode: `phase_clock`), and the mode's
 matmul paths are listed per shape, a decoding step's calls apart (the library, padded to the height from which it
-keeps rows, oneDNN, each row alone, or fixed-height tiles): why the mode costs what it costs on this machine.
+keeps rows, oneDNN, each row alone, or fixed-height tiles), with the CPU kernels it leaves to the library for this
+model (calls that never need replacing): why the mode costs what it costs on this machine.
 Peak memory: on CUDA max_memory_allocated above what was allocated before (the weights); on the
 CPU the peak resident-set growth, sampled.
 """
@@ -26,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from ..invariant.mode import library_kernels_on_cpu
 from ..invariant.rows import chosen_paths
 from ..models.loading import LoadedModel, load_model
 from ..numbers.generation import DEFAULT_MAX_NEW_TOKENS
@@ -186,6 +188,8 @@ class BenchResult:
     phases: dict[str, dict[str, float]] = field(default_factory=dict)
     # How the mode computed each kind of matmul: op, operand shape, dtype, path, height, each path's height
     matmul_paths: list[dict] = field(default_factory=list)
+    # The aten ops whose CPU kernels the mode leaves to the library for this model (its calls never need them)
+    library_kernels: list[str] = field(default_factory=list)
     ratios: dict[str, float] = field(default_factory=dict)
     targets: list[dict] = field(default_factory=list)
 
@@ -283,6 +287,7 @@ def bench(
         peak_bytes=peaks,
         phases=phases,
         matmul_paths=[_path_row(c) for c in chosen_paths() if c.key[0][0] in _MATMULS and c.key[1] == _dtype(loaded)],
+        library_kernels=sorted(library_kernels_on_cpu(loaded.model)),
     )
     result.ratios = {
         "compare_vs_floor": best["compare"] / best["floor"],

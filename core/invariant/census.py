@@ -1,0 +1,77 @@
+"""Which of the mode's CPU kernels a model's passes never need, found from the model's own calls.
+
+Every call of a replaced op crosses from aten's dispatcher into Python (12-20 µs inside a pass), those that then
+run the library's own too: on a model of a few million weights a norm's mean and rsqrt were a third of what the
+mode cost. On the CPU some calls never need the replacement, whatever the batch: an rsqrt in float32 or float64
+(correctly rounded in the vector body and the scalar tail alike), a reduction over rows shorter than ATen's parallel
+grain (only one row that long, alone, is split across threads). `needless_cpu_kernels` runs the model on a padded
+batch of two rows and on a text alone, at two lengths, a prefill and a decoding step each, and records every call of
+the replaced ops: an op whose calls were all of such kinds, and alike at both lengths (a row that grows with the
+text is not), keeps the library's CPU kernel while the model is in the mode. An op it did not see keeps the replacement.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Hashable
+
+import torch
+
+from .scopes import ScopedKernels, registered
+
+# Two prompt lengths: a reduction's row that depends on the text's length differs between them.
+_LENGTHS = (4, 7)
+
+Rule = Callable[..., Hashable | None]  # a call's arguments -> what makes it need nothing, None where it may
+
+
+def needless_cpu_kernels(model: torch.nn.Module, scopes: list[ScopedKernels]) -> frozenset[str]:
+    """The ops of `scopes` with a rule (`needless_on_cpu`) that no CPU call of `model`'s passes needs replaced.
+    The calls are caught where the mode's kernels are, at the CPU's dispatch key (those a composite op makes
+    inside it too), and computed as outside the mode."""
+    seen: dict[str, tuple[set, ...]] = {}
+    run = [0]
+
+    def recording(name: str, rule: Rule, kernel: Callable) -> Callable:
+        def kernel_and_record(*args, **kwargs):
+            seen.setdefault(name, tuple(set() for _ in _LENGTHS))[run[0]].add(rule(*args, **kwargs))
+            return kernel(*args, **kwargs)
+
+        return kernel_and_record
+
+    kernels = {
+        (name, key): recording(name, scope.needless_on_cpu[name], kernel)
+        for scope in scopes
+        for (name, key), kernel in scope.kernels().items()
+        if key == "CPU" and name in scope.needless_on_cpu
+    }
+    embeddings = model.get_input_embeddings()
+    vocab, device = embeddings.weight.shape[0], embeddings.weight.device
+    library = registered(kernels)  # in a thread outside the mode, the kernels compute the library's own
+    try:
+        with torch.inference_mode():
+            for run[0], length in enumerate(_LENGTHS):
+                ids = torch.arange(1, 2 * length + 1, device=device).remainder(vocab).view(2, length)
+                mask = torch.ones_like(ids)
+                mask[0, 0] = 0  # a padded row: the mask's own code paths
+                _prefill_and_step(model, ids, mask)
+                _prefill_and_step(model, ids[1:], mask[1:])  # a text alone
+    finally:
+        library._destroy()
+    return frozenset(name for name, runs in seen.items() if None not in runs[0] and runs[0] == runs[1])
+
+
+def _prefill_and_step(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> None:
+    """A prefill of `ids` and, where the model returns a cache, one decoding step over it."""
+    output = model(input_ids=ids, attention_mask=mask, use_cache=True)
+    cache = output.get("cache")
+    if cache is None:
+        cache = output.get("past_key_values")
+    if cache is not None:
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+        model(input_ids=ids[:, -1:], attention_mask=mask, use_cache=True, **{_cache_argument(model): cache})
+
+
+def _cache_argument(model: torch.nn.Module) -> str:
+    # transformers names the cache `past_key_values`, or `cache` in its newer models' forward
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"

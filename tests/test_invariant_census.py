@@ -1,0 +1,107 @@
+"""The mode's census: the CPU kernels a model's passes never need replaced are left to the library (no call crosses
+into Python for them), and only those: a call a batch can change keeps its kernel."""
+
+import pytest
+import torch
+from conftest import MIXED_TEXTS
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from batchtui.core import batch_invariant
+from batchtui.core.invariant.census import needless_cpu_kernels
+from batchtui.core.invariant.elementwise import TailFreeElementwise
+from batchtui.core.invariant.mode import library_kernels_on_cpu
+from batchtui.core.invariant.reduction import RowInvariantReductions
+from batchtui.core.models.builtin import builtin_path
+
+# A Qwen2 norm: a float32 mean over the hidden size and an rsqrt of it; transformers' mask code sums a boolean mask.
+LEFT_TO_THE_LIBRARY = {"mean.dim", "rsqrt", "sum.dim_IntList"}
+
+
+def _tiny(dtype=torch.float32):
+    path = builtin_path("tiny")
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval(), tokenizer
+
+
+def _scopes():
+    return [TailFreeElementwise(), RowInvariantReductions()]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_norm_s_mean_and_float32_rsqrt_keep_the_library_s_kernels_and_rows_stay_bitwise(dtype):
+    model, tokenizer = _tiny(dtype)
+    assert library_kernels_on_cpu(model) == LEFT_TO_THE_LIBRARY
+    saved = torch.get_num_threads()
+    torch.set_num_threads(2)  # two threads split a call's elements (and a long row) between them
+    try:
+        with torch.inference_mode(), batch_invariant(model):
+            elementwise, reductions = TailFreeElementwise.registered(), RowInvariantReductions.registered()
+            tokenizer.padding_side = "left"
+            batch = tokenizer(MIXED_TEXTS, return_tensors="pt", padding=True)
+            positions = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)  # the seed's
+            logits = model(**batch, position_ids=positions).logits
+            singles = [model(**tokenizer(text, return_tensors="pt")).logits[0] for text in MIXED_TEXTS]
+    finally:
+        torch.set_num_threads(saved)
+    assert ("silu", "CPU") in elementwise and ("rsqrt", "CPU") not in elementwise
+    # The vector norm, never called, keeps its kernel; CUDA's reduction kernels still lay out threads by rows.
+    assert {op for op, key in reductions if key == "CPU"} == {"linalg_vector_norm"}
+    assert ("mean.dim", "CUDA") in reductions
+    assert TailFreeElementwise.registered() == RowInvariantReductions.registered() == frozenset()
+    for i, single in enumerate(singles):
+        assert torch.equal(logits[i][batch.attention_mask[i].bool()], single), MIXED_TEXTS[i]
+
+
+def _with_call(model, call):
+    """The model with `call(hidden states)` made (its result dropped) before its final norm in every pass."""
+
+    def before_the_norm(module, args):
+        call(args[0])
+
+    return model.model.norm.register_forward_pre_hook(before_the_norm)
+
+
+@pytest.mark.parametrize(
+    "op, call",
+    [
+        ("mean.dim", lambda h: h.transpose(1, 2).mean(-1)),  # a row as long as the text
+        ("sum.dim_IntList", lambda h: h.new_ones(2, 40000).sum(-1)),  # a row past the parallel grain
+        ("rsqrt", lambda h: torch.rsqrt(h.abs().bfloat16() + 1)),  # bf16's scalar tail rounds otherwise
+    ],
+)
+def test_a_call_a_batch_can_change_keeps_its_kernel(op, call):
+    model, _ = _tiny()
+    assert op in needless_cpu_kernels(model, _scopes())
+    handle = _with_call(model, call)
+    try:
+        assert needless_cpu_kernels(model, _scopes()) == LEFT_TO_THE_LIBRARY - {op}
+    finally:
+        handle.remove()
+
+
+def test_an_op_the_model_never_calls_keeps_its_kernel():
+    model, _ = _tiny()
+    left = needless_cpu_kernels(model, _scopes())
+    assert "gelu" not in left and "linalg_vector_norm" not in left  # not seen: not known to need nothing
+    handle = _with_call(model, lambda h: torch.linalg.vector_norm(h, dim=-1))
+    try:
+        assert needless_cpu_kernels(model, _scopes()) == LEFT_TO_THE_LIBRARY | {"linalg_vector_norm"}
+    finally:
+        handle.remove()
+
+
+def test_entries_wanting_other_kernels_share_registrations_and_the_last_exit_undoes_each():
+    dumps = {op: torch._C._dispatch_dump(f"aten::{op}") for op in ("rsqrt", "silu")}
+    x = torch.randn(7, 100).abs() + 0.1
+    with TailFreeElementwise(frozenset({"rsqrt"})):
+        assert TailFreeElementwise.registered() >= {("silu", "CPU")}
+        assert ("rsqrt", "CPU") not in TailFreeElementwise.registered()
+        assert torch._C._dispatch_dump("aten::rsqrt") == dumps["rsqrt"]
+        with TailFreeElementwise():
+            assert ("rsqrt", "CPU") in TailFreeElementwise.registered()
+            inner = torch.rsqrt(x), torch.nn.functional.silu(x)
+        assert ("rsqrt", "CPU") not in TailFreeElementwise.registered()
+        assert torch._C._dispatch_dump("aten::rsqrt") == dumps["rsqrt"]
+        assert torch.equal(torch.nn.functional.silu(x), inner[1]) and torch.equal(torch.rsqrt(x), inner[0])
+    assert TailFreeElementwise.registered() == frozenset()
+    assert {op: torch._C._dispatch_dump(f"aten::{op}") for op in dumps} == dumps
