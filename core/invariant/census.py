@@ -17,7 +17,7 @@ from collections.abc import Callable, Hashable
 
 import torch
 
-from .scopes import ScopedKernels, registered
+from .scopes import ScopedKernels, library_holding
 
 # Two prompt lengths: a reduction's row that depends on the text's length differs between them.
 _LENGTHS = (4, 7)
@@ -47,7 +47,7 @@ def needless_cpu_kernels(model: torch.nn.Module, scopes: list[ScopedKernels]) ->
     }
     embeddings = model.get_input_embeddings()
     vocab, device = embeddings.weight.shape[0], embeddings.weight.device
-    library = registered(kernels)  # in a thread outside the mode, the kernels compute the library's own
+    library = library_holding(kernels)  # in a thread outside the mode, the kernels compute the library's own
     try:
         with torch.inference_mode():
             for run[0], length in enumerate(_LENGTHS):

@@ -9,6 +9,8 @@ matmuls whose kernel depends on the call's height (`invariant.matmul`, and a mod
 `invariant.linear`), reductions over a row (a norm's mean)
 whose thread configuration depends on how many rows there are (`invariant.reduction`), attention over padded keys
 (`invariant.attention`) and element-wise functions whose vector tails round otherwise (`invariant.elementwise`).
+The CPU kernels a model's passes never call in a way a batch changes (a norm's mean, a float32 rsqrt: found from
+its own calls, `invariant.census`) stay the library's for it: a call of them does not cross into Python.
 On the way out, even on an exception or Ctrl+C, the aten kernels, the attention interfaces, the model's
 attention implementation and the thread's function modes are what they were.
 

@@ -103,7 +103,7 @@ class ScopedKernels:
             held = {key for _, keys in cls._libraries for key in keys}
             missing = {key: fn for key, fn in kernels.items() if key not in held}
             if missing:
-                cls._libraries.append((registered(missing), frozenset(missing)))
+                cls._libraries.append((library_holding(missing), frozenset(missing)))
             for key in self._keys:
                 cls._wanted[key] = cls._wanted.get(key, 0) + 1
         cls._threads.depth = getattr(cls._threads, "depth", 0) + 1
@@ -122,7 +122,7 @@ class ScopedKernels:
                 cls._libraries.remove(entry)
 
 
-def registered(kernels: dict[tuple[str, str], Callable]) -> torch.library.Library:
+def library_holding(kernels: dict[tuple[str, str], Callable]) -> torch.library.Library:
     """A library holding `kernels` ((op name, dispatch key) -> function) until its `_destroy()`."""
     library = torch.library.Library("aten", "IMPL")
     with warnings.catch_warnings():
