@@ -2,7 +2,10 @@
 
 Eight methods on the same model and texts, interleaved over rounds, each timed by its best round (other load on
 the machine only ever slows a round: the least disturbed one is the closest to what the method costs, as timeit
-has it; a method of under a second is tried three times a round):
+has it; a method of under a second is tried three times a round). A ratio of two methods is the median of their
+rounds' ratios: the two are timed a few seconds apart in a round, where a box whose speed flips for minutes at a
+time (a fifth, on the 2-core boxes measured) can give one method its fast spell and the other none between two
+rounds' bests:
 (a) the floor: bare forward passes (one batched pass per chunk, one single pass per text);
 (b) the seed's script for every text: batched pass, its padded rows alone, torch.allclose;
 (c) compare() as the CLI runs it; (d) compare() with per-module localization;
@@ -20,6 +23,7 @@ CPU the peak resident-set growth, sampled.
 from __future__ import annotations
 
 import random
+import statistics
 import threading
 import time
 from collections.abc import Callable
@@ -190,7 +194,7 @@ class BenchResult:
     matmul_paths: list[dict] = field(default_factory=list)
     # The aten ops whose CPU kernels the mode leaves to the library for this model (its calls never need them)
     library_kernels: list[str] = field(default_factory=list)
-    ratios: dict[str, float] = field(default_factory=dict)
+    ratios: dict[str, float] = field(default_factory=dict)  # of two methods: the median of their rounds' ratios
     targets: list[dict] = field(default_factory=list)
 
     def as_dict(self) -> dict:
@@ -289,13 +293,17 @@ def bench(
         matmul_paths=[_path_row(c) for c in chosen_paths() if c.key[0][0] in _MATMULS and c.key[1] == _dtype(loaded)],
         library_kernels=sorted(library_kernels_on_cpu(loaded.model)),
     )
+
+    def paired(name: str, base: str) -> float:
+        return statistics.median(a / b for a, b in zip(times[name], times[base]))
+
     result.ratios = {
-        "compare_vs_floor": best["compare"] / best["floor"],
-        "modules_vs_floor": best["compare_modules"] / best["floor"],
-        "compare_vs_seed": best["compare"] / best["seed"],
-        "generate_vs_floor": best["generate"] / best["generate_floor"],
-        "invariant_vs_compare": best["compare_invariant"] / best["compare"],
-        "invariant_generate_vs_generate": best["generate_invariant"] / best["generate"],
+        "compare_vs_floor": paired("compare", "floor"),
+        "modules_vs_floor": paired("compare_modules", "floor"),
+        "compare_vs_seed": paired("compare", "seed"),
+        "generate_vs_floor": paired("generate", "generate_floor"),
+        "invariant_vs_compare": paired("compare_invariant", "compare"),
+        "invariant_generate_vs_generate": paired("generate_invariant", "generate"),
         **{
             f"invariant_{phase}_vs_{phase}": phases["generate_invariant"][phase] / phases["generate"][phase]
             for phase in PHASES
