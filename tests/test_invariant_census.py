@@ -105,3 +105,19 @@ def test_entries_wanting_other_kernels_share_registrations_and_the_last_exit_und
         assert torch.equal(torch.nn.functional.silu(x), inner[1]) and torch.equal(torch.rsqrt(x), inner[0])
     assert TailFreeElementwise.registered() == frozenset()
     assert {op: torch._C._dispatch_dump(f"aten::{op}") for op in dumps} == dumps
+
+
+def test_the_probe_and_census_run_once_per_model_nested_entries_too():
+    model, _ = _tiny()
+    passes = []
+    handle = model.register_forward_pre_hook(lambda module, args: passes.append(module))
+    try:
+        with batch_invariant(model):
+            first = len(passes)
+        with batch_invariant(model), batch_invariant(model):  # the inner one finds the model routed to the mode
+            pass
+        with batch_invariant(model):
+            pass
+    finally:
+        handle.remove()
+    assert first > 0 and len(passes) == first

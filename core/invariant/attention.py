@@ -278,6 +278,11 @@ def set_inner(config, implementation: str | None) -> None:
         _inner[id(config)] = implementation
 
 
+def inner_implementation(config) -> str | None:
+    """The attention implementation `config`'s model had before it was routed to `NAME` (None: not routed)."""
+    return _inner.get(id(config))
+
+
 def eager_function(module_type: type):
     """The eager attention a model's modeling file defines (with its soft-capping, sinks...), or None."""
     return getattr(sys.modules.get(module_type.__module__), "eager_attention_forward", None)

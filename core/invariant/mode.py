@@ -38,6 +38,7 @@ from .attention import (
     attention_calls,
     direct_sdpa_calls,
     each_query_attending_itself,
+    inner_implementation,
     set_inner,
 )
 from .census import needless_cpu_kernels
@@ -134,7 +135,9 @@ def _attn_attribute(config) -> str:
 
 
 def _implementation(model) -> str:
-    return str(getattr(model.config, "_attn_implementation", None) or "eager")
+    """The model's own attention implementation, also inside a block (where it is routed to the mode's)."""
+    current = str(getattr(model.config, "_attn_implementation", None) or "eager")
+    return (inner_implementation(model.config) or current) if current == NAME else current
 
 
 def _uses_interface(model) -> bool:
