@@ -119,3 +119,23 @@ def test_with_the_hub_unreachable_a_cached_hub_id_loads_at_once_and_one_not_cach
     # One probe each; besides it at most huggingface_hub's once-a-day fetch of its registry: no retries.
     asked = [request.split(b"\r\n")[0] for request in received]
     assert asked.count(b"HEAD / HTTP/1.1") == 2 and len(asked) <= 3, asked
+
+
+def test_a_decoding_step_takes_the_cache_by_the_keyword_the_model_names_it():
+    """transformers 5.25 renamed `past_key_values` to `cache` (the old name goes in 5.40): a step over the cache a
+    prefill returned, passed by the model's own keyword, warns of nothing and computes the prefill's last position."""
+    import warnings
+
+    import torch
+
+    from batchtui.core.models.compat import cache_kwarg, cache_of
+
+    model = load_model(Settings(model="tiny", dtype="float64")).model
+    ids = torch.tensor([[5, 9, 2, 7, 3]])
+    with torch.inference_mode(), warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        whole = model(input_ids=ids).logits[0, -1]
+        cache = cache_of(model(input_ids=ids[:, :-1], use_cache=True))
+        step = model(input_ids=ids[:, -1:], use_cache=True, **{cache_kwarg(model): cache}).logits[0, -1]
+    assert cache is not None
+    torch.testing.assert_close(step, whole, rtol=0, atol=1e-10)

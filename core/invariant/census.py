@@ -12,11 +12,11 @@ text is not), keeps the library's CPU kernel while the model is in the mode. An 
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Hashable
 
 import torch
 
+from ..models.compat import cache_kwarg, cache_of
 from .scopes import ScopedKernels, library_holding
 
 # Two prompt lengths: a reduction's row that depends on the text's length differs between them.
@@ -63,15 +63,7 @@ def needless_cpu_kernels(model: torch.nn.Module, scopes: list[ScopedKernels]) ->
 
 def _prefill_and_step(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> None:
     """A prefill of `ids` and, where the model returns a cache, one decoding step over it."""
-    output = model(input_ids=ids, attention_mask=mask, use_cache=True)
-    cache = output.get("cache")
-    if cache is None:
-        cache = output.get("past_key_values")
+    cache = cache_of(model(input_ids=ids, attention_mask=mask, use_cache=True))
     if cache is not None:
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-        model(input_ids=ids[:, -1:], attention_mask=mask, use_cache=True, **{_cache_argument(model): cache})
-
-
-def _cache_argument(model: torch.nn.Module) -> str:
-    # transformers names the cache `past_key_values`, or `cache` in its newer models' forward
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        model(input_ids=ids[:, -1:], attention_mask=mask, use_cache=True, **{cache_kwarg(model): cache})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 
 def dtype_kwarg() -> str:
     """The `from_pretrained` keyword for the weights' dtype (`torch_dtype` before 4.56)."""
@@ -25,3 +27,16 @@ def experts_kwargs(dtype: str) -> dict:
 def module_output(output):
     """A decoder layer returns a tensor in 5.x and a tuple whose first item is it in 4.4x."""
     return output[0] if isinstance(output, tuple) else output
+
+
+def cache_of(output):
+    """The cache a forward pass returned (None: none): `cache` in transformers' newer models, `past_key_values`
+    before (still an alias there, with a deprecation warning)."""
+    cache = output.get("cache")
+    return output.get("past_key_values") if cache is None else cache
+
+
+def cache_kwarg(model) -> str:
+    """The keyword `model`'s forward takes a cache by: `cache` in transformers' newer models (`past_key_values` is
+    deprecated there, and goes in 5.40), `past_key_values` before."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"

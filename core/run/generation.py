@@ -16,6 +16,7 @@ import torch
 
 from ..errors import InputError
 from ..invariant.mode import invariant_if, outside_the_mode
+from ..models.compat import cache_kwarg, cache_of
 from ..models.loading import LoadedModel
 from ..numbers.comparison import PositionColumns
 from ..numbers.generation import (
@@ -194,9 +195,11 @@ class _Generation:
         if step == 0:
             decoded = self._module_outputs(-1, input_ids=sequence[:, : len(prompt)], use_cache=False)
         else:
-            cached = self.loaded.model(input_ids=sequence[:, :position], use_cache=True).past_key_values
+            cached = cache_of(self.loaded.model(input_ids=sequence[:, :position], use_cache=True))
             token = sequence[:, position : position + 1]
-            decoded = self._module_outputs(-1, input_ids=token, past_key_values=cached, use_cache=True)
+            decoded = self._module_outputs(
+                -1, input_ids=token, use_cache=True, **{cache_kwarg(self.loaded.model): cached}
+            )
         order = [m.name for m in self.loaded.structure.recorded(modules=True)]
         return next(
             (name for name in order if name in prefilled and name in decoded and not torch.equal(prefilled[name],
