@@ -30,7 +30,7 @@ def needless_cpu_kernels(model: torch.nn.Module, scopes: list[ScopedKernels]) ->
     The calls are caught where the mode's kernels are, at the CPU's dispatch key (those a composite op makes
     inside it too), and computed as outside the mode."""
     seen: dict[str, tuple[set, ...]] = {}
-    run = [0]
+    run = [0]  # which length's passes are under way
 
     def recording(name: str, rule: Rule, kernel: Callable) -> Callable:
         def kernel_and_record(*args, **kwargs):
@@ -50,7 +50,8 @@ def needless_cpu_kernels(model: torch.nn.Module, scopes: list[ScopedKernels]) ->
     library = library_holding(kernels)  # in a thread outside the mode, the kernels compute the library's own
     try:
         with torch.inference_mode():
-            for run[0], length in enumerate(_LENGTHS):
+            for index, length in enumerate(_LENGTHS):
+                run[0] = index
                 ids = torch.arange(1, 2 * length + 1, device=device).remainder(vocab).view(2, length)
                 mask = torch.ones_like(ids)
                 mask[0, 0] = 0  # a padded row: the mask's own code paths
