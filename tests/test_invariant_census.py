@@ -121,3 +121,20 @@ def test_the_probe_and_census_run_once_per_model_nested_entries_too():
     finally:
         handle.remove()
     assert first > 0 and len(passes) == first
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_library_s_own_reductions_keep_rows_shorter_than_the_grain_in_any_call(dtype):
+    """What the census leaves a norm's mean to: without the mode, on two threads, a row of 1536 is reduced to the
+    same bits alone and in calls of up to 100 rows (153,600 elements, past the grain: split by rows)."""
+    torch.manual_seed(0)
+    a = torch.randn(100, 1536).to(dtype)
+    saved = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        for reduce in (lambda x: x.mean(-1, keepdim=True), lambda x: x.sum(-1), lambda x: x.norm(dim=-1)):
+            alone = torch.cat([reduce(a[i : i + 1]) for i in range(len(a))])
+            for height in (2, 3, 17, 64, 100):
+                assert torch.equal(reduce(a[:height]), alone[:height]), (reduce, height)
+    finally:
+        torch.set_num_threads(saved)
