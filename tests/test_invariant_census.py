@@ -1,5 +1,6 @@
-"""The mode's census: the CPU kernels a model's passes never need replaced are left to the library (no call crosses
-into Python for them), and only those: a call a batch can change keeps its kernel."""
+"""Calls that do not cross from aten's dispatcher into Python in the mode. The census: the CPU kernels a model's
+passes never need replaced are left to the library, and only those (a call a batch can change keeps its kernel). And
+a model's activation modules compute tail-free in their own forward."""
 
 import pytest
 import torch
@@ -8,7 +9,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from batchtui.core import batch_invariant
 from batchtui.core.invariant.census import needless_cpu_kernels
-from batchtui.core.invariant.elementwise import TailFreeElementwise
+from batchtui.core.invariant.elementwise import TailFreeActivations, TailFreeElementwise
 from batchtui.core.invariant.mode import library_kernels_on_cpu
 from batchtui.core.invariant.reduction import RowInvariantReductions
 from batchtui.core.models.builtin import builtin_path
@@ -138,3 +139,35 @@ def test_the_library_s_own_reductions_keep_rows_shorter_than_the_grain_in_any_ca
                 assert torch.equal(reduce(a[:height]), alone[:height]), (reduce, height)
     finally:
         torch.set_num_threads(saved)
+
+
+def test_activation_modules_compute_tail_free_in_their_own_forward_in_the_mode_and_only_there(monkeypatch):
+    """In the mode the MLP's activation computes what silu's replaced kernel computes, at the module (through the
+    op's out= form): the kernel is not reached from it, an element gets the same bits alone and among others, and
+    an in-place module keeps its own forward."""
+    model, tokenizer = _tiny(torch.bfloat16)  # bf16's vector step (64) leaves tails in silu's 352 wide rows
+    activation = next(m for m in model.modules() if type(m).__name__ == "SiLUActivation")
+    with batch_invariant(model):  # the probe and the census, before the kernels are counted
+        pass
+    reached = []
+    kernels = TailFreeElementwise.kernels
+
+    def counted(self):
+        return {
+            key: lambda *a, fn=fn, key=key, **k: reached.append(key) or fn(*a, **k) for key, fn in kernels(self).items()
+        }
+
+    monkeypatch.setattr(TailFreeElementwise, "kernels", counted)
+    rows = torch.randn(123, 352).to(torch.bfloat16)
+    in_place = torch.nn.SiLU(inplace=True)
+    with torch.inference_mode(), batch_invariant(model), TailFreeActivations(in_place):
+        assert "forward" in vars(activation) and "forward" not in vars(in_place)
+        among_others = activation(rows)
+        alone = torch.cat([activation(row[None]) for row in rows])
+        batch = tokenizer(MIXED_TEXTS[:3], return_tensors="pt", padding=True)
+        model(**batch)
+        with TailFreeElementwise():
+            through_the_kernel = torch.nn.functional.silu(rows)
+    assert reached.count(("silu", "CPU")) == 1 and ("sin", "CPU") in reached  # the kernel only when called itself
+    assert "forward" not in vars(activation)  # the class's own forward again
+    assert torch.equal(among_others, alone) and torch.equal(among_others, through_the_kernel)

@@ -15,7 +15,7 @@ import functools
 
 import torch
 
-from .scopes import ScopedKernels
+from .scopes import ModuleForwards, ScopedKernels
 
 # Bytes of one step of the widest vector body (two 512-bit vectors): 64 elements of bfloat16, 32 of float32 (the
 # steps of the narrower AVX2 vectors divide them).
@@ -89,3 +89,25 @@ class TailFreeElementwise(ScopedKernels):
 
     def kernels(self) -> dict:
         return {(name, "CPU"): _tail_free(_binding(name), _EXACT_IN.get(name, ())) for name in _OPS}
+
+
+@functools.cache
+def _activation_ops() -> dict[type, str]:
+    """Activation modules whose forward is one call of a replaced op on its input, class -> op: torch's, and the
+    classes transformers' `ACT2FN` gives for those ops."""
+    from transformers.activations import SiLUActivation
+
+    return {torch.nn.SiLU: "silu", SiLUActivation: "silu", torch.nn.Sigmoid: "sigmoid", torch.nn.Tanh: "tanh"}
+
+
+class TailFreeActivations(ModuleForwards):
+    """A model's activation modules (`_activation_ops`; not in place) computing in their own forward what the
+    replaced kernel computes, through the op's `out=` form: a call does not cross from aten's dispatcher into Python
+    (an MLP's silu, on a model of a few million weights a percent of a pass). Enter it inside
+    `TailFreeElementwise`, for a model on the CPU (on a GPU the padding would be for nothing)."""
+
+    def forward_for(self, module: torch.nn.Module):
+        op = _activation_ops().get(type(module))
+        if op is None or getattr(module, "inplace", False):
+            return None
+        return _tail_free(_binding(op), _EXACT_IN.get(op, ()))

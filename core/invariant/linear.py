@@ -12,14 +12,12 @@ what keeps rows from one: `rows`). Another thread's call, or a call outside the 
 
 from __future__ import annotations
 
-import threading
-import weakref
-
 import torch
 
 from .matmul import RowInvariantMatmuls, alone_product, onednn_linear, onednn_usable, small_operand
 from .phase import pass_kind
 from .rows import choose, in_rows
+from .scopes import ModuleForwards
 
 
 def _library(weight: torch.Tensor, bias: torch.Tensor | None):
@@ -66,36 +64,9 @@ class _Forward:
         return in_rows(rows, 0, *chosen).view(x.shape[:-1] + self._shape)
 
 
-# model -> how many entries hold its layers' forwards, and the layers given one
-_held: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_lock = threading.Lock()
+class RowInvariantLinears(ModuleForwards):
+    """The CPU `nn.Linear` layers of a model computing their rows themselves while entered (`ModuleForwards`). Enter
+    it inside `RowInvariantMatmuls`."""
 
-
-class RowInvariantLinears:
-    """The CPU `nn.Linear` layers of `model` computing their rows themselves while entered (by any thread: the first
-    entry gives them, the last exit takes them back; entries nest). Enter it inside `RowInvariantMatmuls`."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        self._model = model
-
-    def __enter__(self):
-        with _lock:
-            held = _held.get(self._model)
-            if held is None:
-                layers = [
-                    m for m in self._model.modules() if type(m) is torch.nn.Linear and m.weight.device.type == "cpu"
-                ]
-                for layer in layers:
-                    layer.forward = _Forward(layer)
-                held = _held[self._model] = [0, layers]
-            held[0] += 1
-        return self
-
-    def __exit__(self, *exc) -> None:
-        with _lock:
-            held = _held[self._model]
-            held[0] -= 1
-            if held[0] == 0:
-                for layer in held[1]:
-                    del layer.forward  # the class's own forward again
-                del _held[self._model]
+    def forward_for(self, module: torch.nn.Module) -> _Forward | None:
+        return _Forward(module) if type(module) is torch.nn.Linear and module.weight.device.type == "cpu" else None

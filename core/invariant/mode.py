@@ -42,7 +42,7 @@ from .attention import (
     set_inner,
 )
 from .census import needless_cpu_kernels
-from .elementwise import TailFreeElementwise
+from .elementwise import TailFreeActivations, TailFreeElementwise
 from .linear import RowInvariantLinears
 from .matmul import RowInvariantMatmuls
 from .phase import tracking_phases
@@ -226,13 +226,15 @@ def _mode(
 
 def _enter_kernels(stack: contextlib.ExitStack, model, classes: tuple[str, ...], library_on_cpu: frozenset) -> None:
     """The kernel scopes of `classes` (but the CPU kernels of `library_on_cpu`); with matmuls, the model's linear
-    layers computing their rows themselves."""
+    layers computing their rows themselves; with element-wise functions, its activation modules."""
     for name, scope in _KERNEL_SCOPES.items():
         if name in classes:
             stack.enter_context(scope(library_on_cpu))
     if "matmul" in classes:
         stack.enter_context(RowInvariantLinears(model))
         stack.enter_context(tracking_phases(model))  # a decoding step's products may take another path
+    if "elementwise" in classes and any(p.is_cpu for p in model.parameters()):
+        stack.enter_context(TailFreeActivations(model))
 
 
 def _restore(saved: list) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import warnings
+import weakref
 from collections.abc import Callable, Iterator
 
 import torch
@@ -120,6 +121,50 @@ class ScopedKernels:
             for entry in [e for e in cls._libraries if not any(key in cls._wanted for key in e[1])]:
                 entry[0]._destroy()  # the library's own kernels are back
                 cls._libraries.remove(entry)
+
+
+class ModuleForwards:
+    """Some modules of a model computing in a forward of the mode's while entered, by any thread: the first entry
+    gives them theirs, the last exit takes them back (the class's own forward again); entries nest. Subclasses pick
+    them: `forward_for(module)`, the forward a module takes, or None to leave it as it is."""
+
+    _lock: threading.Lock
+    _held: weakref.WeakKeyDictionary  # model -> [how many entries hold its modules' forwards, the modules given one]
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._lock, cls._held = threading.Lock(), weakref.WeakKeyDictionary()
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self._model = model
+
+    def forward_for(self, module: torch.nn.Module) -> Callable | None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        cls = type(self)
+        with cls._lock:
+            held = cls._held.get(self._model)
+            if held is None:
+                given = []
+                for module in self._model.modules():
+                    forward = self.forward_for(module)
+                    if forward is not None:
+                        module.forward = forward
+                        given.append(module)
+                held = cls._held[self._model] = [0, given]
+            held[0] += 1
+        return self
+
+    def __exit__(self, *exc) -> None:
+        cls = type(self)
+        with cls._lock:
+            held = cls._held[self._model]
+            held[0] -= 1
+            if held[0] == 0:
+                for module in held[1]:
+                    del module.forward
+                del cls._held[self._model]
 
 
 def library_holding(kernels: dict[tuple[str, str], Callable]) -> torch.library.Library:
