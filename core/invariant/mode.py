@@ -8,7 +8,8 @@ Four sources make a row's logits depend on the rest of the batch, and the mode r
 matmuls whose kernel depends on the call's height (`invariant.matmul`, and a model's linear layers at the layer:
 `invariant.linear`), reductions over a row (a norm's mean)
 whose thread configuration depends on how many rows there are (`invariant.reduction`), attention over padded keys
-(`invariant.attention`) and element-wise functions whose vector tails round otherwise (`invariant.elementwise`).
+(`invariant.attention`) and element-wise functions whose vector tails round otherwise (`invariant.elementwise`, and
+a model's activation modules at the module).
 The CPU kernels a model's passes never call in a way a batch changes (a norm's mean, a float32 rsqrt: found from
 its own calls, `invariant.census`) stay the library's for it: a call of them does not cross into Python.
 On the way out, even on an exception or Ctrl+C, the aten kernels, the attention interfaces, the model's
