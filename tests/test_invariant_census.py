@@ -171,3 +171,19 @@ def test_activation_modules_compute_tail_free_in_their_own_forward_in_the_mode_a
     assert reached.count(("silu", "CPU")) == 1 and ("sin", "CPU") in reached  # the kernel only when called itself
     assert "forward" not in vars(activation)  # the class's own forward again
     assert torch.equal(among_others, alone) and torch.equal(among_others, through_the_kernel)
+
+
+def test_under_the_cpu_s_autocast_the_model_is_probed_again():
+    """Autocast changes the dtypes a model's calls are made in (a float32 model's linear layers give bf16): what
+    the census found without it does not hold under it."""
+    model, _ = _tiny()
+    passes = []
+    handle = model.register_forward_pre_hook(lambda module, args: passes.append(module))
+    try:
+        with batch_invariant(model):
+            plain = len(passes)
+        with torch.autocast("cpu", dtype=torch.bfloat16), batch_invariant(model):
+            pass
+    finally:
+        handle.remove()
+    assert len(passes) > plain

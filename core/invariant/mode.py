@@ -105,7 +105,7 @@ def _probed(model) -> tuple[tuple, str | None, bool, frozenset[str]]:
     """(what the model was probed as, coverage gap, whether it calls SDPA itself, the CPU kernels it never needs
     replaced), for the attention, dtype and CPU autocast the model has now."""
     dtype = getattr(model, "dtype", None)
-    probed_as = (_implementation(model), dtype, torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"))
+    probed_as = (_implementation(model), dtype, *_cpu_autocast())
     known = _gaps.get(model)
     if known is None or known[0] != probed_as:
         gap, calls_sdpa = _static_gap(model), True
@@ -116,6 +116,13 @@ def _probed(model) -> tuple[tuple, str | None, bool, frozenset[str]]:
             needless = needless_cpu_kernels(model, [scope() for scope in _KERNEL_SCOPES.values()])
         known = _gaps[model] = (probed_as, gap, calls_sdpa, needless)
     return known
+
+
+def _cpu_autocast() -> tuple[bool, torch.dtype]:
+    """Whether autocast is on for the CPU, and its dtype (the calls a census sees depend on them)."""
+    if hasattr(torch, "get_autocast_dtype"):  # torch 2.4 and later; the CPU-only forms warn there
+        return torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")
+    return torch.is_autocast_cpu_enabled(), torch.get_autocast_cpu_dtype()
 
 
 def _configs(model) -> list:
