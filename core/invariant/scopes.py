@@ -87,7 +87,11 @@ class ScopedKernels:
     def registered(cls) -> frozenset[tuple[str, str]]:
         """The (op name, dispatch key) pairs this scope's kernels replace now."""
         with cls._lock:
-            return frozenset(key for _, keys in cls._libraries for key in keys)
+            return cls._held()
+
+    @classmethod
+    def _held(cls) -> frozenset[tuple[str, str]]:  # under the lock
+        return frozenset(key for _, keys in cls._libraries for key in keys)
 
     # op -> what makes a CPU call of it (its arguments) need no replacement whatever the batch, None where it may
     # (`invariant.census`); ops without a rule always may.
@@ -101,7 +105,7 @@ class ScopedKernels:
         kernels = {k: fn for k, fn in self.kernels().items() if not (k[1] == "CPU" and k[0] in self._library_on_cpu)}
         self._keys = frozenset(kernels)
         with cls._lock:
-            held = {key for _, keys in cls._libraries for key in keys}
+            held = cls._held()
             missing = {key: fn for key, fn in kernels.items() if key not in held}
             if missing:
                 cls._libraries.append((library_holding(missing), frozenset(missing)))
