@@ -2,6 +2,8 @@
 passes never need replaced are left to the library, and only those (a call a batch can change keeps its kernel). And
 a model's activation modules compute tail-free in their own forward."""
 
+import contextlib
+
 import pytest
 import torch
 from conftest import MIXED_TEXTS
@@ -108,19 +110,26 @@ def test_entries_wanting_other_kernels_share_registrations_and_the_last_exit_und
     assert {op: torch._C._dispatch_dump(f"aten::{op}") for op in dumps} == dumps
 
 
-def test_the_probe_and_census_run_once_per_model_nested_entries_too():
-    model, _ = _tiny()
+@contextlib.contextmanager
+def _passes(model):
+    """The model's forward passes made inside the block, as a list that grows while it lasts."""
     passes = []
     handle = model.register_forward_pre_hook(lambda module, args: passes.append(module))
     try:
+        yield passes
+    finally:
+        handle.remove()
+
+
+def test_the_probe_and_census_run_once_per_model_nested_entries_too():
+    model, _ = _tiny()
+    with _passes(model) as passes:
         with batch_invariant(model):
             first = len(passes)
         with batch_invariant(model), batch_invariant(model):  # the inner one finds the model routed to the mode
             pass
         with batch_invariant(model):
             pass
-    finally:
-        handle.remove()
     assert first > 0 and len(passes) == first
 
 
@@ -177,13 +186,9 @@ def test_under_the_cpu_s_autocast_the_model_is_probed_again():
     """Autocast changes the dtypes a model's calls are made in (a float32 model's linear layers give bf16): what
     the census found without it does not hold under it."""
     model, _ = _tiny()
-    passes = []
-    handle = model.register_forward_pre_hook(lambda module, args: passes.append(module))
-    try:
+    with _passes(model) as passes:
         with batch_invariant(model):
             plain = len(passes)
         with torch.autocast("cpu", dtype=torch.bfloat16), batch_invariant(model):
             pass
-    finally:
-        handle.remove()
     assert len(passes) > plain
