@@ -56,9 +56,10 @@ def test_bench_json_has_ratios_and_targets(tmp_path, capsys):
     table = printed.out[printed.out.index("the mode's matmuls") :]
     assert {p["calls"] for p in paths} <= {"all", "decoding"}  # a decoding step's calls apart
     assert all(re.search(rf"{re.escape(p['op'])} +{p['operand']} +{p['calls']} +{p['path']} ", table) for p in paths)
-    # The CPU kernels the mode left to the library for this model: a norm's mean and float32 rsqrt, a mask's sum.
-    assert data["library_kernels"] == ["mean.dim", "rsqrt", "sum.dim_IntList"]
-    assert "left to the library (this model never calls them in a way a batch changes): mean.dim, rsqrt" in printed.out
+    # The CPU kernels the mode left to the library for this model: a norm's mean and float32 rsqrt, a mask's sum, and
+    # the products and activation made only inside the linear layers and activation modules the mode computes itself.
+    assert data["library_kernels"] == ["addmm", "mean.dim", "mm", "rsqrt", "silu", "sum.dim_IntList"]
+    assert "computes itself): addmm, mean.dim, mm, rsqrt, silu, sum.dim_IntList" in printed.out
     names = ["compare_vs_floor", "compare_vs_seed", "generate_vs_floor", "invariant_vs_compare"]
     assert [t["name"] for t in data["targets"]] == [*names, "invariant_generate_vs_generate"]
     assert [t["limit"] for t in data["targets"]] == [1.10, 1.0, 1.25, 1.05, 1.30]  # the small models' limits

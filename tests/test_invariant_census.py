@@ -12,12 +12,17 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from batchtui.core import batch_invariant
 from batchtui.core.invariant.census import needless_cpu_kernels
 from batchtui.core.invariant.elementwise import TailFreeActivations, TailFreeElementwise
+from batchtui.core.invariant.linear import RowInvariantLinears
+from batchtui.core.invariant.matmul import RowInvariantMatmuls
 from batchtui.core.invariant.mode import library_kernels_on_cpu
 from batchtui.core.invariant.reduction import RowInvariantReductions
 from batchtui.core.models.builtin import builtin_path
 
 # A Qwen2 norm: a float32 mean over the hidden size and an rsqrt of it; transformers' mask code sums a boolean mask.
 LEFT_TO_THE_LIBRARY = {"mean.dim", "rsqrt", "sum.dim_IntList"}
+# In the mode, besides: the products and the activation, made only inside the linear layers and the activation
+# modules, which the mode computes at the module
+LEFT_IN_THE_MODE = LEFT_TO_THE_LIBRARY | {"mm", "addmm", "silu"}
 
 
 def _tiny(dtype=torch.float32):
@@ -33,12 +38,13 @@ def _scopes():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_a_norm_s_mean_and_float32_rsqrt_keep_the_library_s_kernels_and_rows_stay_bitwise(dtype):
     model, tokenizer = _tiny(dtype)
-    assert library_kernels_on_cpu(model) == LEFT_TO_THE_LIBRARY
+    assert library_kernels_on_cpu(model) == LEFT_IN_THE_MODE
     saved = torch.get_num_threads()
     torch.set_num_threads(2)  # two threads split a call's elements (and a long row) between them
     try:
         with torch.inference_mode(), batch_invariant(model):
             elementwise, reductions = TailFreeElementwise.registered(), RowInvariantReductions.registered()
+            matmuls = RowInvariantMatmuls.registered()
             tokenizer.padding_side = "left"
             batch = tokenizer(MIXED_TEXTS, return_tensors="pt", padding=True)
             positions = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)  # the seed's
@@ -46,7 +52,9 @@ def test_a_norm_s_mean_and_float32_rsqrt_keep_the_library_s_kernels_and_rows_sta
             singles = [model(**tokenizer(text, return_tensors="pt")).logits[0] for text in MIXED_TEXTS]
     finally:
         torch.set_num_threads(saved)
-    assert ("silu", "CPU") in elementwise and ("rsqrt", "CPU") not in elementwise
+    assert ("sin", "CPU") in elementwise and not {("silu", "CPU"), ("rsqrt", "CPU")} & elementwise
+    # The layers' products are computed at the layer: the CPU's mm and addmm stay the library's, CUDA's not.
+    assert {("mm", "CUDA"), ("addmm", "CUDA")} <= matmuls and not {("mm", "CPU"), ("addmm", "CPU")} & matmuls
     # The vector norm, never called, keeps its kernel; CUDA's reduction kernels still lay out threads by rows.
     assert {op for op, key in reductions if key == "CPU"} == {"linalg_vector_norm"}
     assert ("mean.dim", "CUDA") in reductions
@@ -91,6 +99,65 @@ def test_an_op_the_model_never_calls_keeps_its_kernel():
         assert needless_cpu_kernels(model, _scopes()) == LEFT_TO_THE_LIBRARY | {"linalg_vector_norm"}
     finally:
         handle.remove()
+
+
+def _census_in_the_mode(model):
+    scopes = [RowInvariantMatmuls(), TailFreeElementwise(), RowInvariantReductions()]
+    return needless_cpu_kernels(model, scopes, [RowInvariantLinears(model), TailFreeActivations(model)])
+
+
+@pytest.mark.parametrize(
+    "op, call",
+    [
+        ("mm", lambda h: torch.mm(h[0], h[0].T)),  # a product outside the linear layers: a sum over the hidden size
+        ("bmm", lambda h: h @ h.transpose(1, 2)),
+    ],
+)
+def test_a_product_outside_the_linear_layers_keeps_its_kernel_one_of_one_term_does_not(op, call):
+    model, _ = _tiny()
+    assert _census_in_the_mode(model) == LEFT_IN_THE_MODE  # bmm: never called
+    handle = _with_call(model, call)
+    try:
+        assert op not in _census_in_the_mode(model)
+    finally:
+        handle.remove()
+    handle = _with_call(model, lambda h: call(h[..., :1]))  # over one term: one rounded product per element
+    try:
+        assert op in _census_in_the_mode(model)
+    finally:
+        handle.remove()
+
+
+def test_a_product_a_layer_makes_outside_the_mode_s_forward_keeps_its_kernel(checkpoints):
+    """A GPT-2 `Conv1D` is not an `nn.Linear`: its addmm is the aten kernel's in the mode, and keeps it; its head,
+    a linear layer, leaves mm to the library."""
+    model = AutoModelForCausalLM.from_pretrained(checkpoints["gpt2"], dtype=torch.float32).eval()
+    left = library_kernels_on_cpu(model)
+    assert "addmm" not in left and "mm" in left
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_layer_s_rows_are_the_same_whether_another_entry_holds_the_cpu_s_matmul_kernels_or_not(dtype):
+    """Left to the library, a layer's product is the op itself (allocated in C++); where another entry registers the
+    CPU kernels meanwhile, the out= form, or (past the look) the mode's kernel, which takes the layer's path: the
+    same bits in every case, alone and batched."""
+    model, tokenizer = _tiny(dtype)
+    tokenizer.padding_side = "left"
+    batch = tokenizer(MIXED_TEXTS, return_tensors="pt", padding=True)
+    positions = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)
+    results = []
+    with torch.inference_mode(), batch_invariant(model):
+        for holding in (contextlib.nullcontext(), RowInvariantMatmuls()):
+            with holding:
+                assert (("mm", "CPU") in RowInvariantMatmuls.registered()) == isinstance(holding, RowInvariantMatmuls)
+                logits = model(**batch, position_ids=positions).logits
+                singles = [model(**tokenizer(text, return_tensors="pt")).logits[0] for text in MIXED_TEXTS]
+                results.append((logits, singles))
+    (logits, singles), (held_logits, held_singles) = results
+    assert torch.equal(logits, held_logits)
+    for i, single in enumerate(singles):
+        assert torch.equal(single, held_singles[i])
+        assert torch.equal(logits[i][batch.attention_mask[i].bool()], single), MIXED_TEXTS[i]
 
 
 def test_entries_wanting_other_kernels_share_registrations_and_the_last_exit_undoes_each():

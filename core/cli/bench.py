@@ -122,8 +122,8 @@ def _bench(args: argparse.Namespace) -> int:
         print(format_columns(*matmul_path_rows(result.matmul_paths), left={0, 1, 2, 3, 4, 5}), file=out)
     if result.library_kernels:
         print(
-            "the mode's CPU kernels left to the library (this model never calls them in a way a batch changes): "
-            + ", ".join(result.library_kernels),
+            "the mode's CPU kernels left to the library (this model calls them only where a batch changes nothing, "
+            "or inside the layers the mode computes itself): " + ", ".join(result.library_kernels),
             file=out,
         )
     print(

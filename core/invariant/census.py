@@ -12,29 +12,36 @@ text is not), keeps the library's CPU kernel while the model is in the mode. An 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 
 import torch
 
 from ..models.compat import cache_kwarg, cache_of
-from .scopes import ScopedKernels, library_holding
+from .scopes import ModuleForwards, ScopedKernels, library_holding
 
 # Two prompt lengths: a reduction's row that depends on the text's length differs between them.
 _LENGTHS = (4, 7)
+# The kind of a call made inside a module the mode computes itself
+_AT_THE_MODULE = ("at the module",)
 
 Rule = Callable[..., Hashable | None]  # a call's arguments -> what makes it need nothing, None where it may
 
 
-def needless_cpu_kernels(model: torch.nn.Module, scopes: list[ScopedKernels]) -> frozenset[str]:
+def needless_cpu_kernels(
+    model: torch.nn.Module, scopes: list[ScopedKernels], at_modules: Sequence[ModuleForwards] = ()
+) -> frozenset[str]:
     """The ops of `scopes` with a rule (`needless_on_cpu`) that no CPU call of `model`'s passes needs replaced.
     The calls are caught where the mode's kernels are, at the CPU's dispatch key (those a composite op makes
-    inside it too), and computed as outside the mode."""
+    inside it too), and computed as outside the mode. A call made inside a module that one of `at_modules`
+    computes itself in the mode (a linear layer, an activation) needs nothing: the mode does not reach the kernel."""
     seen: dict[str, tuple[set, ...]] = {}
     run = [0]  # which length's passes are under way
+    inside: list[bool] = []  # for each module of `at_modules` under way, whether the mode computes its call itself
 
     def recording(name: str, rule: Rule, kernel: Callable) -> Callable:
         def kernel_and_record(*args, **kwargs):
-            seen.setdefault(name, tuple(set() for _ in _LENGTHS))[run[0]].add(rule(*args, **kwargs))
+            kind = _AT_THE_MODULE if any(inside) else rule(*args, **kwargs)
+            seen.setdefault(name, tuple(set() for _ in _LENGTHS))[run[0]].add(kind)
             return kernel(*args, **kwargs)
 
         return kernel_and_record
@@ -48,6 +55,7 @@ def needless_cpu_kernels(model: torch.nn.Module, scopes: list[ScopedKernels]) ->
     embeddings = model.get_input_embeddings()
     vocab, device = embeddings.weight.shape[0], embeddings.weight.device
     library = library_holding(kernels)  # in a thread outside the mode, the kernels compute the library's own
+    hooks = _following(model, at_modules, inside)
     try:
         with torch.inference_mode():
             for index, length in enumerate(_LENGTHS):
@@ -59,7 +67,30 @@ def needless_cpu_kernels(model: torch.nn.Module, scopes: list[ScopedKernels]) ->
                 _prefill_and_step(model, ids[1:], mask[1:])  # a text alone
     finally:
         library._destroy()
+        for hook in hooks:
+            hook.remove()
     return frozenset(name for name, runs in seen.items() if None not in runs[0] and runs[0] == runs[1])
+
+
+def _following(model: torch.nn.Module, at_modules: Sequence[ModuleForwards], inside: list[bool]) -> list:
+    """Hooks keeping `inside` as the modules of `at_modules` under way: for each, whether the mode's forward for it
+    computes that call itself (not falling back to the module's own)."""
+    hooks = []
+    for forwards in at_modules:
+        for module in model.modules():
+            forward = forwards.forward_for(module)
+            if forward is None:
+                continue
+
+            def enter(module, args, forwards=forwards, forward=forward) -> None:
+                inside.append(forwards.computes_itself(forward, args))
+
+            def leave(module, args, output) -> None:  # a hook's value would replace the output
+                inside.pop()
+
+            hooks.append(module.register_forward_pre_hook(enter))
+            hooks.append(module.register_forward_hook(leave, always_call=True))
+    return hooks
 
 
 def _prefill_and_step(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> None:

@@ -21,11 +21,20 @@ from .scopes import ModuleForwards
 
 
 def _library(weight: torch.Tensor, bias: torch.Tensor | None):
-    # The bindings' out= forms call the out overloads, which the mode does not replace.
-    out_features, operand = weight.shape[0], weight.t()
-    if bias is None:
-        return lambda rows: torch.mm(rows, operand, out=rows.new_empty((rows.shape[0], out_features)))
-    return lambda rows: torch.addmm(bias, rows, operand, out=rows.new_empty((rows.shape[0], out_features)))
+    """The GEMM library's op on rows times the layer's weight. Where the mode replaces the op's CPU kernel now, through
+    the binding's `out=` form (the out overload, which it does not replace); where not (a model the census found
+    making no call of it elsewhere: `invariant.census`), the op itself, which allocates its result in C++: on a slow
+    core the Python allocation cost a fifth of a small layer's call. Either way the same kernel on the same rows."""
+    op, out_features, operand = ("mm" if bias is None else "addmm"), weight.shape[0], weight.t()
+    replaced = RowInvariantMatmuls.replaces
+
+    def product(rows: torch.Tensor) -> torch.Tensor:
+        if replaced(op, "CPU"):  # (were it replaced after this look, its kernel computes this same call: `matmul`)
+            out = rows.new_empty((rows.shape[0], out_features))
+            return torch.mm(rows, operand, out=out) if bias is None else torch.addmm(bias, rows, operand, out=out)
+        return torch.mm(rows, operand) if bias is None else torch.addmm(bias, rows, operand)
+
+    return product
 
 
 def _paths(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> tuple:
@@ -49,6 +58,10 @@ class _Forward:
         self._dtype, self._in, self._shape = module.weight.dtype, module.in_features, (module.out_features,)
         self._chosen: dict[tuple, tuple] = {}  # (thread count, decoding) -> (compute, floor)
 
+    def takes(self, x: torch.Tensor) -> bool:
+        """Whether a call on `x` is computed here in the mode (else by the layer's own forward)."""
+        return x.dtype == self._dtype and x.shape[-1] == self._in
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         # Every linear layer's call of every pass comes through here: each Python step costs a small model's pass.
         if x.dtype != self._dtype or x.shape[-1] != self._in or not RowInvariantMatmuls.active():
@@ -70,3 +83,6 @@ class RowInvariantLinears(ModuleForwards):
 
     def forward_for(self, module: torch.nn.Module) -> _Forward | None:
         return _Forward(module) if type(module) is torch.nn.Linear and module.weight.device.type == "cpu" else None
+
+    def computes_itself(self, forward: _Forward, args: tuple) -> bool:
+        return bool(args) and isinstance(args[0], torch.Tensor) and forward.takes(args[0])

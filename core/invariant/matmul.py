@@ -169,8 +169,26 @@ def _grouped_mm(a, b, offs=None, bias=None, out_dtype=None):
 _REPLACEMENTS = {"mm": _mm, "addmm": _addmm, "bmm": _bmm, "baddbmm": _baddbmm, "_grouped_mm": _grouped_mm}
 
 
+def _no_sum(a: torch.Tensor, b: torch.Tensor, *args, **kwargs):
+    """A product over one term (a rotary embedding's frequencies times positions): every element is one rounded
+    product, in any kernel and any blocking."""
+    return ("one term",) if a.shape[-1] == 1 else None
+
+
+def _bias_added(*args, **kwargs):
+    """A bias added in the kernel rounds once or twice by kernel: any call outside a layer may need the replacement."""
+    return None
+
+
+# op -> what makes a CPU call of it need no replacement whatever the batch, None where it may (`invariant.census`;
+# the calls a model's linear layers make are computed at the layer in the mode, `invariant.linear`, and need none)
+_NEEDLESS_ON_CPU = {"mm": _no_sum, "bmm": _no_sum, "addmm": _bias_added, "baddbmm": _bias_added}
+
+
 class RowInvariantMatmuls(ScopedKernels):
     """aten's matmuls replaced, on CPU and CUDA, while entered."""
+
+    needless_on_cpu = _NEEDLESS_ON_CPU
 
     def kernels(self) -> dict:
         return {(name, key): fn for name, fn in _REPLACEMENTS.items() for key in DEVICE_KEYS}

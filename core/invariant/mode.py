@@ -113,7 +113,8 @@ def _probed(model) -> tuple[tuple, str | None, bool, frozenset[str]]:
             gap, calls_sdpa = _probed_gap(model)
         needless = frozenset()
         if gap is None and any(p.is_cpu for p in model.parameters()):
-            needless = needless_cpu_kernels(model, [scope() for scope in _KERNEL_SCOPES.values()])
+            scopes = [scope() for scope in _KERNEL_SCOPES.values()]
+            needless = needless_cpu_kernels(model, scopes, [RowInvariantLinears(model), TailFreeActivations(model)])
         known = _gaps[model] = (probed_as, gap, calls_sdpa, needless)
     return known
 

@@ -59,10 +59,12 @@ class ScopedKernels:
     _threads: threading.local
     _wanted: dict[tuple[str, str], int]  # registration -> how many entries want it
     _libraries: list[tuple[torch.library.Library, frozenset]]  # each with the registrations it holds
+    _now: frozenset[tuple[str, str]]  # the registrations in place, rewritten whole under the lock: read without it
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
         cls._lock, cls._threads, cls._wanted, cls._libraries = threading.Lock(), threading.local(), {}, []
+        cls._now = frozenset()
 
     def __init__(self, library_on_cpu: frozenset[str] = frozenset()) -> None:
         self._library_on_cpu = library_on_cpu
@@ -86,8 +88,12 @@ class ScopedKernels:
     @classmethod
     def registered(cls) -> frozenset[tuple[str, str]]:
         """The (op name, dispatch key) pairs this scope's kernels replace now."""
-        with cls._lock:
-            return cls._held()
+        return cls._now
+
+    @classmethod
+    def replaces(cls, name: str, key: str) -> bool:
+        """Whether op `name`'s kernel for dispatch key `key` is this scope's now (a lookup: asked on a call's way)."""
+        return (name, key) in cls._now
 
     @classmethod
     def _held(cls) -> frozenset[tuple[str, str]]:  # under the lock
@@ -111,6 +117,7 @@ class ScopedKernels:
                 cls._libraries.append((library_holding(missing), frozenset(missing)))
             for key in self._keys:
                 cls._wanted[key] = cls._wanted.get(key, 0) + 1
+            cls._now = cls._held()
         cls._threads.depth = getattr(cls._threads, "depth", 0) + 1
         return self
 
@@ -125,6 +132,7 @@ class ScopedKernels:
             for entry in [e for e in cls._libraries if not any(key in cls._wanted for key in e[1])]:
                 entry[0]._destroy()  # the library's own kernels are back
                 cls._libraries.remove(entry)
+            cls._now = cls._held()
 
 
 class ModuleForwards:
@@ -144,6 +152,11 @@ class ModuleForwards:
 
     def forward_for(self, module: torch.nn.Module) -> Callable | None:
         raise NotImplementedError
+
+    def computes_itself(self, forward: Callable, args: tuple) -> bool:
+        """Whether `forward` (one `forward_for` gave) computes a call of these arguments itself in the mode, rather
+        than by the module's own forward."""
+        return True
 
     def __enter__(self):
         cls = type(self)
