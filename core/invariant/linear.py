@@ -55,7 +55,7 @@ class _Forward:
     def __init__(self, module: torch.nn.Linear) -> None:
         self.original = module.forward
         self._weight, self._bias = module.weight, module.bias
-        self._dtype, self._in, self._shape = module.weight.dtype, module.in_features, (module.out_features,)
+        self._dtype, self._in, self._out = module.weight.dtype, module.in_features, module.out_features
         self._chosen: dict[tuple, tuple] = {}  # (thread count, decoding) -> (compute, floor)
 
     def takes(self, x: torch.Tensor) -> bool:
@@ -74,7 +74,7 @@ class _Forward:
                 return self.original(x)
             key = ("linear", self._weight.shape, self._bias is not None)
             chosen = self._chosen[kind] = choose(rows, 0, key, *_paths(rows, self._weight, self._bias))
-        return in_rows(rows, 0, *chosen).view(x.shape[:-1] + self._shape)
+        return in_rows(rows, 0, *chosen).view(*x.shape[:-1], self._out)  # (a Size as one argument parses slowly)
 
 
 class RowInvariantLinears(ModuleForwards):
