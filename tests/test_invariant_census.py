@@ -3,9 +3,12 @@ passes never need replaced are left to the library, and only those (a call a bat
 a model's activation modules compute tail-free in their own forward."""
 
 import contextlib
+import gc
+import weakref
 
 import pytest
 import torch
+import torch.nn.functional as F
 from conftest import MIXED_TEXTS
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -158,6 +161,43 @@ def test_a_layer_s_rows_are_the_same_whether_another_entry_holds_the_cpu_s_matmu
     for i, single in enumerate(singles):
         assert torch.equal(single, held_singles[i])
         assert torch.equal(logits[i][batch.attention_mask[i].bool()], single), MIXED_TEXTS[i]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_f_linear_is_the_library_s_product_on_the_flattened_rows(dtype):
+    """What a layer's call of rows the library takes whole leans on: `F.linear` on a contiguous input of two or more
+    dims is addmm (with a bias) or mm (without) on its rows flattened, bit for bit."""
+    torch.manual_seed(0)
+    weight, bias = torch.randn(48, 32).to(dtype), torch.randn(48).to(dtype)
+    for shape in ((37, 32), (3, 37, 32), (2, 3, 7, 32)):
+        x = torch.randn(shape).to(dtype)
+        rows = x.reshape(-1, 32)
+        assert torch.equal(F.linear(x, weight), torch.mm(rows, weight.t()).view(*shape[:-1], 48)), shape
+        assert torch.equal(F.linear(x, weight, bias), torch.addmm(bias, rows, weight.t()).view(*shape[:-1], 48)), shape
+
+
+def test_a_layer_s_forward_is_kept_from_one_entry_to_the_next_until_the_model_is_cast():
+    model, tokenizer = _tiny()
+    layer = model.lm_head
+    with batch_invariant(model):
+        first = layer.forward
+    with batch_invariant(model):
+        assert layer.forward is first  # its paths chosen once
+    model.to(torch.bfloat16)
+    tokenizer.padding_side = "left"
+    batch = tokenizer(MIXED_TEXTS[:3], return_tensors="pt", padding=True)
+    positions = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.inference_mode(), batch_invariant(model):
+        assert layer.forward is not first
+        logits = model(**batch, position_ids=positions).logits
+        singles = [model(**tokenizer(text, return_tensors="pt")).logits[0] for text in MIXED_TEXTS[:3]]
+    assert logits.dtype == torch.bfloat16
+    for i, single in enumerate(singles):
+        assert torch.equal(logits[i][batch.attention_mask[i].bool()], single)
+    gone = weakref.ref(layer)
+    del model, layer, first
+    gc.collect()
+    assert gone() is None  # kept forwards do not keep a model alive
 
 
 def test_entries_wanting_other_kernels_share_registrations_and_the_last_exit_undoes_each():

@@ -12,7 +12,10 @@ what keeps rows from one: `rows`). Another thread's call, or a call outside the 
 
 from __future__ import annotations
 
+import weakref
+
 import torch
+import torch.nn.functional as F
 
 from .matmul import RowInvariantMatmuls, alone_product, onednn_linear, onednn_usable, small_operand
 from .phase import pass_kind
@@ -20,16 +23,21 @@ from .rows import choose, in_rows
 from .scopes import ModuleForwards
 
 
+def _op(bias: torch.Tensor | None) -> str:
+    """The aten op a layer's product is (`F.linear` on rows: addmm with a bias, mm without)."""
+    return "mm" if bias is None else "addmm"
+
+
 def _library(weight: torch.Tensor, bias: torch.Tensor | None):
     """The GEMM library's op on rows times the layer's weight. Where the mode replaces the op's CPU kernel now, through
     the binding's `out=` form (the out overload, which it does not replace); where not (a model the census found
     making no call of it elsewhere: `invariant.census`), the op itself, which allocates its result in C++: on a slow
     core the Python allocation cost a fifth of a small layer's call. Either way the same kernel on the same rows."""
-    op, out_features, operand = ("mm" if bias is None else "addmm"), weight.shape[0], weight.t()
+    op, out_features, operand = _op(bias), weight.shape[0], weight.t()
     replaced = RowInvariantMatmuls.replaces
 
     def product(rows: torch.Tensor) -> torch.Tensor:
-        if replaced(op, "CPU"):  # (were it replaced after this look, its kernel computes this same call: `matmul`)
+        if replaced(op, "CPU"):  # (were it replaced after this look, its kernel takes this same path: `matmul`)
             out = rows.new_empty((rows.shape[0], out_features))
             return torch.mm(rows, operand, out=out) if bias is None else torch.addmm(bias, rows, operand, out=out)
         return torch.mm(rows, operand) if bias is None else torch.addmm(bias, rows, operand)
@@ -37,11 +45,10 @@ def _library(weight: torch.Tensor, bias: torch.Tensor | None):
     return product
 
 
-def _paths(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> tuple:
-    """`choose`'s arguments after the key for `rows` times this layer's weight: (first path, the others, the
-    first's name, a decoding step's path, whether the library comes first). oneDNN first where it takes them as they
-    are (one call into C++), else the GEMM library's op alone."""
-    library = _library(weight, bias)
+def _paths(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, library) -> tuple:
+    """`choose`'s arguments after the key for `rows` times this layer's weight (`library`: its `_library`): (first
+    path, the others, the first's name, a decoding step's path, whether the library comes first). oneDNN first where
+    it takes them as they are (one call into C++), else the GEMM library's op alone."""
     alone, small = alone_product(rows, weight.t(), bias, library), small_operand(rows, weight)
     if onednn_usable(rows, weight, bias):
         return onednn_linear(weight, bias), lambda: [("library", library)], "onednn", alone, small
@@ -53,10 +60,23 @@ class _Forward:
     thread count and phase, so that a call costs a lookup), the layer's own elsewhere."""
 
     def __init__(self, module: torch.nn.Linear) -> None:
-        self.original = module.forward
+        # Kept across entries by the layer (`_kept`): no reference to the layer itself, which would keep it alive.
         self._weight, self._bias = module.weight, module.bias
+        self._where = _where(module)
         self._dtype, self._in, self._out = module.weight.dtype, module.in_features, module.out_features
-        self._chosen: dict[tuple, tuple] = {}  # (thread count, decoding) -> (compute, floor)
+        self._library, self._op = _library(module.weight, module.bias), _op(module.bias)
+        # (thread count, decoding) -> (compute, floor, the rows from which `compute` is the library's op whole: a
+        # call of as many is `F.linear`'s own; None where the path is another)
+        self._chosen: dict[tuple, tuple] = {}
+
+    def original(self, x: torch.Tensor) -> torch.Tensor:
+        """The layer's own forward (`nn.Linear`'s)."""
+        return F.linear(x, self._weight, self._bias)
+
+    def current(self, module: torch.nn.Linear) -> bool:
+        """Whether this forward still computes `module`'s product: the same parameters, their data where it was
+        and of the dtype it was (a model moved or cast since changes them)."""
+        return module.weight is self._weight and module.bias is self._bias and _where(module) == self._where
 
     def takes(self, x: torch.Tensor) -> bool:
         """Whether a call on `x` is computed here in the mode (else by the layer's own forward)."""
@@ -66,15 +86,38 @@ class _Forward:
         # Every linear layer's call of every pass comes through here: each Python step costs a small model's pass.
         if x.dtype != self._dtype or x.shape[-1] != self._in or not RowInvariantMatmuls.active():
             return self.original(x)
-        rows = x.reshape(-1, self._in)
         kind = pass_kind()
         chosen = self._chosen.get(kind)
         if chosen is None:
+            rows = x.reshape(-1, self._in)
             if rows.shape[0] == 0:
                 return self.original(x)
             key = ("linear", self._weight.shape, self._bias is not None)
-            chosen = self._chosen[kind] = choose(rows, 0, key, *_paths(rows, self._weight, self._bias))
-        return in_rows(rows, 0, *chosen).view(*x.shape[:-1], self._out)  # (a Size as one argument parses slowly)
+            compute, floor = choose(rows, 0, key, *_paths(rows, self._weight, self._bias, self._library))
+            whole = floor * self._in if compute is self._library and floor is not None else None
+            chosen = self._chosen[kind] = (compute, floor, whole)
+        compute, floor, whole = chosen
+        if (
+            whole is not None
+            and x.numel() >= whole
+            and x.dim() > 1
+            and x.is_contiguous()
+            and not RowInvariantMatmuls.replaces(self._op, "CPU")
+        ):
+            # Rows the library's op takes whole, the op not replaced: `F.linear` is that op on the flattened rows
+            # (addmm with the bias, mm without), the reshapes in C++ (a test holds the bits equal).
+            return F.linear(x, self._weight, self._bias)
+        rows = x.reshape(-1, self._in)
+        return in_rows(rows, 0, compute, floor).view(*x.shape[:-1], self._out)  # (a Size as one argument parses slowly)
+
+
+def _where(module: torch.nn.Linear) -> tuple:
+    return tuple((p.data_ptr(), p.dtype) for p in (module.weight, module.bias) if p is not None)
+
+
+# layer -> its forward in the mode, kept from one entry to the next with the paths chosen for it (making them again at
+# every entry cost a small model's comparison a percent)
+_kept: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 class RowInvariantLinears(ModuleForwards):
@@ -82,7 +125,12 @@ class RowInvariantLinears(ModuleForwards):
     it inside `RowInvariantMatmuls`."""
 
     def forward_for(self, module: torch.nn.Module) -> _Forward | None:
-        return _Forward(module) if type(module) is torch.nn.Linear and module.weight.device.type == "cpu" else None
+        if type(module) is not torch.nn.Linear or module.weight.device.type != "cpu":
+            return None
+        forward = _kept.get(module)
+        if forward is None or not forward.current(module):
+            forward = _kept[module] = _Forward(module)
+        return forward
 
     def computes_itself(self, forward: _Forward, args: tuple) -> bool:
         return bool(args) and isinstance(args[0], torch.Tensor) and forward.takes(args[0])
