@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from conftest import MIXED_TEXTS
 from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers.activations import GELUActivation, GELUTanh
 
 from batchtui.core import batch_invariant
 from batchtui.core.invariant.census import needless_cpu_kernels
@@ -286,6 +287,27 @@ def test_activation_modules_compute_tail_free_in_their_own_forward_in_the_mode_a
             through_the_kernel = torch.nn.functional.silu(rows)
     assert reached.count(("silu", "CPU")) == 1 and ("sin", "CPU") in reached  # the kernel only when called itself
     assert "forward" not in vars(activation)  # the class's own forward again
+    assert torch.equal(among_others, alone) and torch.equal(among_others, through_the_kernel)
+
+
+@pytest.mark.parametrize(
+    "make, approximate",
+    [
+        (torch.nn.GELU, "none"),
+        (lambda: torch.nn.GELU(approximate="tanh"), "tanh"),
+        (GELUActivation, "none"),  # ACT2FN["gelu"]
+        (GELUTanh, "tanh"),  # ACT2FN["gelu_pytorch_tanh"]: Gemma's
+    ],
+)
+def test_gelu_modules_compute_tail_free_at_the_module_and_a_python_formula_is_left_as_it_is(make, approximate):
+    module, formula = make(), GELUActivation(use_gelu_python=True)
+    rows = torch.randn(123, 352).to(torch.bfloat16)
+    with torch.inference_mode(), TailFreeElementwise(), TailFreeActivations(module), TailFreeActivations(formula):
+        assert "forward" in vars(module) and "forward" not in vars(formula)
+        among_others = module(rows)
+        alone = torch.cat([module(row[None]) for row in rows])
+        through_the_kernel = F.gelu(rows, approximate=approximate)
+    assert "forward" not in vars(module)
     assert torch.equal(among_others, alone) and torch.equal(among_others, through_the_kernel)
 
 

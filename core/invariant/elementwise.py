@@ -94,11 +94,32 @@ class TailFreeElementwise(ScopedKernels):
 
 @functools.cache
 def _activation_ops() -> dict[type, str]:
-    """Activation modules whose forward is one call of a replaced op on its input, class -> op: torch's, and the
-    classes transformers' `ACT2FN` gives for those ops."""
-    from transformers.activations import SiLUActivation
+    """Activation modules whose forward can be one call of a replaced op on its input, class -> op: torch's, and the
+    classes transformers' `ACT2FN` gives for those ops (a gelu module's call: `_gelu_arguments`)."""
+    from transformers.activations import GELUActivation, GELUTanh, SiLUActivation
 
-    return {torch.nn.SiLU: "silu", SiLUActivation: "silu", torch.nn.Sigmoid: "sigmoid", torch.nn.Tanh: "tanh"}
+    return {
+        torch.nn.SiLU: "silu",
+        SiLUActivation: "silu",
+        torch.nn.Sigmoid: "sigmoid",
+        torch.nn.Tanh: "tanh",
+        torch.nn.GELU: "gelu",
+        GELUActivation: "gelu",
+        GELUTanh: "gelu",
+    }
+
+
+def _gelu_arguments(module: torch.nn.Module) -> dict | None:
+    """The arguments of the one gelu call a gelu module makes (its `approximate`); None for one that computes a
+    formula of several ops in Python (transformers' `use_gelu_python`)."""
+    if isinstance(module, torch.nn.GELU):
+        return {"approximate": module.approximate}
+    act = getattr(module, "act", None)  # transformers': F.gelu, or a partial of it with `approximate`
+    if act is torch.nn.functional.gelu:
+        return {}
+    if isinstance(act, functools.partial) and act.func is torch.nn.functional.gelu and not act.args:
+        return dict(act.keywords) if set(act.keywords) <= {"approximate"} else None
+    return None
 
 
 class TailFreeActivations(ModuleForwards):
@@ -111,4 +132,8 @@ class TailFreeActivations(ModuleForwards):
         op = _activation_ops().get(type(module))
         if op is None or getattr(module, "inplace", False):
             return None
-        return _tail_free(_binding(op), _EXACT_IN.get(op, ()))
+        arguments = _gelu_arguments(module) if op == "gelu" else {}
+        if arguments is None:
+            return None
+        run = _tail_free(_binding(op), _EXACT_IN.get(op, ()))
+        return functools.partial(run, **arguments) if arguments else run
