@@ -29,6 +29,19 @@ async def test_typing_in_the_editor_never_runs_a_command_and_escape_leaves_it():
         assert isinstance(app.focused, Heatmap)
 
 
+async def test_an_edit_s_rerun_that_comes_as_the_app_closes_does_nothing():
+    """A text typed just before the app closes starts the edit's timer; when it fires, the screen's widgets may be
+    gone already: the rerun does nothing (no traceback at exit)."""
+    app = make_app(texts=LONG)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        await pilot.press("e", "end", "x")
+        runs = app.state.run_number
+        await app.explorer.editor.remove()
+        await pilot.pause(0.8)  # past the edit's debounce
+        assert app.state.run_number == runs and app.is_running
+
+
 async def test_tab_cycles_three_panes_and_escape_returns_from_each():
     app = make_app(texts=LONG)
     async with app.run_test(size=(120, 40)) as pilot:

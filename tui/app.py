@@ -15,6 +15,7 @@ from pathlib import Path
 from textual import on
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.css.query import NoMatches
 from textual.timer import Timer
 from textual.widgets import DataTable, TextArea
 
@@ -105,7 +106,10 @@ class BatchtuiApp(App[None]):
     def action_rerun(self) -> None:
         if self._debounce is not None:
             self._debounce.stop()
-        editor = self.explorer.editor
+        try:
+            editor = self.explorer.editor
+        except NoMatches:  # an edit's timer firing as the app closes: its widgets are gone, the texts saved
+            return
         numbered, blank = editor.numbered()
         if not numbered.texts:
             self.state.run_text = editor.text
