@@ -111,8 +111,7 @@ class ScopedKernels:
         kernels = {k: fn for k, fn in self.kernels().items() if not (k[1] == "CPU" and k[0] in self._library_on_cpu)}
         self._keys = frozenset(kernels)
         with cls._lock:
-            held = cls._held()
-            missing = {key: fn for key, fn in kernels.items() if key not in held}
+            missing = {key: fn for key, fn in kernels.items() if key not in cls._now}
             if missing:
                 cls._libraries.append((library_holding(missing), frozenset(missing)))
             for key in self._keys:
