@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 
 from ..errors import InputError
+from ..one_run import one_run_at_a_time
 from ..run.backend import ServedContinuation
 from ..settings import Settings
 from ..visible import literal
@@ -52,6 +53,7 @@ class ServedVsLocal:
         return max((math.exp(d) for d in self.diffs), default=1.0)
 
 
+@one_run_at_a_time()
 def served_vs_local(
     texts: list[str], lines: list[int], served: list[ServedContinuation | None], settings: Settings
 ) -> list[ServedVsLocal | None]:

@@ -4,7 +4,7 @@ A fused attention over a padded length reduces differently from one over the rea
 padding masked out. Here each row's real queries and keys are cut out of the batch, attended as a call of
 their own (the same shapes, so the same kernel, as the text alone), and scattered back; padded queries get
 zeros. Two ways in, so that attention is caught wherever a model computes it:
-- `attend_by_rows`, registered in transformers' `AttentionInterface` (with its mask function in
+- `attend_by_rows`, registered in transformers' `AttentionInterface` (`invariant.routing`; with its mask function in
   `AttentionMaskInterface` under the same name, or transformers would hand it no mask), takes the models that
   attend through the interface and runs the model's own function per row (eager with its soft-capping or
   sinks, or SDPA), the same call for a row in both runs: a row of one query (a decoding step's) attends every real
@@ -36,9 +36,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from ..errors import NotInvariant
-from .scopes import SharedScope
-
-NAME = "batchtui_invariant"
+from .routing import inner_implementation, routed_here
 
 _local = threading.local()  # `inside`: a per-row call is running; `calls`: attention calls counted
 
@@ -267,22 +265,6 @@ class RowWiseSdpa(TorchFunctionMode):
         return _per_row(query, key, value, mask, "start" if is_causal else None, attend, q_dim_of_output=2)
 
 
-# id(config) -> the attention implementation the model had, which `attend_by_rows` runs per row.
-_inner: dict[int, str] = {}
-
-
-def set_inner(config, implementation: str | None) -> None:
-    if implementation is None:
-        _inner.pop(id(config), None)
-    else:
-        _inner[id(config)] = implementation
-
-
-def inner_implementation(config) -> str | None:
-    """The attention implementation `config`'s model had before it was routed to `NAME` (None: not routed)."""
-    return _inner.get(id(config))
-
-
 def eager_function(module_type: type):
     """The eager attention a model's modeling file defines (with its soft-capping, sinks...), or None."""
     return getattr(sys.modules.get(module_type.__module__), "eager_attention_forward", None)
@@ -318,7 +300,11 @@ def attend_by_rows(module, query, key, value, attention_mask, **kwargs):
     """transformers' attention-function signature: [b, h, q, d] in, ([b, q, h, d], None) out."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-    inner_name = _inner.get(id(module.config), "sdpa")
+    inner_name = inner_implementation(module.config) or "sdpa"
+    if not routed_here():  # another thread's pass, outside the mode: the model's own attention, as it asked
+        own = eager_function(type(module)) if inner_name == "eager" else ALL_ATTENTION_FUNCTIONS.get(inner_name)
+        if own is not None:
+            return own(module, query, key, value, attention_mask, **kwargs)
     if inner_name == "eager":
         inner = eager_function(type(module))
         if inner is None:
@@ -348,21 +334,3 @@ def attend_by_rows(module, query, key, value, attention_mask, **kwargs):
     is_causal = kwargs.get("is_causal")
     causal = "end" if (getattr(module, "is_causal", True) if is_causal is None else is_causal) else None
     return _per_row(query, key, value, attention_mask, causal, attend, q_dim_of_output=1), None
-
-
-class AttentionRegistration(SharedScope):
-    """`NAME` in transformers' attention and mask interfaces while entered."""
-
-    def _install(self) -> None:
-        from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-        from transformers.modeling_utils import AttentionInterface
-
-        AttentionInterface.register(NAME, attend_by_rows)
-        AttentionMaskInterface.register(NAME, sdpa_mask)  # None where it is only causal: `_unmasked_plan`
-
-    def _remove(self) -> None:
-        from transformers.masking_utils import AttentionMaskInterface
-        from transformers.modeling_utils import AttentionInterface
-
-        AttentionInterface._global_mapping.pop(NAME, None)
-        AttentionMaskInterface._global_mapping.pop(NAME, None)

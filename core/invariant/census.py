@@ -17,6 +17,7 @@ from collections.abc import Callable, Hashable, Sequence
 import torch
 
 from ..models.compat import cache_kwarg, cache_of
+from ..models.hooks import own_thread
 from .scopes import ModuleForwards, ScopedKernels, library_holding
 
 # Two prompt lengths: a reduction's row that depends on the text's length differs between them.
@@ -88,8 +89,8 @@ def _following(model: torch.nn.Module, at_modules: Sequence[ModuleForwards], ins
             def leave(module, args, output) -> None:  # a hook's value would replace the output
                 inside.pop()
 
-            hooks.append(module.register_forward_pre_hook(enter))
-            hooks.append(module.register_forward_hook(leave, always_call=True))
+            hooks.append(module.register_forward_pre_hook(own_thread(enter)))
+            hooks.append(module.register_forward_hook(own_thread(leave), always_call=True))
     return hooks
 
 

@@ -14,6 +14,10 @@ The CPU kernels a model's passes never call in a way a batch changes (a norm's m
 its own calls, `invariant.census`) stay the library's for it: a call of them does not cross into Python.
 On the way out, even on an exception or Ctrl+C, the aten kernels, the attention interfaces, the model's
 attention implementation and the thread's function modes are what they were.
+Another thread's passes meanwhile keep the library's kernels and the model's own attention. Only the entry and
+the exit themselves race with it: they register and remove aten kernels process-wide, and PyTorch dispatches a
+call without a lock, so no other thread should run torch calls at those moments (the engine's runs take turns:
+`core.one_run`).
 
 It refuses (`NotInvariant`, with a one-line reason) a model it cannot cover: attention computed outside
 transformers' attention interface with another kernel than SDPA, or layers that mix tokens without attention or
@@ -33,14 +37,11 @@ from ..errors import NotInvariant
 from ..models.structure import layer_count
 from ..settings import KERNEL_CLASSES
 from .attention import (
-    NAME,
-    AttentionRegistration,
     RowWiseSdpa,
+    attend_by_rows,
     attention_calls,
     direct_sdpa_calls,
     each_query_attending_itself,
-    inner_implementation,
-    set_inner,
 )
 from .census import needless_cpu_kernels
 from .elementwise import TailFreeActivations, TailFreeElementwise
@@ -48,6 +49,7 @@ from .linear import RowInvariantLinears
 from .matmul import RowInvariantMatmuls
 from .phase import tracking_phases
 from .reduction import RowInvariantReductions
+from .routing import NAME, AttentionRouting, inner_implementation
 
 # The aten kernels the mode replaces while entered (and `outside_the_mode` pauses), by the class each makes
 # batch-independent; the fourth class, attention, is the model's routing to `attend_by_rows`.
@@ -126,23 +128,6 @@ def _cpu_autocast() -> tuple[bool, torch.dtype]:
     return torch.is_autocast_cpu_enabled(), torch.get_autocast_cpu_dtype()
 
 
-def _configs(model) -> list:
-    """Every config object the model's modules read their attention implementation from."""
-    found = {id(model.config): model.config}
-    for module in model.modules():
-        config = getattr(module, "config", None)
-        if config is not None and hasattr(config, "_attn_implementation"):
-            found.setdefault(id(config), config)
-    return list(found.values())
-
-
-def _attn_attribute(config) -> str:
-    # transformers 5 keeps the value behind a property whose setter also rewrites the sub-configs.
-    return (
-        "_attn_implementation_internal" if hasattr(config, "_attn_implementation_internal") else "_attn_implementation"
-    )
-
-
 def _implementation(model) -> str:
     """The model's own attention implementation, also inside a block (where it is routed to the mode's)."""
     current = str(getattr(model.config, "_attn_implementation", None) or "eager")
@@ -218,16 +203,10 @@ def _mode(
             _enter_kernels(stack, model, classes, library_on_cpu)
             yield
         return
-    configs = _configs(model) if _uses_interface(model) else []
-    # A nested entry finds the model routed already: the outer entry keeps what to restore.
-    saved = [(c, getattr(c, _attn_attribute(c))) for c in configs if getattr(c, _attn_attribute(c)) != NAME]
     with contextlib.ExitStack() as stack:
         _enter_kernels(stack, model, classes, library_on_cpu)
-        stack.enter_context(AttentionRegistration())
-        stack.callback(_restore, saved)
-        for config, old in saved:
-            set_inner(config, old or "eager")
-            setattr(config, _attn_attribute(config), NAME)
+        if _uses_interface(model):
+            stack.enter_context(AttentionRouting(model, attend_by_rows))
         if catch_sdpa:
             stack.enter_context(RowWiseSdpa())
         yield
@@ -244,9 +223,3 @@ def _enter_kernels(stack: contextlib.ExitStack, model, classes: tuple[str, ...],
         stack.enter_context(tracking_phases(model))  # a decoding step's products may take another path
     if "elementwise" in classes and any(p.is_cpu for p in model.parameters()):
         stack.enter_context(TailFreeActivations(model))
-
-
-def _restore(saved: list) -> None:
-    for config, old in saved:
-        setattr(config, _attn_attribute(config), old)
-        set_inner(config, None)

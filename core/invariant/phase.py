@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterator
 
 import torch
 
+from ..models.hooks import own_thread
+
 PHASES = ("prefill", "decode")
 
 _local = threading.local()  # `kinds`: `pass_kind()` of this thread's passes under way, innermost last
@@ -60,8 +62,8 @@ def on_each_pass(model: torch.nn.Module, before: Callable, after: Callable) -> I
         after(started.pop())
 
     handles = [
-        model.register_forward_pre_hook(pre, with_kwargs=True),
-        model.register_forward_hook(post, with_kwargs=True, always_call=True),
+        model.register_forward_pre_hook(own_thread(pre), with_kwargs=True),
+        model.register_forward_hook(own_thread(post), with_kwargs=True, always_call=True),
     ]
     try:
         yield

@@ -8,6 +8,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from ..errors import BatchtuiError, InputError, ModelLoadError
+from ..one_run import one_run_at_a_time
 from ..settings import Settings
 from ..visible import literal
 from .builtin import builtin_names, builtin_path
@@ -73,7 +74,7 @@ def load_model(settings: Settings) -> LoadedModel:
     """
     device = resolve_device(settings.device)
     key = (settings.model, device, settings.device_map, settings.attn, settings.dtype, settings.trust_remote_code)
-    with _lock:
+    with one_run_at_a_time(), _lock:  # a model's probe pass is a run's
         if key in _cached:
             _cached.move_to_end(key)
             return _cached[key]

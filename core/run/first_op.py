@@ -18,6 +18,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ..invariant.mode import invariant_if
 from ..models.loading import LoadedModel
 from ..numbers.comparison import FirstOp
+from ..one_run import one_run_at_a_time
 from ..settings import Settings
 from .runner import Runner
 
@@ -183,6 +184,7 @@ def _same(x, y) -> bool:
     return x == y
 
 
+@one_run_at_a_time()
 def with_first_ops(comparison, texts: list[str], settings: Settings):
     """`comparison` with each text's first op (`TextResult.first_op`) found, where it is not bitwise."""
     from dataclasses import replace

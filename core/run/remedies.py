@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import InputError
 from ..numbers.comparison import Comparison
+from ..one_run import one_run_at_a_time
 from ..settings import KERNEL_CLASSES, Settings
 from ..terminal.plain import invariant_verdict
 
@@ -79,6 +80,7 @@ def _batch_invariant() -> Iterator[None]:
         yield
 
 
+@one_run_at_a_time()
 def _invariant_gap(settings: Settings) -> str | None:
     """What the batch-invariant mode does not cover in the model the settings name (None: it covers it)."""
     from ..invariant.mode import coverage_gap

@@ -16,6 +16,7 @@ import torch
 
 from ..errors import BatchtuiError, Cancelled, InputError, ResourceError, is_out_of_memory
 from ..models.loading import LoadedModel, first_line, load_model
+from ..one_run import one_run_at_a_time
 from ..settings import Settings
 from ..texts import validate_texts
 from .backend import Backend
@@ -162,10 +163,12 @@ def resolved_config(settings: Settings, loaded: LoadedModel) -> dict:
 
 
 def run_guarded(loaded: LoadedModel, run: Callable[[], object]):
-    """`run()`, with running out of memory or a dtype the kernels lack turned into a user-facing error."""
+    """`run()`, one at a time in the process (`one_run`), with running out of memory or a dtype the kernels lack turned
+    into a user-facing error."""
     failure = None
     try:
-        return run()
+        with one_run_at_a_time():
+            return run()
     except RuntimeError as exc:
         failure = _failure(exc, loaded)
         if failure is None:
