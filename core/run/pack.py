@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..one_run import one_run_at_a_time
 from ..reports.pack import DEFAULT_LOGITS_MB
 from ..reports.repro import KeptLogits, check_command, write_pack
 from ..settings import Settings
 
 
+@one_run_at_a_time()  # the kept logits are written as tensors: still the run's
 def make_pack(path: Path, texts: list[str], lines: list[int], settings: Settings, progress=None, cancelled=None):
     """Compare `texts` under `settings` keeping both runs' logits, and write the pack to `path` (checked new)."""
     from ..reports.report import to_json_dict
