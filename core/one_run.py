@@ -10,13 +10,20 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 _lock = threading.RLock()  # re-entrant: a run loads a model, and a comparison may look for first ops in it
 
 
 @contextlib.contextmanager
-def one_run_at_a_time() -> Iterator[None]:
-    """Held while a run loads a model or runs passes; a second thread's run waits until the first is done."""
-    with _lock:
+def one_run_at_a_time(waiting: Callable[[], None] | None = None) -> Iterator[None]:
+    """Held while a run loads a model or runs passes; a second thread's run waits until the first is done, calling
+    `waiting()` first (the app says so rather than seem to load the model)."""
+    if not _lock.acquire(blocking=False):
+        if waiting is not None:
+            waiting()
+        _lock.acquire()
+    try:
         yield
+    finally:
+        _lock.release()

@@ -106,3 +106,22 @@ def test_comparisons_in_two_threads_at_once_each_give_their_own_numbers():
     others = join()
     assert mine == [alone[0]] * rounds  # its own padding side, its own hidden states, outside the mode
     assert others == [alone[1]] * rounds
+
+
+def test_a_run_that_must_wait_its_turn_is_told_and_one_that_need_not_is_not():
+    from batchtui.core.one_run import one_run_at_a_time
+
+    told = []
+    with one_run_at_a_time(waiting=lambda: told.append("outer")):
+        with one_run_at_a_time(waiting=lambda: told.append("nested")):  # the same thread's: its own turn
+            pass
+        entered = threading.Event()
+
+        def other_run():
+            with one_run_at_a_time(waiting=lambda: told.append("other")):
+                entered.set()
+
+        join = _in_thread(other_run)
+        assert not entered.wait(0.3)  # it waits while this turn lasts
+    join()
+    assert entered.is_set() and told == ["other"]

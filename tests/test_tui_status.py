@@ -39,3 +39,21 @@ async def test_the_status_names_the_dtype_of_the_run_going_on_and_auto_as_what_i
         await pilot.press("d")  # the next dtype: named from the moment its run starts
         assert app.state.settings.dtype in status.full_text()
         await settle(pilot, app)
+
+
+async def test_a_run_waiting_for_the_previous_one_says_so_and_runs_once_its_turn_comes():
+    from tui_helpers import wait_for
+
+    from batchtui.core.one_run import one_run_at_a_time
+
+    app = make_app(texts=["one", "two"])
+    async with app.run_test(size=(160, 40)) as pilot:
+        await settle(pilot, app)
+        status = app.query_one(StatusLine)
+        with one_run_at_a_time():  # another run's turn (the older one finishing its pass)
+            await pilot.press("b")
+            await wait_for(pilot, lambda: "waiting for the previous run to stop" in status.full_text(), "the wait")
+            assert app.state.settled_run < app.state.run_number
+        await settle(pilot, app)
+        assert app.state.comparison.config["batch_size"] == app.state.settings.batch_size
+        assert "waiting" not in status.full_text()

@@ -16,10 +16,14 @@ from textual.worker import get_current_worker
 from ..core.endpoint.result import EndpointComparison
 from ..core.numbers.comparison import Comparison
 from ..core.numbers.generation import GenerationComparison
+from ..core.one_run import one_run_at_a_time
 from ..core.settings import Settings
 from ..core.texts import NumberedTexts
 from .engine_calls import call_engine, post_outcome
 from .messages import ComparisonReady, EndpointReady, GenerationFailed, GenerationReady, RunFailed, RunProgress
+
+# What the status line says while an older, cancelled run finishes its pass (runs take turns: `core.one_run`).
+_WAITING = "waiting for the previous run to stop"
 
 
 @dataclass(frozen=True)
@@ -66,21 +70,23 @@ class RunController:
             from ..core.run.skeleton import passes_per_text, running_stage
             from ..core.threads import use_threads
 
-            use_threads(self.threads)
-            keep_freed_memory()
-            self._progress(run_number, f"loading the model {settings.model}")
-            load_model(settings)
-            if stale():
-                raise Cancelled("a newer run started while the model loaded")
-
             def progress(done: int, total: int) -> None:
                 stage = running_stage(done, len(texts), settings.batch_size, passes_per_text(settings))
                 self._progress(run_number, stage)
 
-            progress(0, 0)
-            result = compare(texts, settings, progress=progress, cancelled=stale, lines=numbered.lines)
-            # The module view: inside each divergent text's first module, its first op.
-            return with_first_ops(result, texts, settings) if settings.modules and not stale() else result
+            with one_run_at_a_time(waiting=lambda: self._progress(run_number, _WAITING)):
+                if stale():
+                    raise Cancelled("a newer run started while this one waited")
+                use_threads(self.threads)
+                keep_freed_memory()
+                self._progress(run_number, f"loading the model {settings.model}")
+                load_model(settings)
+                if stale():
+                    raise Cancelled("a newer run started while the model loaded")
+                progress(0, 0)
+                result = compare(texts, settings, progress=progress, cancelled=stale, lines=numbered.lines)
+                # The module view: inside each divergent text's first module, its first op.
+                return with_first_ops(result, texts, settings) if settings.modules and not stale() else result
 
         post_outcome(self._app, run_number, run, ComparisonReady, RunFailed)
 
@@ -99,10 +105,11 @@ class RunController:
                 stage = running_stage(done, len(numbered.texts), settings.batch_size)
                 self._progress(run_number, f"generating: {stage}")
 
-            progress(0, 0)
-            return generate_and_compare(
-                numbered.texts, settings, progress=progress, cancelled=stale, lines=numbered.lines
-            )
+            with one_run_at_a_time(waiting=lambda: self._progress(run_number, _WAITING)):
+                progress(0, 0)
+                return generate_and_compare(
+                    numbered.texts, settings, progress=progress, cancelled=stale, lines=numbered.lines
+                )
 
         post_outcome(self._app, run_number, run, GenerationReady, GenerationFailed)
 
