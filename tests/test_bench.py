@@ -40,13 +40,18 @@ def test_bench_json_has_ratios_and_targets(tmp_path, capsys):
         each = [a / b for a, b in zip(rounds[name], rounds[base])]
         assert data["ratios"][ratio] == pytest.approx(sum(each) / 2, rel=1e-12), ratio
     seconds = data["seconds"]
-    # The generations' forward passes by phase, in the same best try as their seconds, and their ratios.
+    # The generations' forward passes by phase in each round's best try (within its seconds), the best round's as
+    # `phases`, and their ratios paired by round as the methods' are (of two rounds, the mean).
     for name in ("generate", "generate_invariant"):
-        phases = data["phases"][name]
-        assert phases["prefill"] > 0 and phases["decode"] > 0 and sum(phases.values()) <= seconds[name]
+        each = data["all_phases"][name]
+        assert len(each) == 2 and data["phases"][name] == each[rounds[name].index(seconds[name])]
+        for phases, round_seconds in zip(each, rounds[name]):
+            assert phases["prefill"] > 0 and phases["decode"] > 0 and sum(phases.values()) <= round_seconds
     for phase in ("prefill", "decode"):
-        ratio = data["phases"]["generate_invariant"][phase] / data["phases"]["generate"][phase]
-        assert data["ratios"][f"invariant_{phase}_vs_{phase}"] == ratio
+        each = [
+            a[phase] / b[phase] for a, b in zip(*(data["all_phases"][n] for n in ("generate_invariant", "generate")))
+        ]
+        assert data["ratios"][f"invariant_{phase}_vs_{phase}"] == pytest.approx(sum(each) / 2, rel=1e-12), phase
     # Every matmul the mode computed, and how: a path it measured, padded to that path's height.
     paths = data["matmul_paths"]
     # The built-in model's products are its linear layers', each computed at the layer (the list is the

@@ -12,7 +12,8 @@ rounds' bests:
 (e) the generation floor: bare greedy `generate` calls (one per left-padded chunk, one per text alone);
 (f) generate_and_compare() as `batchtui generate` runs it, on the same number of new tokens;
 (g), (h) compare() and generate_and_compare() in the batch-invariant mode: what the same logits cost.
-Both generations' forward passes are also timed by phase (prefill, decode: `phase_clock`), and the mode's
+Both generations' forward passes are also timed by phase (prefill, decode: `phase_clock`; their ratios too are
+the medians of the rounds' ratios, each round's from its best try), and the mode's
 matmul paths are listed per shape, a decoding step's calls apart (the library, padded to the height from which it
 keeps rows, oneDNN, each row alone, or fixed-height tiles), with the CPU kernels it leaves to the library for this
 model (calls that never need replacing): why the mode costs what it costs on this machine.
@@ -188,8 +189,10 @@ class BenchResult:
     seconds: dict[str, float]  # each method's best round
     all_seconds: dict[str, list[float]]  # each round's best try
     peak_bytes: dict[str, int]
-    # The generations' forward passes by phase (prefill, decode), seconds, in their best try
+    # The generations' forward passes by phase (prefill, decode), seconds, in their best round's best try
     phases: dict[str, dict[str, float]] = field(default_factory=dict)
+    # the same in each round's best try (the phase ratios are medians of the rounds' ratios, as the others)
+    all_phases: dict[str, list[dict[str, float]]] = field(default_factory=dict)
     # How the mode computed each kind of matmul: op, operand shape, dtype, path, height, each path's height
     matmul_paths: list[dict] = field(default_factory=list)
     # The aten ops whose CPU kernels the mode leaves to the library for this model (its calls never need them)
@@ -246,30 +249,28 @@ def bench(
     # on short timings, and the tries cost little beside generate's seconds.
     tries = {name: _SHORT_TRIES if seconds < 1.0 else 1 for name, seconds in warm_up.items()}
     times: dict[str, list[float]] = {name: [] for name in methods}
-    phases: dict[str, dict[str, float]] = {}  # of the generations' best tries so far
-    fastest = dict.fromkeys(PHASED, float("inf"))
+    round_phases: dict[str, list[dict[str, float]]] = {name: [] for name in PHASED}  # of each round's best try
 
-    def timed(name: str) -> float:
+    def timed(name: str) -> tuple[float, dict[str, float]]:
         if name not in PHASED:  # the other methods' passes run without the clock's hooks
-            return _timed(methods[name], device)
+            return _timed(methods[name], device), {}
         with phase_clock(loaded.model, lambda: _synchronize(device)) as clock:
             seconds = _timed(methods[name], device)
-        if seconds < fastest[name]:
-            fastest[name] = seconds
-            phases[name] = dict(clock)
-        return seconds
+        return seconds, dict(clock)
 
     for round_ in range(rounds):
         # Rotate the order each round so drift (heat, other load) falls on every method alike.
         order = list(methods)[round_ % len(methods) :] + list(methods)[: round_ % len(methods)]
-        round_best = dict.fromkeys(methods, float("inf"))
+        round_best = {name: (float("inf"), {}) for name in methods}
         for attempt in range(max(tries.values())):
             for name in (name for name in order if attempt < tries[name]):
-                round_best[name] = min(round_best[name], timed(name))
+                round_best[name] = min(round_best[name], timed(name), key=lambda timing: timing[0])
                 if attempt == tries[name] - 1:
                     step(f"round {round_ + 1}/{rounds} {name}")
         for name in methods:
-            times[name].append(round_best[name])
+            times[name].append(round_best[name][0])
+        for name in PHASED:
+            round_phases[name].append(round_best[name][1])
     peaks = {}
     for name in peak_methods:
         peaks[name] = peak_memory(methods[name], device)
@@ -289,13 +290,18 @@ def bench(
         seconds=best,
         all_seconds=times,
         peak_bytes=peaks,
-        phases=phases,
+        phases={name: each[times[name].index(best[name])] for name, each in round_phases.items()},
+        all_phases=round_phases,
         matmul_paths=[_path_row(c) for c in chosen_paths() if c.key[0][0] in _MATMULS and c.key[1] == _dtype(loaded)],
         library_kernels=sorted(library_kernels_on_cpu(loaded.model)),
     )
 
     def paired(name: str, base: str) -> float:
         return statistics.median(a / b for a, b in zip(times[name], times[base]))
+
+    def paired_phase(phase: str) -> float:
+        rounds_of = zip(round_phases["generate_invariant"], round_phases["generate"])
+        return statistics.median(a[phase] / b[phase] for a, b in rounds_of)
 
     result.ratios = {
         "compare_vs_floor": paired("compare", "floor"),
@@ -305,9 +311,9 @@ def bench(
         "invariant_vs_compare": paired("compare_invariant", "compare"),
         "invariant_generate_vs_generate": paired("generate_invariant", "generate"),
         **{
-            f"invariant_{phase}_vs_{phase}": phases["generate_invariant"][phase] / phases["generate"][phase]
+            f"invariant_{phase}_vs_{phase}": paired_phase(phase)
             for phase in PHASES
-            if phases["generate"][phase] > 0
+            if all(each[phase] > 0 for each in round_phases["generate"])
         },
     }
     result.targets = _targets(result, texts, loaded)
