@@ -62,7 +62,7 @@ class _Forward:
     def __init__(self, module: torch.nn.Linear) -> None:
         # Kept across entries by the layer (`_kept`): no reference to the layer itself, which would keep it alive.
         self._weight, self._bias = module.weight, module.bias
-        self._where = _where(module)
+        self._where = _where(module.weight, module.bias)
         self._dtype, self._in, self._out = module.weight.dtype, module.in_features, module.out_features
         self._library, self._op = _library(module.weight, module.bias), _op(module.bias)
         # (thread count, decoding) -> (compute, floor, the rows from which `compute` is the library's op whole: a
@@ -73,10 +73,15 @@ class _Forward:
         """The layer's own forward (`nn.Linear`'s)."""
         return F.linear(x, self._weight, self._bias)
 
-    def current(self, module: torch.nn.Linear) -> bool:
-        """Whether this forward still computes `module`'s product: the same parameters, their data where it was
-        and of the dtype it was (a model moved or cast since changes them)."""
-        return module.weight is self._weight and module.bias is self._bias and _where(module) == self._where
+    def current(self, parameters: dict) -> bool:
+        """Whether this forward still computes the product of the layer whose `_parameters` these are: the same
+        parameters, their data where it was and of the dtype it was (a model moved or cast since changes them)."""
+        weight, bias = self._weight, self._bias
+        return (
+            parameters.get("weight") is weight
+            and parameters.get("bias") is bias
+            and _where(weight, bias) == self._where
+        )
 
     def takes(self, x: torch.Tensor) -> bool:
         """Whether a call on `x` is computed here in the mode (else by the layer's own forward)."""
@@ -111,8 +116,9 @@ class _Forward:
         return in_rows(rows, 0, compute, floor).view(*x.shape[:-1], self._out)  # (a Size as one argument parses slowly)
 
 
-def _where(module: torch.nn.Linear) -> tuple:
-    return tuple((p.data_ptr(), p.dtype) for p in (module.weight, module.bias) if p is not None)
+def _where(weight: torch.Tensor, bias: torch.Tensor | None) -> tuple:
+    held = (weight.data_ptr(), weight.dtype)
+    return held if bias is None else (*held, bias.data_ptr(), bias.dtype)
 
 
 # layer -> its forward in the mode, kept from one entry to the next with the paths chosen for it (making them again at
@@ -125,10 +131,12 @@ class RowInvariantLinears(ModuleForwards):
     it inside `RowInvariantMatmuls`."""
 
     def forward_for(self, module: torch.nn.Module) -> _Forward | None:
-        if type(module) is not torch.nn.Linear or module.weight.device.type != "cpu":
+        # Asked of every layer at every entry: the parameters read from their dict, as `nn.Module.__getattr__`
+        # costs a microsecond or two a read.
+        if type(module) is not torch.nn.Linear or not module._parameters["weight"].is_cpu:
             return None
         forward = _kept.get(module)
-        if forward is None or not forward.current(module):
+        if forward is None or not forward.current(module._parameters):
             forward = _kept[module] = _Forward(module)
         return forward
 

@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterator
 
 import torch
 
+from .rows import DEVICE_KEYS
+
 
 class SharedScope:
     """Subclasses make their change in `_install` and undo it in `_remove`; each subclass counts its own
@@ -51,9 +53,10 @@ class ScopedKernels:
     library computes in a thread that has not entered the block (the app's other workers, a baseline run).
 
     `library_on_cpu`: ops whose CPU kernel this entry leaves as it is (a model whose calls of them never need the
-    replacement: `invariant.census`). A kernel is registered while any entry wants it (entries may nest and come
-    from several threads, each wanting its own set); the registrations an entry adds are undone together once no
-    entry wants any of them."""
+    replacement: `invariant.census`); `devices`: the dispatch keys it replaces kernels for (a model's passes call
+    only the kernels of the devices it is on). A kernel is registered while any entry wants it (entries may nest and
+    come from several threads, each wanting its own set); the registrations an entry adds are undone together once
+    no entry wants any of them."""
 
     _lock: threading.Lock
     _threads: threading.local
@@ -66,8 +69,8 @@ class ScopedKernels:
         cls._lock, cls._threads, cls._wanted, cls._libraries = threading.Lock(), threading.local(), {}, []
         cls._now = frozenset()
 
-    def __init__(self, library_on_cpu: frozenset[str] = frozenset()) -> None:
-        self._library_on_cpu = library_on_cpu
+    def __init__(self, library_on_cpu: frozenset[str] = frozenset(), devices: tuple[str, ...] = DEVICE_KEYS) -> None:
+        self._library_on_cpu, self._devices = library_on_cpu, devices
 
     @classmethod
     def active(cls) -> bool:
@@ -108,7 +111,11 @@ class ScopedKernels:
 
     def __enter__(self):
         cls = type(self)
-        kernels = {k: fn for k, fn in self.kernels().items() if not (k[1] == "CPU" and k[0] in self._library_on_cpu)}
+        kernels = {
+            (name, key): fn
+            for (name, key), fn in self.kernels().items()
+            if key in self._devices and not (key == "CPU" and name in self._library_on_cpu)
+        }
         self._keys = frozenset(kernels)
         with cls._lock:
             missing = {key: fn for key, fn in kernels.items() if key not in cls._now}
@@ -166,7 +173,9 @@ class ModuleForwards:
                 for module in self._model.modules():
                     forward = self.forward_for(module)
                     if forward is not None:
-                        module.forward = forward
+                        # an instance attribute as `module.forward = ...` sets it, without `nn.Module.__setattr__`'s
+                        # look for a parameter, buffer or submodule of the name (none is "forward")
+                        object.__setattr__(module, "forward", forward)
                         given.append(module)
                 held = cls._held[self._model] = [0, given]
             held[0] += 1
@@ -179,7 +188,7 @@ class ModuleForwards:
             held[0] -= 1
             if held[0] == 0:
                 for module in held[1]:
-                    del module.forward
+                    object.__delattr__(module, "forward")
                 del cls._held[self._model]
 
 
