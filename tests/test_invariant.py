@@ -212,16 +212,16 @@ def test_leaving_the_mode_restores_every_kernel_and_the_attention(models):
 def test_nested_entries_share_one_registration_and_keep_the_model_s_own_attention(models):
     """Gemma2's eager attention soft-caps its scores (SDPA does not): a nested entry must still run it per row."""
     model, tokenizer = _load(models["gemma2"], "gemma2", torch.float32)
-    dump = torch._C._dispatch_dump("aten::bmm")
+    dump = torch._C._dispatch_dump("aten::mm")
     with torch.inference_mode(), batch_invariant(model):
         outer = _batched_rows(model, tokenizer, TEXTS[:3], "left")
         with batch_invariant(model):
-            inside = torch._C._dispatch_dump("aten::bmm")
+            inside = torch._C._dispatch_dump("aten::mm")
             nested = _batched_rows(model, tokenizer, TEXTS[:3], "left")
-        assert torch._C._dispatch_dump("aten::bmm") == inside != dump
+        assert torch._C._dispatch_dump("aten::mm") == inside != dump
         assert all(torch.equal(a, b) for a, b in zip(outer, nested))
         assert all(torch.equal(a, b) for a, b in zip(outer, _batched_rows(model, tokenizer, TEXTS[:3], "left")))
-    assert torch._C._dispatch_dump("aten::bmm") == dump and model.config._attn_implementation == "eager"
+    assert torch._C._dispatch_dump("aten::mm") == dump and model.config._attn_implementation == "eager"
 
 
 def _tiny_config(name, vocab):

@@ -28,7 +28,6 @@ them). Anything else it cannot see, the caller's own comparison shows.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import weakref
 from collections.abc import Iterator
 
@@ -51,7 +50,6 @@ from .matmul import RowInvariantMatmuls
 from .phase import tracking_phases
 from .reduction import RowInvariantReductions
 from .routing import NAME, AttentionRouting, inner_implementation
-from .rows import DEVICE_KEYS
 
 # The aten kernels the mode replaces while entered (and `outside_the_mode` pauses), by the class each makes
 # batch-independent; the fourth class, attention, is the model's routing to `attend_by_rows`.
@@ -217,20 +215,11 @@ def _mode(
 def _enter_kernels(stack: contextlib.ExitStack, model, classes: tuple[str, ...], library_on_cpu: frozenset) -> None:
     """The kernel scopes of `classes` (but the CPU kernels of `library_on_cpu`); with matmuls, the model's linear
     layers computing their rows themselves; with element-wise functions, its activation modules."""
-    devices = _devices(model)
     for name, scope in _KERNEL_SCOPES.items():
         if name in classes:
-            stack.enter_context(scope(library_on_cpu, devices))
+            stack.enter_context(scope(library_on_cpu))
     if "matmul" in classes:
         stack.enter_context(RowInvariantLinears(model))
         stack.enter_context(tracking_phases(model))  # a decoding step's products may take another path
     if "elementwise" in classes and any(p.is_cpu for p in model.parameters()):
         stack.enter_context(TailFreeActivations(model))
-
-
-def _devices(model) -> tuple[str, ...]:
-    """The dispatch keys whose kernels the mode replaces for `model`: the CPU's always (a pass may make a small
-    tensor there), CUDA's where the model has weights or buffers on a GPU (registering a kernel costs an entry
-    tens of microseconds)."""
-    tensors = itertools.chain(model.parameters(), model.buffers())
-    return DEVICE_KEYS if any(t.is_cuda for t in tensors) else ("CPU",)

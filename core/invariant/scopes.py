@@ -11,8 +11,6 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from .rows import DEVICE_KEYS
-
 
 class SharedScope:
     """Subclasses make their change in `_install` and undo it in `_remove`; each subclass counts its own
@@ -53,10 +51,9 @@ class ScopedKernels:
     library computes in a thread that has not entered the block (the app's other workers, a baseline run).
 
     `library_on_cpu`: ops whose CPU kernel this entry leaves as it is (a model whose calls of them never need the
-    replacement: `invariant.census`); `devices`: the dispatch keys it replaces kernels for (a model's passes call
-    only the kernels of the devices it is on). A kernel is registered while any entry wants it (entries may nest and
-    come from several threads, each wanting its own set); the registrations an entry adds are undone together once
-    no entry wants any of them."""
+    replacement: `invariant.census`). A kernel is registered while any entry wants it (entries may nest and come
+    from several threads, each wanting its own set); the registrations an entry adds are undone together once no
+    entry wants any of them."""
 
     _lock: threading.Lock
     _threads: threading.local
@@ -69,8 +66,8 @@ class ScopedKernels:
         cls._lock, cls._threads, cls._wanted, cls._libraries = threading.Lock(), threading.local(), {}, []
         cls._now = frozenset()
 
-    def __init__(self, library_on_cpu: frozenset[str] = frozenset(), devices: tuple[str, ...] = DEVICE_KEYS) -> None:
-        self._library_on_cpu, self._devices = library_on_cpu, devices
+    def __init__(self, library_on_cpu: frozenset[str] = frozenset()) -> None:
+        self._library_on_cpu = library_on_cpu
 
     @classmethod
     def active(cls) -> bool:
@@ -111,11 +108,7 @@ class ScopedKernels:
 
     def __enter__(self):
         cls = type(self)
-        kernels = {
-            (name, key): fn
-            for (name, key), fn in self.kernels().items()
-            if key in self._devices and not (key == "CPU" and name in self._library_on_cpu)
-        }
+        kernels = {k: fn for k, fn in self.kernels().items() if not (k[1] == "CPU" and k[0] in self._library_on_cpu)}
         self._keys = frozenset(kernels)
         with cls._lock:
             missing = {key: fn for key, fn in kernels.items() if key not in cls._now}
