@@ -126,9 +126,9 @@ def _spans(real: torch.Tensor) -> list[_Span]:
 
 
 class _Row(NamedTuple):
-    """One row's real queries and keys, the [q', kv'] bool sub-mask where it has more than one query (one query
-    attends every real key: `_row_mask`), and whether that sub-mask is the square causal one (a prefill's: as many
-    queries as keys, each attending itself and those before), which SDPA computes without a mask."""
+    """One row's real queries and keys, the [1, 1, q', kv'] bool sub-mask where it has more than one query (one
+    query attends every real key: `_row_mask`), and whether that sub-mask is the square causal one (a prefill's: as
+    many queries as keys, each attending itself and those before), which SDPA computes without a mask."""
 
     q: _Span
     k: _Span
@@ -150,10 +150,11 @@ def _unmasked_plan(b: int, q: int, kv: int, causal: str | None, device) -> list[
     sub = torch.ones(q, kv, dtype=torch.bool, device=device)
     if causal is not None:
         sub = sub.tril(0 if causal == "start" else kv - q)
-    return [_Row(_Span(q, 0, None), _Span(kv, 0, None), sub, causal is not None and q == kv)] * b
+    return [_Row(_Span(q, 0, None), _Span(kv, 0, None), sub[None, None], causal is not None and q == kv)] * b
 
 
 def _square_causal(sub: torch.Tensor) -> bool:
+    """Whether a [q', kv'] bool sub-mask is the square causal one."""
     n = sub.shape[0]
     return n == sub.shape[1] and torch.equal(sub, torch.ones(n, n, dtype=torch.bool, device=sub.device).tril())
 
@@ -175,7 +176,10 @@ def _row_plan(mask: torch.Tensor | None, b: int, q: int, kv: int, causal: str | 
             plan.append(None)
             continue
         sub = None if queries.length == 1 else keys.cut(queries.cut(attend[row], 0), 1)
-        plan.append(_Row(queries, keys, sub, sub is not None and _square_causal(sub)))
+        # (the mask as a call takes it, made once per plan: a view made per call cost a decoding row's call 5 µs)
+        plan.append(
+            _Row(queries, keys, None if sub is None else sub[None, None], sub is not None and _square_causal(sub))
+        )
     _plans.insert(0, (weakref.ref(mask), (q, kv), plan))
     del _plans[_PLANS_KEPT:]
     return plan
@@ -187,7 +191,7 @@ def _row_mask(mask: torch.Tensor | None, row: int, entry: _Row, kv: int) -> tupl
     the kernel's cheapest, in both runs alike. With it, whether the mask is the square causal one, which an SDPA
     call takes as `is_causal` in place of the mask (its causal kernel, several times faster on CPU)."""
     if mask is None or mask.dtype == torch.bool:
-        return (None, False) if entry.q.length == 1 else (entry.sub[None, None], entry.causal)
+        return (None, False) if entry.q.length == 1 else (entry.sub, entry.causal)
     return entry.k.cut(entry.q.cut(mask[..., :kv][row % mask.shape[0]][None], 2), 3), False
 
 
@@ -296,13 +300,20 @@ def _sdpa_as_transformers_calls_it(q, k, v, mask, square: bool, kwargs: dict) ->
     return out.transpose(1, 2)
 
 
-def attend_by_rows(module, query, key, value, attention_mask, **kwargs):
-    """transformers' attention-function signature: [b, h, q, d] in, ([b, q, h, d], None) out."""
+@functools.cache
+def _attention_functions():
+    """transformers' attention functions by name (imported once: an import statement costs every layer's call)."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
+    return ALL_ATTENTION_FUNCTIONS
+
+
+def attend_by_rows(module, query, key, value, attention_mask, **kwargs):
+    """transformers' attention-function signature: [b, h, q, d] in, ([b, q, h, d], None) out."""
+    functions = _attention_functions()
     inner_name = inner_implementation(module.config) or "sdpa"
     if not routed_here():  # another thread's pass, outside the mode: the model's own attention, as it asked
-        own = eager_function(type(module)) if inner_name == "eager" else ALL_ATTENTION_FUNCTIONS.get(inner_name)
+        own = eager_function(type(module)) if inner_name == "eager" else functions.get(inner_name)
         if own is not None:
             return own(module, query, key, value, attention_mask, **kwargs)
     if inner_name == "eager":
@@ -313,7 +324,7 @@ def attend_by_rows(module, query, key, value, attention_mask, **kwargs):
                 "(run it with --attn sdpa)"
             )
     else:
-        inner = ALL_ATTENTION_FUNCTIONS["sdpa"]  # flash and flex kernels take no per-row masks
+        inner = functions["sdpa"]  # flash and flex kernels take no per-row masks
     _count_call()
     direct = inner_name != "eager" and _one_sdpa_call(kwargs)
 
