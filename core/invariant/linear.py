@@ -131,9 +131,10 @@ class RowInvariantLinears(ModuleForwards):
     it inside `RowInvariantMatmuls`."""
 
     def forward_for(self, module: torch.nn.Module) -> _Forward | None:
-        # Asked of every layer at every entry: the parameters read from their dict, as `nn.Module.__getattr__`
-        # costs a microsecond or two a read.
-        if type(module) is not torch.nn.Linear or not module._parameters["weight"].is_cpu:
+        # Asked of every layer at every entry: `current` reads the parameters from their dict, as
+        # `nn.Module.__getattr__` costs a microsecond or two a read (a weight that is not a parameter, as
+        # `weight_norm` makes, is never current: the layer's forward is made again)
+        if type(module) is not torch.nn.Linear or not module.weight.is_cpu:
             return None
         forward = _kept.get(module)
         if forward is None or not forward.current(module._parameters):
