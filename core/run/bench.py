@@ -5,7 +5,7 @@ the machine only ever slows a round: the least disturbed one is the closest to w
 has it; a method of under a second is tried three times a round). A ratio of two methods is the median of their
 rounds' ratios: the two are timed a few seconds apart in a round, where a box whose speed flips for minutes at a
 time (a fifth, on the 2-core boxes measured) can give one method its fast spell and the other none between two
-rounds' bests:
+rounds' bests (the batch-invariant mode's methods are timed right after or before what they are set against):
 (a) the floor: bare forward passes (one batched pass per chunk, one single pass per text);
 (b) the seed's script for every text: batched pass, its padded rows alone, torch.allclose;
 (c) compare() as the CLI runs it; (d) compare() with per-module localization;
@@ -259,8 +259,7 @@ def bench(
         return seconds, dict(clock)
 
     for round_ in range(rounds):
-        # Rotate the order each round so drift (heat, other load) falls on every method alike.
-        order = list(methods)[round_ % len(methods) :] + list(methods)[: round_ % len(methods)]
+        order = round_order(list(methods), round_)
         round_best = {name: (float("inf"), {}) for name in methods}
         for attempt in range(max(tries.values())):
             for name in (name for name in order if attempt < tries[name]):
@@ -318,6 +317,22 @@ def bench(
     }
     result.targets = _targets(result, texts, loaded)
     return result
+
+
+# Timed next to each other in every round: the mode's methods and what they are set against. A 2-core box's speed
+# swings by a third within seconds, and in a round of all eight methods a generation's seconds fell between them:
+# their rounds' ratios ranged from 0.75 to 1.37 in one bench.
+NEIGHBOURS = (("compare", "compare_invariant"), ("generate", "generate_invariant"))
+
+
+def round_order(names: list[str], round_: int) -> list[str]:
+    """The methods' order in round `round_`: rotated by one each round, so that drift (heat, other load) falls on every
+    method alike; each of `NEIGHBOURS` timed as one, its two in turn first."""
+    second = {b for _, b in NEIGHBOURS}
+    groups = [[name, *(b for a, b in NEIGHBOURS if a == name)] for name in names if name not in second]
+    shift = round_ % len(groups)
+    groups = groups[shift:] + groups[:shift]
+    return [name for group in groups for name in (group if round_ % 2 == 0 else group[::-1])]
 
 
 _MATMULS = ("linear", "mm", "addmm", "bmm")
