@@ -53,6 +53,10 @@ class RunController:
     def _progress(self, run_number: int, label: str) -> None:
         self._app.post_message(RunProgress(run_number, label))
 
+    def _turn(self, run_number: int):
+        """Run `run_number`'s turn (`core.one_run`): the status line says so while it waits for the previous run."""
+        return one_run_at_a_time(waiting=lambda: self._progress(run_number, _WAITING))
+
     def compare(self, numbered: NumberedTexts, settings: Settings, run_number: int) -> None:
         """Compare the texts batched and alone; `ComparisonReady` or `RunFailed`."""
         self._start(lambda: self._compare(numbered, settings, run_number), "compare")
@@ -74,7 +78,7 @@ class RunController:
                 stage = running_stage(done, len(texts), settings.batch_size, passes_per_text(settings))
                 self._progress(run_number, stage)
 
-            with one_run_at_a_time(waiting=lambda: self._progress(run_number, _WAITING)):
+            with self._turn(run_number):
                 if stale():
                     raise Cancelled("a newer run started while this one waited")
                 use_threads(self.threads)
@@ -105,7 +109,7 @@ class RunController:
                 stage = running_stage(done, len(numbered.texts), settings.batch_size)
                 self._progress(run_number, f"generating: {stage}")
 
-            with one_run_at_a_time(waiting=lambda: self._progress(run_number, _WAITING)):
+            with self._turn(run_number):
                 progress(0, 0)
                 return generate_and_compare(
                     numbered.texts, settings, progress=progress, cancelled=stale, lines=numbered.lines
