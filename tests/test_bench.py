@@ -75,21 +75,23 @@ def test_bench_json_has_ratios_and_targets(tmp_path, capsys):
     assert data["texts"] == 3 and data["vocab_size"] == 512  # the bench's default, tiny
 
 
-def test_each_round_times_every_method_once_the_mode_s_next_to_their_bases_and_rotates():
+def test_each_round_times_every_method_once_each_ratio_s_two_side_by_side_and_rotates():
     from batchtui.core.run.bench import round_order
 
     names = ["floor", "seed", "compare", "compare_modules", "generate_floor", "generate"]
     names += ["compare_invariant", "generate_invariant"]
     orders = [round_order(names, r) for r in range(12)]
     assert all(sorted(order) == sorted(names) for order in orders)
-    for order in orders:  # the mode's method right after or right before its base
-        for base, mode in (("compare", "compare_invariant"), ("generate", "generate_invariant")):
-            assert abs(order.index(base) - order.index(mode)) == 1, order
-    # the two in turn first; and each method (a pair as one) leads one of six rounds
+    beside = [("compare", "floor"), ("compare_modules", "floor"), ("generate", "generate_floor")]
+    beside += [("compare_invariant", "compare"), ("generate_invariant", "generate")]
+    for order in orders:  # each ratio's method right after or right before its base; the seed's one away
+        for method, base in beside:
+            assert abs(order.index(method) - order.index(base)) == 1, (method, base, order)
+        assert abs(order.index("compare") - order.index("seed")) == 2, order
+    # the two in turn first, and each run leads every other round
     assert [o.index("compare") < o.index("compare_invariant") for o in orders[:4]] == [True, False, True, False]
-    base = {"compare_invariant": "compare", "generate_invariant": "generate"}
-    leaders = [base.get(order[0], order[0]) for order in orders[:6]]
-    assert sorted(leaders) == sorted(name for name in names if name not in base)
+    assert [o.index("generate") < o.index("generate_invariant") for o in orders[:4]] == [True, False, True, False]
+    assert {order[0] for order in orders[:2]} == {"compare_modules", "generate_invariant"}
 
 
 def test_workload_has_the_asked_token_counts():

@@ -5,7 +5,7 @@ the machine only ever slows a round: the least disturbed one is the closest to w
 has it; a method of under a second is tried three times a round). A ratio of two methods is the median of their
 rounds' ratios: the two are timed a few seconds apart in a round, where a box whose speed flips for minutes at a
 time (a fifth, on the 2-core boxes measured) can give one method its fast spell and the other none between two
-rounds' bests (the batch-invariant mode's methods are timed right after or before what they are set against):
+rounds' bests (so each ratio's two methods are timed one right after the other: `RUNS`):
 (a) the floor: bare forward passes (one batched pass per chunk, one single pass per text);
 (b) the seed's script for every text: batched pass, its padded rows alone, torch.allclose;
 (c) compare() as the CLI runs it; (d) compare() with per-module localization;
@@ -319,20 +319,26 @@ def bench(
     return result
 
 
-# Timed next to each other in every round: the mode's methods and what they are set against. A 2-core box's speed
-# swings by a third within seconds, and in a round of all eight methods a generation's seconds fell between them:
-# their rounds' ratios ranged from 0.75 to 1.37 in one bench.
-NEIGHBOURS = (("compare", "compare_invariant"), ("generate", "generate_invariant"))
+# Timed one after the other, in this order or its reverse, in every round: each ratio's two methods side by side
+# (the comparison has three partners; the seed's script, the least watched, sits one away from it). A 2-core box's
+# speed swings by a third within seconds, and in a round of all eight methods a generation's seconds fell between
+# a ratio's two: the mode's rounds' ratios ranged from 0.75 to 1.37 in one bench.
+RUNS = (
+    ("compare_modules", "floor", "compare", "compare_invariant", "seed"),
+    ("generate_floor", "generate", "generate_invariant"),
+)
 
 
 def round_order(names: list[str], round_: int) -> list[str]:
-    """The methods' order in round `round_`: rotated by one each round, so that drift (heat, other load) falls on every
-    method alike; each of `NEIGHBOURS` timed as one, its two in turn first."""
-    second = {b for _, b in NEIGHBOURS}
-    groups = [[name, *(b for a, b in NEIGHBOURS if a == name)] for name in names if name not in second]
+    """The methods' order in round `round_`: each of `RUNS` timed as one, the runs (and a method in none) rotated by
+    one each round so that drift (heat, other load) falls on every method alike, and every other round each run
+    reversed, so that neither of two neighbours is always first."""
+    in_runs = {name for run in RUNS for name in run}
+    groups = [list(run) for run in RUNS] + [[name] for name in names if name not in in_runs]
+    groups = [[name for name in group if name in names] for group in groups]
     shift = round_ % len(groups)
     groups = groups[shift:] + groups[:shift]
-    return [name for group in groups for name in (group if round_ % 2 == 0 else group[::-1])]
+    return [name for group in groups if group for name in (group if round_ % 2 == 0 else group[::-1])]
 
 
 _MATMULS = ("linear", "mm", "addmm", "bmm")
