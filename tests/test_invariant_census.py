@@ -201,6 +201,53 @@ def test_a_layer_s_forward_is_kept_from_one_entry_to_the_next_until_the_model_is
     assert gone() is None  # kept forwards do not keep a model alive
 
 
+def _old_weight_norm(layer) -> torch.Tensor:
+    torch.nn.utils.weight_norm(layer)
+    return layer.weight_g
+
+
+def _parametrized_weight_norm(layer) -> torch.Tensor:
+    torch.nn.utils.parametrizations.weight_norm(layer)
+    return layer.parametrizations.weight.original0
+
+
+@pytest.mark.filterwarnings("ignore:`torch.nn.utils.weight_norm` is deprecated:FutureWarning")
+@pytest.mark.parametrize("weight_norm", [_old_weight_norm, _parametrized_weight_norm])
+def test_a_layer_whose_weight_is_computed_before_each_call_is_read_at_the_call(weight_norm):
+    """`weight_norm` computes a layer's weight anew before every call (a hook, or a parametrization): the mode reads
+    it there, not the last pass's (a step of training between two passes changed it), and rows stay bitwise."""
+    model, tokenizer = _tiny()
+    layer = model.model.layers[0].mlp.down_proj
+    magnitude = weight_norm(layer)
+    ids = tokenizer(MIXED_TEXTS[0], return_tensors="pt").input_ids
+    with torch.inference_mode(), batch_invariant(model):
+        model(input_ids=ids)
+    with torch.no_grad():
+        magnitude.mul_(2.0)
+    tokenizer.padding_side = "left"
+    batch = tokenizer(MIXED_TEXTS[:3], return_tensors="pt", padding=True)
+    positions = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.inference_mode():
+        with batch_invariant(model):
+            assert "forward" not in vars(layer)  # the layer's own forward, its products the mode's kernels
+            logits = model(**batch, position_ids=positions).logits
+            singles = [model(**tokenizer(text, return_tensors="pt")).logits[0] for text in MIXED_TEXTS[:3]]
+        outside = [model(**tokenizer(text, return_tensors="pt")).logits[0] for text in MIXED_TEXTS[:3]]
+    for i, (single, own) in enumerate(zip(singles, outside)):
+        assert torch.equal(logits[i][batch.attention_mask[i].bool()], single)
+        assert torch.allclose(single, own, atol=1e-4), (single - own).abs().max()  # today's weight, not the last's
+
+
+def test_a_model_whose_logits_hold_nan_is_not_taken_for_one_mixing_tokens():
+    """The probe for other token mixers compares the last position's logits for two first tokens: NaN (a vocabulary
+    entry whose weights are, here set by hand) is the same result twice, not a change."""
+    model, _ = _tiny()
+    with torch.no_grad():
+        model.lm_head.weight[7] = float("nan")  # (tied: the probe's ids never read it)
+    with batch_invariant(model):
+        pass
+
+
 def test_entries_wanting_other_kernels_share_registrations_and_the_last_exit_undoes_each():
     dumps = {op: torch._C._dispatch_dump(f"aten::{op}") for op in ("rsqrt", "silu")}
     x = torch.randn(7, 100).abs() + 0.1

@@ -131,10 +131,12 @@ class RowInvariantLinears(ModuleForwards):
     it inside `RowInvariantMatmuls`."""
 
     def forward_for(self, module: torch.nn.Module) -> _Forward | None:
-        # Asked of every layer at every entry: `current` reads the parameters from their dict, as
-        # `nn.Module.__getattr__` costs a microsecond or two a read (a weight that is not a parameter, as
-        # `weight_norm` makes, is never current: the layer's forward is made again)
-        if type(module) is not torch.nn.Linear or not module.weight.is_cpu:
+        # Asked of every layer at every entry: the parameters are read from their dict, as
+        # `nn.Module.__getattr__` costs a microsecond or two a read. A weight that is not a parameter (`weight_norm`
+        # computes it anew before every call) is read by the layer's own forward, at the call: one kept here would be
+        # the last pass's (its products are the mode's aten kernels' then).
+        weight = module._parameters.get("weight") if type(module) is torch.nn.Linear else None
+        if weight is None or not weight.is_cpu:
             return None
         forward = _kept.get(module)
         if forward is None or not forward.current(module._parameters):
