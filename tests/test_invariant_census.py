@@ -18,7 +18,7 @@ from batchtui.core.invariant.census import needless_cpu_kernels
 from batchtui.core.invariant.elementwise import TailFreeActivations, TailFreeElementwise
 from batchtui.core.invariant.linear import RowInvariantLinears
 from batchtui.core.invariant.matmul import RowInvariantMatmuls
-from batchtui.core.invariant.mode import library_kernels_on_cpu
+from batchtui.core.invariant.mode import coverage_gap, library_kernels_on_cpu
 from batchtui.core.invariant.reduction import RowInvariantReductions
 from batchtui.core.models.builtin import builtin_path
 
@@ -241,11 +241,14 @@ def test_a_layer_whose_weight_is_computed_before_each_call_is_read_at_the_call(w
 def test_a_model_whose_logits_hold_nan_is_not_taken_for_one_mixing_tokens():
     """The probe for other token mixers compares the last position's logits for two first tokens: NaN (a vocabulary
     entry whose weights are, here set by hand) is the same result twice, not a change."""
-    model, _ = _tiny()
+    model, tokenizer = _tiny()
     with torch.no_grad():
         model.lm_head.weight[7] = float("nan")  # (tied: the probe's ids never read it)
-    with batch_invariant(model):
-        pass
+    ids = tokenizer(MIXED_TEXTS[0], return_tensors="pt").input_ids
+    with torch.inference_mode(), batch_invariant(model):
+        logits = model(input_ids=ids).logits
+    assert logits[..., 7].isnan().all() and not logits[..., :7].isnan().any()
+    assert coverage_gap(model) is None
 
 
 def test_entries_wanting_other_kernels_share_registrations_and_the_last_exit_undoes_each():
