@@ -73,15 +73,10 @@ class _Forward:
         """The layer's own forward (`nn.Linear`'s)."""
         return F.linear(x, self._weight, self._bias)
 
-    def current(self, parameters: dict) -> bool:
-        """Whether this forward still computes the product of the layer whose `_parameters` these are: the same
+    def current(self, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
+        """Whether this forward still computes the product of a layer's parameters `weight` and `bias`: the same
         parameters, their data where it was and of the dtype it was (a model moved or cast since changes them)."""
-        weight, bias = self._weight, self._bias
-        return (
-            parameters.get("weight") is weight
-            and parameters.get("bias") is bias
-            and _where(weight, bias) == self._where
-        )
+        return weight is self._weight and bias is self._bias and _where(weight, bias) == self._where
 
     def takes(self, x: torch.Tensor) -> bool:
         """Whether a call on `x` is computed here in the mode (else by the layer's own forward)."""
@@ -139,7 +134,7 @@ class RowInvariantLinears(ModuleForwards):
         if weight is None or not weight.is_cpu:
             return None
         forward = _kept.get(module)
-        if forward is None or not forward.current(module._parameters):
+        if forward is None or not forward.current(weight, module._parameters.get("bias")):
             forward = _kept[module] = _Forward(module)
         return forward
 

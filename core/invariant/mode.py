@@ -35,6 +35,7 @@ import torch
 
 from ..errors import NotInvariant
 from ..models.structure import layer_count
+from ..numbers.logit_rows import rows_differ
 from ..settings import KERNEL_CLASSES
 from .attention import (
     RowWiseSdpa,
@@ -188,8 +189,9 @@ def _mixes_beside_attention(model, ids: torch.Tensor, vocab: int) -> bool:
     with _mode(model, catch_sdpa=True), each_query_attending_itself(), torch.inference_mode():
         first = model(input_ids=ids, attention_mask=mask, use_cache=False).logits[0, -1]
         changed = model(input_ids=other, attention_mask=mask, use_cache=False).logits[0, -1]
-    # NaN for NaN (a weight-normed head over a zero row gives some): `torch.equal` would take it for a change
-    return not torch.allclose(first, changed, rtol=0, atol=0, equal_nan=True)
+    # bit for bit, so NaN for the same NaN (a weight-normed head over a zero row gives some), which `torch.equal`
+    # would take for a change
+    return bool(rows_differ(first[None], changed[None]).item())
 
 
 @contextlib.contextmanager

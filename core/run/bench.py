@@ -335,10 +335,9 @@ def round_order(names: list[str], round_: int) -> list[str]:
     reversed, so that neither of two neighbours is always first."""
     in_runs = {name for run in RUNS for name in run}
     groups = [list(run) for run in RUNS] + [[name] for name in names if name not in in_runs]
-    groups = [[name for name in group if name in names] for group in groups]
     shift = round_ % len(groups)
     groups = groups[shift:] + groups[:shift]
-    return [name for group in groups if group for name in (group if round_ % 2 == 0 else group[::-1])]
+    return [name for group in groups for name in (group if round_ % 2 == 0 else group[::-1])]
 
 
 _MATMULS = ("linear", "mm", "addmm", "bmm")
