@@ -238,6 +238,50 @@ def test_a_layer_whose_weight_is_computed_before_each_call_is_read_at_the_call(w
         assert torch.allclose(single, own, atol=1e-4), (single - own).abs().max()  # today's weight, not the last's
 
 
+class _PlainSilu(torch.nn.Module):
+    """An activation the mode does not compute at the module: its `F.silu` reaches aten's kernel."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.silu(x)
+
+
+def _weight_norm_down_proj(mlp) -> None:
+    torch.nn.utils.weight_norm(mlp.down_proj)  # its product now aten's mm, at every call (no bias)
+
+
+def _plain_activation(mlp) -> None:
+    mlp.act_fn = _PlainSilu()
+
+
+@pytest.mark.filterwarnings("ignore:`torch.nn.utils.weight_norm` is deprecated:FutureWarning")
+@pytest.mark.parametrize(("change", "op"), [(_weight_norm_down_proj, "mm"), (_plain_activation, "silu")])
+def test_a_model_changed_after_its_first_entry_is_probed_again_and_its_rows_stay_bitwise(change, op):
+    """At the first entry the census left `op`'s kernel to the library: the model called it only inside the layers
+    the mode computes itself. Changed since, the model calls it elsewhere (a weight-normed layer's own product, a plain
+    activation module): the next entry finds it again, the kernel is the mode's, and short texts (fewer rows than
+    the GEMM library keeps rows from) stay bitwise, prefill and every decoding step."""
+    model, tokenizer = _tiny()
+    with torch.inference_mode(), batch_invariant(model):
+        model(input_ids=tokenizer(MIXED_TEXTS[0], return_tensors="pt").input_ids)
+    assert op in library_kernels_on_cpu(model)
+    for layer in model.model.layers:
+        change(layer.mlp)
+    assert op not in library_kernels_on_cpu(model)
+    texts = ["ab", "hello there", "x"]
+    tokenizer.padding_side = "left"
+    batch = tokenizer(texts, return_tensors="pt", padding=True)
+    greedy = {"max_new_tokens": 4, "min_new_tokens": 4, "do_sample": False, "output_logits": True}
+    with torch.inference_mode(), batch_invariant(model):
+        positions = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)
+        rows = model(**batch, position_ids=positions).logits
+        steps = torch.stack(model.generate(**batch, **greedy, return_dict_in_generate=True).logits, dim=1)
+        for i, text in enumerate(texts):
+            alone = tokenizer(text, return_tensors="pt")
+            assert torch.equal(rows[i][batch.attention_mask[i].bool()], model(**alone).logits[0]), text
+            alone_steps = torch.stack(model.generate(**alone, **greedy, return_dict_in_generate=True).logits, dim=1)
+            assert torch.equal(steps[i], alone_steps[0]), text
+
+
 def test_a_model_whose_logits_hold_nan_is_not_taken_for_one_mixing_tokens():
     """The probe for other token mixers compares the last position's logits for two first tokens: NaN (a vocabulary
     entry whose weights are, here set by hand) is the same result twice, not a change."""

@@ -122,18 +122,30 @@ def _gelu_arguments(module: torch.nn.Module) -> dict | None:
     return None
 
 
+def _activation_call(module: torch.nn.Module) -> tuple[str, dict] | None:
+    """(op, its arguments) of the one call an activation module's forward is, where `TailFreeActivations` computes
+    it at the module (not in place); None elsewhere."""
+    op = _activation_ops().get(type(module))
+    if op is None or getattr(module, "inplace", False):
+        return None
+    arguments = _gelu_arguments(module) if op == "gelu" else {}
+    return None if arguments is None else (op, arguments)
+
+
 class TailFreeActivations(ModuleForwards):
     """A model's activation modules (`_activation_ops`; not in place) computing in their own forward what the
     replaced kernel computes, through the op's `out=` form: a call does not cross from aten's dispatcher into Python
     (an MLP's silu, on a model of a few million weights a percent of a pass). Enter it inside
     `TailFreeElementwise`, for a model on the CPU (on a GPU the padding would be for nothing)."""
 
+    @staticmethod
+    def covers(module: torch.nn.Module) -> bool:
+        return _activation_call(module) is not None
+
     def forward_for(self, module: torch.nn.Module):
-        op = _activation_ops().get(type(module))
-        if op is None or getattr(module, "inplace", False):
+        call = _activation_call(module)
+        if call is None:
             return None
-        arguments = _gelu_arguments(module) if op == "gelu" else {}
-        if arguments is None:
-            return None
+        op, arguments = call
         run = _tail_free(_binding(op), _EXACT_IN.get(op, ()))
         return functools.partial(run, **arguments) if arguments else run

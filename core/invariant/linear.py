@@ -125,14 +125,19 @@ class RowInvariantLinears(ModuleForwards):
     """The CPU `nn.Linear` layers of a model computing their rows themselves while entered (`ModuleForwards`). Enter
     it inside `RowInvariantMatmuls`."""
 
-    def forward_for(self, module: torch.nn.Module) -> _Forward | None:
+    @staticmethod
+    def covers(module: torch.nn.Module) -> bool:
         # Asked of every layer at every entry: the parameters are read from their dict, as
         # `nn.Module.__getattr__` costs a microsecond or two a read. A weight that is not a parameter (`weight_norm`
         # computes it anew before every call) is read by the layer's own forward, at the call: one kept here would be
         # the last pass's (its products are the mode's aten kernels' then).
         weight = module._parameters.get("weight") if type(module) is torch.nn.Linear else None
-        if weight is None or not weight.is_cpu:
+        return weight is not None and weight.is_cpu
+
+    def forward_for(self, module: torch.nn.Module) -> _Forward | None:
+        if not self.covers(module):
             return None
+        weight = module._parameters["weight"]
         forward = _kept.get(module)
         if forward is None or not forward.current(weight, module._parameters.get("bias")):
             forward = _kept[module] = _Forward(module)

@@ -60,10 +60,13 @@ _KERNEL_SCOPES = {
     "elementwise": TailFreeElementwise,
 }
 
-# model -> (what it was probed as: its attention implementation, dtype and the CPU's autocast; why the mode cannot
-# cover it or None; whether it calls SDPA itself; the CPU kernels its passes never need replaced), found once per
-# model and what it was probed as
+# model -> (what it was probed as: its attention implementation, dtype, the CPU's autocast and its modules; why the
+# mode cannot cover it or None; whether it calls SDPA itself; the CPU kernels its passes never need replaced), found
+# once per model and what it was probed as
 _gaps: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+# The modules the mode computes in a forward of its own (a census finds the calls of every other)
+_AT_MODULES = (RowInvariantLinears, TailFreeActivations)
 
 
 @contextlib.contextmanager
@@ -106,9 +109,9 @@ def library_kernels_on_cpu(model) -> frozenset[str]:
 
 def _probed(model) -> tuple[tuple, str | None, bool, frozenset[str]]:
     """(what the model was probed as, coverage gap, whether it calls SDPA itself, the CPU kernels it never needs
-    replaced), for the attention, dtype and CPU autocast the model has now."""
+    replaced), for the attention, dtype, CPU autocast and modules the model has now."""
     dtype = getattr(model, "dtype", None)
-    probed_as = (_implementation(model), dtype, *_cpu_autocast())
+    probed_as = (_implementation(model), dtype, *_cpu_autocast(), _modules(model))
     known = _gaps.get(model)
     if known is None or known[0] != probed_as:
         gap, calls_sdpa = _static_gap(model), True
@@ -117,9 +120,17 @@ def _probed(model) -> tuple[tuple, str | None, bool, frozenset[str]]:
         needless = frozenset()
         if gap is None and any(p.is_cpu for p in model.parameters()):
             scopes = [scope() for scope in _KERNEL_SCOPES.values()]
-            needless = needless_cpu_kernels(model, scopes, [RowInvariantLinears(model), TailFreeActivations(model)])
+            needless = needless_cpu_kernels(model, scopes, [forwards(model) for forwards in _AT_MODULES])
         known = _gaps[model] = (probed_as, gap, calls_sdpa, needless)
     return known
+
+
+def _modules(model) -> tuple:
+    """Each module of the model, by identity and class, and whether the mode computes it itself: what the probe and
+    census found holds for these (a layer weight-normed or an activation swapped since makes calls they never saw,
+    perhaps of a kernel left to the library)."""
+    modules = list(model.modules())
+    return tuple(map(id, modules)), tuple(map(type, modules)), *(tuple(map(at.covers, modules)) for at in _AT_MODULES)
 
 
 def _cpu_autocast() -> tuple[bool, torch.dtype]:

@@ -149,6 +149,11 @@ class ModuleForwards:
     def __init__(self, model: torch.nn.Module) -> None:
         self._model = model
 
+    @staticmethod
+    def covers(module: torch.nn.Module) -> bool:
+        """Whether `module` is one this class gives a forward (asked without making one)."""
+        raise NotImplementedError
+
     def forward_for(self, module: torch.nn.Module) -> Callable | None:
         raise NotImplementedError
 
