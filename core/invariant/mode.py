@@ -74,10 +74,11 @@ def batch_invariant(model, classes: tuple[str, ...] = KERNEL_CLASSES) -> Iterato
     """Run `model` batch-invariantly inside the block; `NotInvariant` if it cannot be (see the module doc).
     `classes`: which of the mode's parts to apply (`KERNEL_CLASSES`, all by default), to find which one a
     difference comes from."""
-    _, gap, calls_sdpa, needless = _probed(model)
+    modules = list(model.modules())  # walked once an entry: the probe's key, the layers' forwards, the configs
+    _, gap, calls_sdpa, needless = _probed(model, modules)
     if gap is not None:
         raise NotInvariant(gap)
-    with _mode(model, catch_sdpa=calls_sdpa, classes=classes, library_on_cpu=needless):
+    with _mode(model, catch_sdpa=calls_sdpa, classes=classes, library_on_cpu=needless, modules=modules):
         yield
 
 
@@ -107,11 +108,13 @@ def library_kernels_on_cpu(model) -> frozenset[str]:
     return _probed(model)[3]
 
 
-def _probed(model) -> tuple[tuple, str | None, bool, frozenset[str]]:
+def _probed(model, modules: list | None = None) -> tuple[tuple, str | None, bool, frozenset[str]]:
     """(what the model was probed as, coverage gap, whether it calls SDPA itself, the CPU kernels it never needs
-    replaced), for the attention, dtype, CPU autocast and modules the model has now."""
+    replaced), for the attention, dtype, CPU autocast and modules (`modules`, where walked already) the model has
+    now."""
     dtype = getattr(model, "dtype", None)
-    probed_as = (_implementation(model), dtype, *_cpu_autocast(), _modules(model))
+    modules = list(model.modules()) if modules is None else modules
+    probed_as = (_implementation(model), dtype, *_cpu_autocast(), _computed_where(modules))
     known = _gaps.get(model)
     if known is None or known[0] != probed_as:
         gap, calls_sdpa = _static_gap(model), True
@@ -125,11 +128,10 @@ def _probed(model) -> tuple[tuple, str | None, bool, frozenset[str]]:
     return known
 
 
-def _modules(model) -> tuple:
-    """Each module of the model, by identity and class, and whether the mode computes it itself: what the probe and
-    census found holds for these (a layer weight-normed or an activation swapped since makes calls they never saw,
-    perhaps of a kernel left to the library)."""
-    modules = list(model.modules())
+def _computed_where(modules: list) -> tuple:
+    """Each of a model's modules, by identity and class, and whether the mode computes it itself: what the probe
+    and census found holds for these (a layer weight-normed or an activation swapped since makes calls they never
+    saw, perhaps of a kernel left to the library)."""
     return tuple(map(id, modules)), tuple(map(type, modules)), *(tuple(map(at.covers, modules)) for at in _AT_MODULES)
 
 
@@ -207,33 +209,39 @@ def _mixes_beside_attention(model, ids: torch.Tensor, vocab: int) -> bool:
 
 @contextlib.contextmanager
 def _mode(
-    model, catch_sdpa: bool, classes: tuple[str, ...] = KERNEL_CLASSES, library_on_cpu: frozenset[str] = frozenset()
+    model,
+    catch_sdpa: bool,
+    classes: tuple[str, ...] = KERNEL_CLASSES,
+    library_on_cpu: frozenset[str] = frozenset(),
+    modules: list | None = None,
 ) -> Iterator[None]:
     """The mechanics: row-invariant matmuls, reductions and element-wise functions, attention per row, the model
     routed to it, and with `catch_sdpa` the SDPA calls it makes itself; all undone after. `classes`: which parts;
-    `library_on_cpu`: ops whose CPU kernels stay the library's."""
+    `library_on_cpu`: ops whose CPU kernels stay the library's; `modules`: the model's, where walked already."""
     if "attention" not in classes:
         with contextlib.ExitStack() as stack:
-            _enter_kernels(stack, model, classes, library_on_cpu)
+            _enter_kernels(stack, model, classes, library_on_cpu, modules)
             yield
         return
     with contextlib.ExitStack() as stack:
-        _enter_kernels(stack, model, classes, library_on_cpu)
+        _enter_kernels(stack, model, classes, library_on_cpu, modules)
         if _uses_interface(model):
-            stack.enter_context(AttentionRouting(model, attend_by_rows))
+            stack.enter_context(AttentionRouting(model, attend_by_rows, modules))
         if catch_sdpa:
             stack.enter_context(RowWiseSdpa())
         yield
 
 
-def _enter_kernels(stack: contextlib.ExitStack, model, classes: tuple[str, ...], library_on_cpu: frozenset) -> None:
+def _enter_kernels(
+    stack: contextlib.ExitStack, model, classes: tuple[str, ...], library_on_cpu: frozenset, modules: list | None
+) -> None:
     """The kernel scopes of `classes` (but the CPU kernels of `library_on_cpu`); with matmuls, the model's linear
     layers computing their rows themselves; with element-wise functions, its activation modules."""
     for name, scope in _KERNEL_SCOPES.items():
         if name in classes:
             stack.enter_context(scope(library_on_cpu))
     if "matmul" in classes:
-        stack.enter_context(RowInvariantLinears(model))
+        stack.enter_context(RowInvariantLinears(model, modules))
         stack.enter_context(tracking_phases(model))  # a decoding step's products may take another path
     if "elementwise" in classes and any(p.is_cpu for p in model.parameters()):
-        stack.enter_context(TailFreeActivations(model))
+        stack.enter_context(TailFreeActivations(model, modules))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from .scopes import SharedScope
 
@@ -64,10 +64,11 @@ class _Registration(SharedScope):
         AttentionMaskInterface._global_mapping.pop(NAME, None)
 
 
-def _configs(model) -> list:
-    """Every config object the model's modules read their attention implementation from."""
+def _configs(model, modules: Sequence | None = None) -> list:
+    """Every config object the model's modules (`modules`, where walked already) read their attention implementation
+    from."""
     found = {id(model.config): model.config}
-    for module in model.modules():
+    for module in model.modules() if modules is None else modules:
         # A module's config is a plain attribute, read where it lives: asked of a module without one,
         # `nn.Module.__getattr__` raises (each entry of the mode asks every module: half of this walk's cost)
         config = vars(module).get("config")
@@ -92,8 +93,8 @@ class AttentionRouting:
     _lock = threading.Lock()
     _held: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> [entries, [(config, its own)]]
 
-    def __init__(self, model, attend: Callable) -> None:
-        self._model = model
+    def __init__(self, model, attend: Callable, modules: Sequence | None = None) -> None:
+        self._model, self._modules = model, modules
         self._registration = _Registration(attend)
 
     def __enter__(self) -> AttentionRouting:
@@ -102,7 +103,7 @@ class AttentionRouting:
         with cls._lock:
             held = cls._held.get(self._model)
             if held is None:
-                configs = _configs(self._model)
+                configs = _configs(self._model, self._modules)
                 saved = [(c, getattr(c, _attn_attribute(c))) for c in configs if getattr(c, _attn_attribute(c)) != NAME]
                 for config, own in saved:
                     _inner[id(config)] = own or "eager"

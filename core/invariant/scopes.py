@@ -7,7 +7,7 @@ import contextlib
 import threading
 import warnings
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
@@ -146,8 +146,10 @@ class ModuleForwards:
         super().__init_subclass__(**kwargs)
         cls._lock, cls._held = threading.Lock(), weakref.WeakKeyDictionary()
 
-    def __init__(self, model: torch.nn.Module) -> None:
-        self._model = model
+    def __init__(self, model: torch.nn.Module, modules: Sequence[torch.nn.Module] | None = None) -> None:
+        # `modules`: the model's, where the caller has walked them already (on a model of many modules a walk is
+        # what an entry costs)
+        self._model, self._modules = model, modules
 
     @staticmethod
     def covers(module: torch.nn.Module) -> bool:
@@ -168,7 +170,7 @@ class ModuleForwards:
             held = cls._held.get(self._model)
             if held is None:
                 given = []
-                for module in self._model.modules():
+                for module in self._model.modules() if self._modules is None else self._modules:
                     forward = self.forward_for(module)
                     if forward is not None:
                         # an instance attribute as `module.forward = ...` sets it, without `nn.Module.__setattr__`'s
