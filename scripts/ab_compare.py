@@ -1,6 +1,6 @@
 """A comparison's cost beside another revision's, in one process: is a change to the metrics faster?
 
-    python scripts/ab_compare.py REV [--model qwen2-english-4m] [--dtype auto] [--rounds 40]
+    python scripts/ab_compare.py REV [--model qwen2-english-4m] [--dtype auto] [--rounds 40] [--invariant]
 
 Runs from the repository root. REV's `core/` (`git archive`) is loaded beside the working tree's as a package of its
 own, both on `bench`'s workload (16 texts of 32..128 tokens, batch size 8), and the floor (the bare passes), REV's
@@ -9,7 +9,8 @@ minute a change of a millisecond or two is lost between two runs of `bench`; sid
 method's best, tenth percentile and median; the same for the time spent measuring (`group_rows`, `group_stats`,
 `group_results`: everything a comparison adds to its passes but its hooks and the loop); and the median of each
 round's difference, this minus REV. Reports are not compared here: `check --json` on both says whether they are the
-same.
+same. With `--invariant` both comparisons run in the batch-invariant mode (the floor stays bare): a change to the mode
+side by side with REV's.
 """
 
 from __future__ import annotations
@@ -41,18 +42,21 @@ def main() -> None:
     parser.add_argument("--model", default="qwen2-english-4m")
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--invariant", action="store_true", help="both comparisons in the batch-invariant mode")
     args = parser.parse_args()
     keep_freed_memory()
     with tempfile.TemporaryDirectory() as folder:
         other = _core_of(args.rev, Path(folder))
         settings = Settings(model=args.model, dtype=args.dtype)
-        other_settings = sys.modules["other_core.settings"].Settings(model=args.model, dtype=args.dtype)
+        other_settings = sys.modules["other_core.settings"].Settings(
+            model=args.model, dtype=args.dtype, invariant=args.invariant
+        )
         loaded = load_model(settings)
         texts = workload(loaded.tokenizer, 16, 32, 128)
         runs = {
             "floor": (None, lambda: floor_passes(loaded, texts, settings)),
             args.rev: (other, lambda: other.compare(texts, other_settings)),
-            "this": (engine, lambda: engine.compare(texts, settings)),
+            "this": (engine, lambda: engine.compare(texts, settings.with_changes(invariant=args.invariant))),
         }
         measuring = {name: _timed_stages(module) for name, (module, _) in runs.items() if module is not None}
         times = {name: [] for name in runs}
