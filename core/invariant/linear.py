@@ -83,23 +83,14 @@ class _Forward:
         return x.dtype == self._dtype and x.shape[-1] == self._in
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        # Every linear layer's call of every pass comes through here: each Python step costs a small model's pass.
-        if x.dtype != self._dtype or x.shape[-1] != self._in or not RowInvariantMatmuls.active():
-            return self.original(x)
-        kind = pass_kind()
-        chosen = self._chosen.get(kind)
-        if chosen is None:
-            rows = x.reshape(-1, self._in)
-            if rows.shape[0] == 0:
-                return self.original(x)
-            key = ("linear", self._weight.shape, self._bias is not None)
-            compute, floor = choose(rows, 0, key, *_paths(rows, self._weight, self._bias, self._library))
-            whole = floor * self._in if compute is self._library and floor is not None else None
-            chosen = self._chosen[kind] = (compute, floor, whole)
-        compute, floor, whole = chosen
+        # Every linear layer's call of every pass comes through here, and inside a pass a Python step costs several
+        # times what it does in a loop (the pass's tensors have taken the caches): the way to `F.linear` is short. It
+        # is the layer's own forward: a call of another dtype or width fails or casts there as it would outside.
+        chosen = self._chosen.get(pass_kind()) if RowInvariantMatmuls.active() else None
         if (
-            whole is not None
-            and x.numel() >= whole
+            chosen is not None
+            and chosen[2] is not None
+            and x.numel() >= chosen[2]
             and x.dim() > 1
             and x.is_contiguous()
             and not RowInvariantMatmuls.replaces(self._op, "CPU")
@@ -107,7 +98,23 @@ class _Forward:
             # Rows the library's op takes whole, the op not replaced: `F.linear` is that op on the flattened rows
             # (addmm with the bias, mm without), the reshapes in C++ (a test holds the bits equal).
             return F.linear(x, self._weight, self._bias)
+        return self._by_rows(x, chosen)
+
+    def _by_rows(self, x: torch.Tensor, chosen: tuple | None) -> torch.Tensor:
+        """A call `__call__` does not give `F.linear`: its rows through the path chosen (chosen here on a first call
+        of the pass's kind), or the layer's own forward where the mode does not compute it."""
+        if x.dtype != self._dtype or x.shape[-1] != self._in or not RowInvariantMatmuls.active():
+            return self.original(x)
         rows = x.reshape(-1, self._in)
+        if chosen is None:
+            if rows.shape[0] == 0:
+                return self.original(x)
+            key = ("linear", self._weight.shape, self._bias is not None)
+            compute, floor = choose(rows, 0, key, *_paths(rows, self._weight, self._bias, self._library))
+            whole = floor * self._in if compute is self._library and floor is not None else None
+            self._chosen[pass_kind()] = (compute, floor, whole)
+            return self(x)  # the call again, its path chosen
+        compute, floor, _ = chosen
         return in_rows(rows, 0, compute, floor).view(*x.shape[:-1], self._out)  # (a Size as one argument parses slowly)
 
 
