@@ -153,6 +153,20 @@ def test_an_encoder_is_refused(tmp_path, tiny_path):
         compare(["a text"], Settings(model=str(build_encoder(tmp_path / "bert", tiny_path))))
 
 
+@pytest.mark.parametrize("token", [7, 3])
+def test_a_model_giving_nan_logits_is_refused_for_that_not_taken_for_an_encoder(tmp_path, tiny_path, token):
+    """NaN in a weight (one embedding row; 7 is the token the load's probe changes, 3 one it always reads) reaches
+    the probe's logits: the load says so, where it said "not a causal LM" (NaN reached earlier positions, or their
+    run-to-run noise was NaN)."""
+    model = AutoModelForCausalLM.from_pretrained(tiny_path)
+    with torch.no_grad():
+        model.get_input_embeddings().weight[token] = float("nan")
+    model.save_pretrained(tmp_path)
+    AutoTokenizer.from_pretrained(tiny_path).save_pretrained(tmp_path)
+    with pytest.raises(ModelLoadError, match="gives NaN or inf logits for a 6-token text in float32 on cpu"):
+        load_model(Settings(model=str(tmp_path), dtype="float32"))
+
+
 @pytest.mark.parametrize("name", list(ARCHITECTURES))
 def test_batch_size_one_is_bitwise_equal(name, checkpoints):
     settings = Settings(model=str(checkpoints[name]), batch_size=1, attn=ATTENTION.get(name), modules=True)

@@ -136,6 +136,12 @@ def _load(settings: Settings, device: str) -> LoadedModel:
     except Exception as exc:  # noqa: BLE001 - a model that cannot run a 6-token pass cannot be compared
         dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
         raise ModelLoadError(f"cannot run model {settings.model!r} in {dtype} on {device}: {first_line(exc)}") from exc
+    if not structure.causal and not structure.finite:  # NaN is unlike itself: it reads as earlier positions changed
+        dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+        raise ModelLoadError(
+            f"model {settings.model!r} gives NaN or inf logits for a 6-token text in {dtype} on {device}: its weights "
+            "hold them, or this dtype overflows (another --dtype may not)"
+        )
     if not structure.causal:
         raise ModelLoadError(
             f"model {settings.model!r} is not a causal LM: changing the last token changed the logits at "

@@ -40,6 +40,7 @@ class Structure:
     routers: tuple[tuple[int, str], ...]  # (layer, dotted name) of each MoE router, in run order
     experts_per_token: int | None  # how many experts each token is routed to
     causal: bool
+    finite: bool  # the probe's logits hold no NaN or inf (where they do, "causal" False may be NaN's doing)
 
     def recorded(self, modules: bool) -> list[Module]:
         """What the runner hooks, in run order: the layers (with `modules`, each preceded by its
@@ -158,6 +159,7 @@ def discover(model, device: str) -> Structure:
         routers=tuple(routers),
         experts_per_token=per_token if routers else None,
         causal=causal,
+        finite=all(bool(t.isfinite().all()) for t in logits),
     )
 
 
