@@ -91,6 +91,10 @@ def _source(name: str) -> str:
     return name
 
 
+def _dtype_name(model) -> str:
+    return str(next(model.parameters()).dtype).removeprefix("torch.")
+
+
 def _load(settings: Settings, device: str) -> LoadedModel:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -134,13 +138,13 @@ def _load(settings: Settings, device: str) -> LoadedModel:
     try:
         structure = discover(model, device)
     except Exception as exc:  # noqa: BLE001 - a model that cannot run a 6-token pass cannot be compared
-        dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
-        raise ModelLoadError(f"cannot run model {settings.model!r} in {dtype} on {device}: {first_line(exc)}") from exc
-    if not structure.causal and not structure.finite:  # NaN is unlike itself: it reads as earlier positions changed
-        dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
         raise ModelLoadError(
-            f"model {settings.model!r} gives NaN or inf logits for a 6-token text in {dtype} on {device}: its weights "
-            "hold them, or this dtype overflows (another --dtype may not)"
+            f"cannot run model {settings.model!r} in {_dtype_name(model)} on {device}: {first_line(exc)}"
+        ) from exc
+    if not structure.causal and not structure.finite:  # NaN is unlike itself: it reads as earlier positions changed
+        raise ModelLoadError(
+            f"model {settings.model!r} gives NaN or inf logits for a 6-token text in {_dtype_name(model)} on "
+            f"{device}: its weights hold them, or this dtype overflows (another --dtype may not)"
         )
     if not structure.causal:
         raise ModelLoadError(
@@ -165,7 +169,7 @@ def _load(settings: Settings, device: str) -> LoadedModel:
         model=model,
         tokenizer=tokenizer,
         device=device,
-        dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
+        dtype=_dtype_name(model),
         attn=str(getattr(model.config, "_attn_implementation", None) or "default"),
         pad_token_id=int(pad_id),
         vocab_size=int(model.get_output_embeddings().weight.shape[0]),
