@@ -246,7 +246,7 @@ class _PlainSilu(torch.nn.Module):
 
 
 def _weight_norm_down_proj(mlp) -> None:
-    torch.nn.utils.weight_norm(mlp.down_proj)  # its product now aten's mm, at every call (no bias)
+    _old_weight_norm(mlp.down_proj)  # its product now aten's mm, at every call (no bias)
 
 
 def _plain_activation(mlp) -> None:
