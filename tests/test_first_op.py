@@ -78,12 +78,17 @@ def test_the_named_op_s_inputs_are_equal_and_its_output_is_not_here(checkpoints)
         try:
             with torch.inference_mode():
                 chunk = runner.batched(texts)
+                checked = 0
                 for row, text in enumerate(found.texts):
+                    if text.first_op is None:  # (a text as long as the shifted calls is shifted alone too: no op)
+                        continue
+                    checked += 1
                     runner.single(list(text.token_ids))
                     (batched_in, batched_out), (single_in, single_out) = seen[0], seen[-1]
                     real = chunk.attention_mask[row].bool()
                     assert torch.equal(batched_in[row][real], single_in[0])  # the same input for this text...
                     assert not torch.equal(batched_out[row][real], single_out[0])  # ...another output
+                assert checked >= 2
         finally:
             handle.remove()
 
