@@ -60,6 +60,19 @@ def _keeps_rows_from(height, product, a) -> bool:
     )
 
 
+def _with_cancelling_terms(a: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """`a` with, in every odd row, two large terms whose products with one column of `weight` ([out, in]) cancel
+    exactly: a kernel that sums the row in another order shows it even where the result's dtype is narrow."""
+    a = a.clone()
+    for r in range(1, a.shape[0], 2):
+        c, i, j = r % weight.shape[0], r % a.shape[1], (r + 5) % a.shape[1]
+        wi, wj = weight[c, i].double().item(), weight[c, j].double().item()
+        if wi and wj:
+            scale = 2.0 ** (20 - max(0, int(torch.tensor(max(abs(wi), abs(wj))).log2().ceil())))
+            a[r, i], a[r, j] = scale * wj, -scale * wi
+    return a
+
+
 def _own_height(product, a) -> int | None:
     try:
         return next((h for h in (1, 2, 4, 8, 16) if _keeps_rows_from(h, product, a)), None)
@@ -76,22 +89,38 @@ def test_a_linear_layer_takes_the_path_that_keeps_rows_from_the_fewest(dtype, bi
     rows (the library on a tie) and pads only to that height: where the library keeps rows only from 16, as MKL's
     float32 does on the x86 CPUs measured, a decoding step's row would otherwise be a 16-row GEMM. A small weight
     (a small model's, where a call costs the kernel's fixed cost and MKL's is the least) takes the library
-    wherever it keeps rows at all, rather than another kernel for less padding."""
+    wherever it keeps rows at all, rather than another kernel for less padding; in float32 and float64, each row as
+    the library computes one row alone where that keeps rows from one and the library does not. The rows measured on
+    carry terms that cancel, so that a narrow dtype's rounding does not hide another order of summing."""
     monkeypatch.setattr(invariant_rows, "_measured", {})
     monkeypatch.setattr(invariant_rows, "_chosen", {})
     torch.manual_seed(0)
     itemsize = torch.empty((), dtype=dtype).element_size()
     out_features = 96 if size == "small" else (16 << 20) // (256 * itemsize) + 32
-    a, weight = torch.randn(67, 256).to(dtype), torch.randn(out_features, 256).to(dtype)
+    weight = torch.randn(out_features, 256).to(dtype)
+    a = _with_cancelling_terms(torch.randn(67, 256).to(dtype), weight)
     b = torch.randn(out_features).to(dtype) if bias else None
     heights = {"library": _own_height(lambda x: torch.addmm(b, x, weight.t()) if bias else torch.mm(x, weight.t()), a)}
     if dtype != torch.float64:  # oneDNN has no float64 kernels: not offered
         heights["onednn"] = _own_height(lambda x: torch.ops.mkldnn._linear_pointwise(x, weight, b, "none", [], ""), a)
+    if size == "small" and dtype != torch.bfloat16 and heights["library"] != 1:
+        # offered too: each row as the library computes one row alone (many rows: one-row products in one call)
+        def alone(x):
+            if x.shape[0] == 1:
+                return torch.nn.functional.linear(x, weight, b)
+            rows, operand = x[:, None], weight.t().expand(x.shape[0], *weight.t().shape)
+            if b is None:
+                return torch.bmm(rows, operand)[:, 0]
+            return torch.baddbmm(b.expand(x.shape[0], 1, -1), rows, operand)[:, 0]
+
+        heights["alone"] = _own_height(alone, a)
     with RowInvariantMatmuls():
         inside = torch.nn.functional.linear(a[:1], weight, b)
     (chosen,) = invariant_rows.chosen_paths()
     floors = [h for h in heights.values() if h is not None]
-    if size == "small" and heights["library"] is not None and heights["library"] > min(floors):
+    if heights.get("alone") == 1:
+        assert (chosen.path, chosen.height) == ("alone", 1), (chosen, heights)
+    elif size == "small" and heights["library"] is not None and heights["library"] > min(floors):
         assert (chosen.path, chosen.height) == ("library", heights["library"]), (chosen, heights)
     else:
         assert chosen.height == min(floors, default=None), (chosen, heights)
@@ -250,7 +279,8 @@ def test_other_threads_get_the_library_s_own_results_while_the_mode_is_on():
     import threading
 
     torch.manual_seed(0)
-    row, weight, x = torch.randn(1, 257), torch.randn(67, 257), torch.randn(5, 100)
+    # a weight past 16 MiB: a row alone goes to the kernel that keeps rows from the fewest, not the library's call
+    row, weight, x = torch.randn(1, 1100), torch.randn(4200, 1100), torch.randn(5, 100)
     plain = torch.nn.functional.linear(row, weight), torch.nn.functional.silu(x)
     elsewhere = []
     with RowInvariantMatmuls(), TailFreeElementwise():
@@ -292,59 +322,6 @@ def test_a_measurement_made_with_fewer_threads_is_not_used_with_more(monkeypatch
             assert all(torch.equal(linear(a[:m]), whole[:m]) for m in range(1, 40))
     finally:
         torch.set_num_threads(threads)
-
-
-def test_sdpa_a_model_calls_itself_runs_per_row_on_the_real_queries_and_keys():
-    """`RowWiseSdpa` (entered for models that call SDPA outside transformers' interface): each row of a left-padded
-    batch gets the bits of the same call on that text alone, padded queries zeros, and the call is counted."""
-    from torch.nn.functional import scaled_dot_product_attention as sdpa
-
-    from batchtui.core.invariant.attention import RowWiseSdpa, direct_sdpa_calls
-
-    torch.manual_seed(0)
-    lengths, width = (7, 4, 2), 7
-    q, k, v = (torch.randn(len(lengths), 2, width, 8) for _ in range(3))
-    real = torch.tensor([[j >= width - n for j in range(width)] for n in lengths])
-    mask = torch.ones(width, width, dtype=torch.bool).tril() & real[:, None, :] & real[:, :, None]
-    before = direct_sdpa_calls()
-    with RowWiseSdpa():
-        out = sdpa(q, k, v, attn_mask=mask[:, None])
-    assert direct_sdpa_calls() == before + 1
-    for row, n in enumerate(lengths):
-        own = slice(width - n, width)
-        causal = torch.ones(n, n, dtype=torch.bool).tril()[None, None]
-        alone = sdpa(q[row : row + 1, :, own], k[row : row + 1, :, own], v[row : row + 1, :, own], attn_mask=causal)
-        assert torch.equal(out[row, :, own], alone[0])
-        assert not out[row, :, : width - n].any()
-
-
-def test_attention_cuts_rows_whose_real_positions_have_holes_and_decoding_rows_without_a_mask():
-    """A row's real positions as one run (padding on one side) are cut as a view, others (a hole in the middle)
-    picked one by one: both give the bits of the call on just those positions. A row of one query attends every
-    real key: the call a text alone makes, without a mask."""
-    from torch.nn.functional import scaled_dot_product_attention as sdpa
-
-    from batchtui.core.invariant.attention import RowWiseSdpa
-
-    torch.manual_seed(0)
-    width = 6
-    real = torch.tensor([[0, 1, 1, 1, 1, 1], [1, 1, 0, 1, 1, 1]], dtype=torch.bool)  # a run; a hole
-    q, k, v = (torch.randn(2, 2, width, 8) for _ in range(3))
-    mask = torch.ones(width, width, dtype=torch.bool).tril() & real[:, None, :] & real[:, :, None]
-    step_q = torch.randn(2, 2, 1, 8)
-    with RowWiseSdpa():
-        out = sdpa(q, k, v, attn_mask=mask[:, None])
-        step = sdpa(step_q, k, v, attn_mask=real[:, None, None, :])
-    for row in range(2):
-        own = real[row].nonzero().flatten()
-        n = len(own)
-
-        def pick(t, r=row, i=own):
-            return t[r : r + 1].index_select(2, i)
-
-        causal = torch.ones(n, n, dtype=torch.bool).tril()[None, None]
-        assert torch.equal(out[row].index_select(1, own), sdpa(pick(q), pick(k), pick(v), attn_mask=causal)[0])
-        assert torch.equal(step[row], sdpa(step_q[row : row + 1], pick(k), pick(v))[0])
 
 
 def test_a_model_s_linear_layers_compute_their_rows_themselves_in_the_mode_and_only_there():
@@ -415,33 +392,3 @@ def test_a_measurement_on_one_device_is_not_used_on_another(monkeypatch):
     _, elsewhere = invariant_rows.choose(torch.randn(5, 64, device="meta"), 0, ("test",), library)
     assert elsewhere is None  # tiles, whatever the CPU measured
     assert sorted(c.key[5] for c in invariant_rows.chosen_paths()) == ["cpu", "meta"]
-
-
-def test_a_row_s_direct_sdpa_call_computes_what_transformers_sdpa_function_does():
-    """The mode calls SDPA itself for a row where transformers' function would make one plain call (its checks cost
-    a fifth of a decoding row's call): the same attention for a square causal row, a masked row and one query, with
-    grouped heads; soft-capping, a position bias or attention weights go through the function itself."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    from batchtui.core.invariant.attention import _one_sdpa_call, _sdpa_as_transformers_calls_it
-
-    class Grouped(torch.nn.Module):  # what the function reads of an attention layer
-        num_key_value_groups, is_causal = 2, True
-
-    torch.manual_seed(0)
-    k, v = torch.randn(1, 2, 9, 16), torch.randn(1, 2, 9, 16)
-    holes = torch.rand(1, 1, 9, 9) > 0.3
-    holes |= torch.eye(9, dtype=torch.bool)
-    for q, mask, square in [
-        (torch.randn(1, 4, 9, 16), None, True),
-        (torch.randn(1, 4, 9, 16), holes, False),
-        (torch.randn(1, 4, 1, 16), None, False),
-    ]:
-        ours = _sdpa_as_transformers_calls_it(q, k, v, mask, square, {"scaling": 0.3, "dropout": 0.0})
-        theirs, _ = sdpa_attention_forward(Grouped(), q, k, v, mask, scaling=0.3, dropout=0.0)
-        assert ours.shape == theirs.shape
-        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
-    assert _one_sdpa_call({"scaling": 0.3, "dropout": 0.0, "sliding_window": None, "position_ids": None})
-    assert not _one_sdpa_call({"softcap": 30.0})
-    assert not _one_sdpa_call({"position_bias": torch.zeros(1)})
-    assert not _one_sdpa_call({"output_attentions": True})

@@ -16,7 +16,8 @@ import functools
 
 import torch
 
-from .scopes import ModuleForwards, ScopedKernels
+from .gradients import plain_backward
+from .scopes import ModuleForwards, ScopedKernels, has_own_forward
 
 # Bytes of one step of the widest vector body (two 512-bit vectors): 64 elements of bfloat16, 32 of float32 (the
 # steps of the narrower AVX2 vectors divide them).
@@ -57,6 +58,19 @@ def _tail_free(out_op, exact_in: tuple[torch.dtype, ...] = ()):
         return head
 
     return run
+
+
+def tail_free(op, x: torch.Tensor) -> torch.Tensor:
+    """`op(x)` (a binding with an `out=` form: torch.exp, torch.tanh...) with every element through the vector body
+    on the CPU, whatever the mode's scopes: the mode's own attention computes its exponentials so."""
+    if x.device.type != "cpu":
+        return op(x)
+    length = tail_free_length(x.numel(), torch.get_num_threads(), x.element_size())
+    padded = x.new_empty(length)
+    head = padded[: x.numel()].view_as(x)
+    head.copy_(x)
+    op(padded, out=padded)
+    return head
 
 
 _OPS = ("silu", "gelu", "sigmoid", "tanh", "exp", "rsqrt", "erf", "log", "sin", "cos")
@@ -140,12 +154,21 @@ class TailFreeActivations(ModuleForwards):
 
     @staticmethod
     def covers(module: torch.nn.Module) -> bool:
-        return _activation_call(module) is not None
+        return _activation_call(module) is not None and not has_own_forward(module)
 
     def forward_for(self, module: torch.nn.Module):
         call = _activation_call(module)
         if call is None:
             return None
         op, arguments = call
-        run = _tail_free(_binding(op), _EXACT_IN.get(op, ()))
-        return functools.partial(run, **arguments) if arguments else run
+        binding = _binding(op)
+        run = _tail_free(binding, _EXACT_IN.get(op, ()))
+        if arguments:
+            run, binding = functools.partial(run, **arguments), functools.partial(binding, **arguments)
+
+        def forward(x: torch.Tensor) -> torch.Tensor:
+            if torch.is_grad_enabled() and x.requires_grad:  # a trainer's forward: the op's own backward
+                return plain_backward(run, binding, x)
+            return run(x)
+
+        return forward

@@ -17,10 +17,10 @@ import weakref
 import torch
 import torch.nn.functional as F
 
+from .gradients import plain_backward
 from .matmul import RowInvariantMatmuls, alone_product, onednn_linear, onednn_usable, small_operand
-from .phase import pass_kind
-from .rows import choose, in_rows
-from .scopes import ModuleForwards
+from .rows import MEASURED_ROWS, choose, in_rows
+from .scopes import ModuleForwards, has_own_forward
 
 
 def _op(bias: torch.Tensor | None) -> str:
@@ -60,13 +60,14 @@ class _Forward:
     thread count and phase, so that a call costs a lookup), the layer's own elsewhere."""
 
     def __init__(self, module: torch.nn.Linear) -> None:
-        # Kept across entries by the layer (`_kept`): no reference to the layer itself, which would keep it alive.
+        # Kept across entries by the layer (`_kept`): a weak reference to the layer, which must not keep it alive.
+        self._module = weakref.ref(module)
         self._weight, self._bias = module.weight, module.bias
         self._where = _where(module.weight, module.bias)
         self._dtype, self._in, self._out = module.weight.dtype, module.in_features, module.out_features
         self._library, self._op = _library(module.weight, module.bias), _op(module.bias)
-        # (thread count, decoding) -> (compute, floor, the rows from which `compute` is the library's op whole: a
-        # call of as many is `F.linear`'s own; None where the path is another)
+        # thread count -> (compute, floor, the elements between which a call is the library's op whole, from the
+        # floor's rows to the tallest measured: such a call is `F.linear`'s own; None where the path is another)
         self._chosen: dict[tuple, tuple] = {}
 
     def original(self, x: torch.Tensor) -> torch.Tensor:
@@ -87,11 +88,18 @@ class _Forward:
         # times what it does alone (measured: this call's checks about 6 µs inside a comparison's passes, under 3
         # timed one by one): the way to `F.linear` is short. It is the layer's own forward: a call of another dtype
         # or width fails or casts there as it would outside.
-        chosen = self._chosen.get(pass_kind()) if RowInvariantMatmuls.active() else None
+        params = self._module()._parameters
+        if (
+            params.get("weight") is not self._weight
+            or params.get("bias") is not self._bias
+            or not self.current(self._weight, self._bias)
+        ):
+            return self._replaced(x)
+        chosen = self._chosen.get(torch.get_num_threads()) if RowInvariantMatmuls.active() else None
         if (
             chosen is not None
             and chosen[2] is not None
-            and x.numel() >= chosen[2]
+            and chosen[2][0] <= x.numel() <= chosen[2][1]
             and x.dim() > 1
             and x.is_contiguous()
             and not RowInvariantMatmuls.replaces(self._op, "CPU")
@@ -101,19 +109,38 @@ class _Forward:
             return F.linear(x, self._weight, self._bias)
         return self._by_rows(x, chosen)
 
+    def _replaced(self, x: torch.Tensor) -> torch.Tensor:
+        """A call after the layer's weight or bias was replaced inside the block (a new Parameter, `weight.data = ...`,
+        a head tied to the embeddings, a cast): computed with the layer's parameters as they are now, through paths
+        chosen for them; the class's own forward where the mode no longer covers the layer."""
+        module = self._module()
+        if not RowInvariantLinears.covers(module):
+            return torch.nn.Linear.forward(module, x)
+        self.__init__(module)
+        return self(x)
+
     def _by_rows(self, x: torch.Tensor, chosen: tuple | None) -> torch.Tensor:
         """A call `__call__` does not give `F.linear`: its rows through the path chosen (chosen here on a first call
-        of the pass's kind), or the layer's own forward where the mode does not compute it."""
+        of the pass's kind), or the layer's own forward where the mode does not compute it. Under autograd, the
+        backward is `F.linear`'s (`invariant.gradients`)."""
         if x.dtype != self._dtype or x.shape[-1] != self._in or not RowInvariantMatmuls.active():
             return self.original(x)
+        if torch.is_grad_enabled():
+            tensors = (x, self._weight) if self._bias is None else (x, self._weight, self._bias)
+            return plain_backward(lambda *_: self._rows(x, chosen), F.linear, *tensors)
+        return self._rows(x, chosen)
+
+    def _rows(self, x: torch.Tensor, chosen: tuple | None) -> torch.Tensor:
         rows = x.reshape(-1, self._in)
         if chosen is None:
             if rows.shape[0] == 0:
                 return self.original(x)
             key = ("linear", self._weight.shape, self._bias is not None)
-            compute, floor = choose(rows, 0, key, *_paths(rows, self._weight, self._bias, self._library))
-            whole = floor * self._in if compute is self._library and floor is not None else None
-            self._chosen[pass_kind()] = (compute, floor, whole)
+            paths = _paths(rows, self._weight, self._bias, self._library)
+            compute, floor = choose(rows, 0, key, *paths, operand=self._weight.t())
+            measured = (floor * self._in, MEASURED_ROWS * self._in)
+            whole = measured if compute is self._library and floor is not None else None
+            self._chosen[torch.get_num_threads()] = (compute, floor, whole)
             return self(x)  # the call again, its path chosen
         compute, floor, _ = chosen
         return in_rows(rows, 0, compute, floor).view(*x.shape[:-1], self._out)  # (a Size as one argument parses slowly)
@@ -140,7 +167,7 @@ class RowInvariantLinears(ModuleForwards):
         # computes it anew before every call) is read by the layer's own forward, at the call: one kept here would be
         # the last pass's (its products are the mode's aten kernels' then).
         weight = module._parameters.get("weight") if type(module) is torch.nn.Linear else None
-        return weight is not None and weight.is_cpu
+        return weight is not None and weight.is_cpu and not has_own_forward(module)
 
     def forward_for(self, module: torch.nn.Module) -> _Forward | None:
         if not self.covers(module):

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import torch
 
-from .phase import decoding
 from .rows import DEVICE_KEYS, Path, RowsFn, by_rows
 from .scopes import ScopedKernels
 
@@ -53,7 +52,7 @@ def alone_product(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, l
     """In a decoding step, for a small `b` ([in, out]) in float32 or float64: `rows @ b + bias` with each row as
     `library` computes one row alone (one row: `library` itself; more: one batched call of one-row products, the
     weight shared, not copied). None elsewhere."""
-    if a.dim() != 2 or a.dtype not in _ALONE_DTYPES or not small_operand(a, b) or not decoding():
+    if a.dim() != 2 or a.dtype not in _ALONE_DTYPES or not small_operand(a, b):
         return None
     n = b.shape[1]
 
@@ -107,7 +106,7 @@ def _mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return library(a)
     key = ("mm", b.shape, b.stride())
     alone = alone_product(a, b, None, library)
-    return by_rows(a, 0, key, library, lambda: _onednn(a, b), alone=alone, library_first=small_operand(a, b))
+    return by_rows(a, 0, key, library, lambda: _onednn(a, b), alone=alone, library_first=small_operand(a, b), operand=b)
 
 
 def _addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta=1, alpha=1) -> torch.Tensor:
@@ -127,7 +126,7 @@ def _addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta=1, alph
 
     key = ("addmm", b.shape, b.stride(), bias.shape, beta, alpha)
     alone = alone_product(a, b, bias, library) if beta == 1 and alpha == 1 and bias.numel() == b.shape[1] else None
-    return by_rows(a, 0, key, library, others, alone=alone, library_first=small_operand(a, b))
+    return by_rows(a, 0, key, library, others, alone=alone, library_first=small_operand(a, b), operand=b)
 
 
 def _bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -136,7 +135,7 @@ def _bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
     if not RowInvariantMatmuls.active():
         return library(a)
-    return by_rows(a, 1, ("bmm", b.shape, b.stride()), library)
+    return by_rows(a, 1, ("bmm", b.shape, b.stride()), library, operand=b)
 
 
 def _baddbmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta=1, alpha=1) -> torch.Tensor:

@@ -38,8 +38,8 @@ from ..models.structure import layer_count
 from ..numbers.logit_rows import rows_differ
 from ..settings import KERNEL_CLASSES
 from .attention import (
-    RowWiseSdpa,
-    attend_by_rows,
+    InOrderSdpa,
+    attend_in_order,
     attention_calls,
     direct_sdpa_calls,
     each_query_attending_itself,
@@ -48,12 +48,11 @@ from .census import needless_cpu_kernels
 from .elementwise import TailFreeActivations, TailFreeElementwise
 from .linear import RowInvariantLinears
 from .matmul import RowInvariantMatmuls
-from .phase import tracking_phases
 from .reduction import RowInvariantReductions
 from .routing import NAME, AttentionRouting, inner_implementation
 
 # The aten kernels the mode replaces while entered (and `outside_the_mode` pauses), by the class each makes
-# batch-independent; the fourth class, attention, is the model's routing to `attend_by_rows`.
+# batch-independent; the fourth class, attention, is the model's routing to `attend_in_order`.
 _KERNEL_SCOPES = {
     "matmul": RowInvariantMatmuls,
     "reduction": RowInvariantReductions,
@@ -226,9 +225,9 @@ def _mode(
     with contextlib.ExitStack() as stack:
         _enter_kernels(stack, model, classes, library_on_cpu, modules)
         if _uses_interface(model):
-            stack.enter_context(AttentionRouting(model, attend_by_rows, modules))
+            stack.enter_context(AttentionRouting(model, attend_in_order, modules))
         if catch_sdpa:
-            stack.enter_context(RowWiseSdpa())
+            stack.enter_context(InOrderSdpa())
         yield
 
 
@@ -242,6 +241,5 @@ def _enter_kernels(
             stack.enter_context(scope(library_on_cpu))
     if "matmul" in classes:
         stack.enter_context(RowInvariantLinears(model, modules))
-        stack.enter_context(tracking_phases(model))  # a decoding step's products may take another path
     if "elementwise" in classes and any(p.is_cpu for p in model.parameters()):
         stack.enter_context(TailFreeActivations(model, modules))

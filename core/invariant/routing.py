@@ -33,7 +33,7 @@ def inner_implementation(config) -> str | None:
 
 
 def _mask_by_thread(*args, config=None, **kwargs):
-    """The mask a pass builds under `NAME`: SDPA's (None where it is only causal: the mode's `_unmasked_plan`) in a
+    """The mask a pass builds under `NAME`: SDPA's (None where it is only causal) in a
     thread in the mode; elsewhere the one the model's own attention takes (eager's is additive)."""
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 

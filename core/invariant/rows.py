@@ -23,6 +23,7 @@ What was chosen for each key is kept for `chosen_paths()` (the bench shows why t
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -52,7 +53,7 @@ class ChosenPath:
     """How the mode computes the rows of one kind of call on this machine (`by_rows`' choice)."""
 
     key: tuple  # the computation, its dtype, the shape and layout of all but the rows, the device type, the thread
-    # count, and which calls: "decoding" (a decoding step's, offered `alone`) or "all"
+    # count, and which calls: "alone offered" (a small float32 or float64 product: `alone` offered) or "all"
     path: str  # the path's name
     height: int | None  # the row-keeping height it is padded to; None: tiles of `tile_rows` rows
     heights: dict[str, int | None]  # each path's row-keeping height as measured (None: none up to 16, or it failed)
@@ -103,19 +104,21 @@ def choose(
     name: str = "library",
     alone: RowsFn | None = None,
     library_first: bool = False,
+    operand: torch.Tensor | None = None,
 ) -> tuple[RowsFn, int | None]:
     """`by_rows`' choice for calls like this one: (the path's function, the height it keeps rows from; None:
     tiles of the library), measured once per key, dtype, shape and layout of all but the rows, and thread count;
-    with `alone` offered (a decoding step) and without, apart."""
+    with `alone` offered and without, apart. `operand`: the [..., K, N] tensor the rows multiply, where they do
+    (`_probe` makes rows whose sums show any change of order with it)."""
     # The library blocks a call by its thread count too, and that count is per thread (the app's workers run
     # with one core fewer than the main thread): a measurement holds for one count only.
-    calls = "all" if alone is None else "decoding"
+    calls = "all" if alone is None else "alone offered"
     shape = (a.shape[:dim], a.shape[dim + 1 :], a.stride(-1) == 1)
     # A model split across devices (--device-map) has the same shapes on CPU and CUDA: measured apart.
     key = (key, a.dtype, *shape, a.device.type, torch.get_num_threads(), calls)
     known = _measured.get(key)  # a dict read needs no lock
     if known is None:
-        known = _row_keeping_path(a, dim, key, [(name, library), *others()], alone, library_first)
+        known = _row_keeping_path(a, dim, key, [(name, library), *others()], alone, library_first, operand)
     chosen, floor = known
     if chosen == _ALONE_INDEX:
         return alone, floor
@@ -123,14 +126,19 @@ def choose(
 
 
 def in_rows(a: torch.Tensor, dim: int, compute: RowsFn, floor: int | None) -> torch.Tensor:
-    """`compute(a)` with every row of `a` as in a call of `floor` rows or more (a shorter call padded to it);
-    with no floor, in tiles of the fixed height."""
+    """`compute(a)` with every row of `a` as in a call of `floor` to `MEASURED_ROWS` rows (a shorter call padded to
+    the floor, a taller one cut into pieces); with no floor, in tiles of the fixed height."""
     m = a.shape[dim]
     if floor is not None:
-        if m >= floor:
+        if floor <= m <= MEASURED_ROWS:
             return compute(a)
-        rows = compute(_padded(a, floor, dim)).narrow(dim, 0, m)
-        return rows if dim == 0 and rows.is_contiguous() else rows.clone()  # a leading cut is compact already
+        if m < floor:
+            rows = compute(_padded(a, floor, dim)).narrow(dim, 0, m)
+            return rows if dim == 0 and rows.is_contiguous() else rows.clone()  # a leading cut is compact already
+        # Taller than any call measured: pieces of the measured height (a last short one padded to the floor)
+        pieces = [in_rows(a.narrow(dim, s, min(MEASURED_ROWS, m - s)), dim, compute, floor)
+                  for s in range(0, m, MEASURED_ROWS)]  # fmt: skip
+        return torch.cat(pieces, dim=dim)
     height = tile_rows(a.device)
     if m <= height:
         return compute(_padded(a, height, dim)).narrow(dim, 0, m).clone()
@@ -138,8 +146,48 @@ def in_rows(a: torch.Tensor, dim: int, compute: RowsFn, floor: int | None) -> to
     return torch.cat(tiles, dim=dim).narrow(dim, 0, m)
 
 
+# The size of the terms that cancel in a probe's ordered rows, by the accumulator's precision: large enough that
+# the small terms' rounding against them shows in the result's own dtype, small enough for the dtype's range.
+_CANCELLING = {torch.float16: 2.0**14, torch.float64: 2.0**48}
+_CANCELLING_DEFAULT = 2.0**24  # bfloat16 and float32, accumulated in float32
+
+
+def _probe(a: torch.Tensor, dim: int, operand: torch.Tensor | None) -> torch.Tensor:
+    """67 rows like `a`'s to measure a path on: even rows random, odd rows random with two large terms that cancel
+    exactly in one output (each row its own output and pair of positions). A kernel that sums a row in another order
+    in a call of another height rounds the small terms otherwise against the large ones, and it shows: on random
+    rows alone, a bfloat16 result hides a float32 accumulator's other order almost always (1 row in 800 showed it).
+    With `operand` ([..., K, N], what the rows multiply; its first matrix), the terms cancel in the products."""
+    shape = list(a.shape)
+    shape[dim] = 67
+    probe = torch.randn(shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    k = shape[-1]
+    if k < 2 or not a.is_floating_point():
+        return probe.to(a.dtype)
+    big = _CANCELLING.get(a.dtype, _CANCELLING_DEFAULT)
+    rows = probe.movedim(dim, -2).reshape(-1, 67, k)[0]  # the first matrix's rows (a view of the probe)
+    weights = None if operand is None else operand.reshape(-1, *operand.shape[-2:])[0].to(torch.float64).cpu()
+    # the two terms near and far apart: a kernel that sums a row in blocks cancels a pair inside one block alike
+    gaps = sorted({1, k // 4 or 1, k // 2 or 1, (3 * k) // 4 or 1, k - 1})
+    for r in range(1, 67, 2):
+        i = (r * 7) % k
+        j = (i + gaps[(r // 2) % len(gaps)]) % k
+        if weights is None:  # a sum of the row itself
+            rows[r, i], rows[r, j] = big, -big
+            continue
+        c = r % weights.shape[1]
+        wi, wj = weights[i, c].item(), weights[j, c].item()
+        if wi == 0 or wj == 0:
+            continue
+        scale = 2.0 ** (math.floor(math.log2(big)) - math.ceil(math.log2(max(abs(wi), abs(wj)))))
+        rows[r, i], rows[r, j] = scale * wj, -scale * wi
+    return probe.to(a.dtype)
+
+
 # The call heights tried, smallest first: a library often takes other kernels for one row or a few.
 _FLOORS = (1, 2, 4, 8, 16)
+# The tallest call measured, and so made: a taller one is cut into calls of this height.
+MEASURED_ROWS = 32
 
 
 def chosen_paths() -> list[ChosenPath]:
@@ -149,7 +197,13 @@ def chosen_paths() -> list[ChosenPath]:
 
 
 def _row_keeping_path(
-    a: torch.Tensor, dim: int, key: tuple, paths: Sequence[Path], alone: RowsFn | None, library_first: bool
+    a: torch.Tensor,
+    dim: int,
+    key: tuple,
+    paths: Sequence[Path],
+    alone: RowsFn | None,
+    library_first: bool,
+    operand: torch.Tensor | None,
 ) -> tuple[int, int | None]:
     """(which path, its height h): the path that, measured once per key on random rows, gives every row of a call
     of h or more rows the bits that row gets in a call of exactly h rows (wherever it sits) from the smallest h
@@ -157,13 +211,15 @@ def _row_keeping_path(
     picks kernels per shape (then: the first path that runs, in fixed-height tiles). A path that fails here is not
     taken. With `library_first`, the library wherever it keeps rows. With `alone` (a decoding step): `_ALONE_INDEX`
     where the library keeps rows from more than one row and `alone` keeps them from one."""
+    with torch.no_grad():  # measured on a probe, whatever the calling pass records
+        return _measure_paths(a, dim, key, paths, alone, library_first, operand)
+
+
+def _measure_paths(a, dim, key, paths, alone, library_first, operand) -> tuple[int, int | None]:
     heights = dict.fromkeys((name for name, _ in paths), None)
     failed: set[str] = set()
-    probe = None
-    if a.device.type == "cpu":
-        shape = list(a.shape)
-        shape[dim] = 67
-        probe = torch.randn(shape, generator=torch.Generator().manual_seed(0)).to(a.dtype)
+    probe = _probe(a, dim, operand) if a.device.type == "cpu" else None
+    if probe is not None:
         for name, compute in paths:
             heights[name] = _measured_height(probe, dim, compute, name, failed)
     floors = {i: heights[name] for i, (name, _) in enumerate(paths) if heights[name] is not None}
@@ -198,12 +254,12 @@ def _measured_height(probe: torch.Tensor, dim: int, compute: RowsFn, name: str, 
 
 
 def _keeps_rows_from(height: int, probe: torch.Tensor, dim: int, compute: RowsFn) -> bool:
-    """Do the first and the last `height` rows of calls of several heights above `height` get the bits of a
-    `height`-row call of just those rows?"""
-    for rows in sorted({height + 1, height + 2, 2 * height + 1, 3 * height + 2, 17, 40, probe.shape[dim]}):
-        whole = compute(probe.narrow(dim, 0, rows))
-        for start in (0, rows - height):
-            alone = compute(probe.narrow(dim, start, height))
-            if not torch.equal(whole.narrow(dim, start, height), alone):
-                return False
+    """Does every row of calls of `height` to `MEASURED_ROWS` rows get the bits it gets first in a `height`-row
+    call? (Measured at every position: a GEMM's edge tiles and its thread split by rows may sum a row otherwise, and
+    a tall call otherwise again: seen on bfloat16 from 64 rows, so no taller call is made.)"""
+    alone = torch.cat([compute(probe.narrow(dim, s, height)).narrow(dim, 0, 1) for s in range(MEASURED_ROWS)], dim)
+    for rows in sorted({height, height + 1, height + 2, 2 * height + 1, 3 * height + 2, 17, MEASURED_ROWS - 1,
+                        MEASURED_ROWS}):  # fmt: skip
+        if rows <= MEASURED_ROWS and not torch.equal(compute(probe.narrow(dim, 0, rows)), alone.narrow(dim, 0, rows)):
+            return False
     return True

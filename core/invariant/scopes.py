@@ -134,6 +134,18 @@ class ScopedKernels:
             cls._now = cls._held()
 
 
+# module -> the forward the mode gave it, while it has one
+_given: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def has_own_forward(module: torch.nn.Module) -> bool:
+    """Whether `module` has a forward of its own set on the instance (a monkeypatch, accelerate's hooks on every
+    `device_map` model), not the mode's: the mode leaves such a layer to it (its products go through the mode's
+    kernels) and never takes it away."""
+    forward = vars(module).get("forward")
+    return forward is not None and _given.get(module) is not forward
+
+
 class ModuleForwards:
     """Some modules of a model computing in a forward of the mode's while entered, by any thread: the first entry
     gives them theirs, the last exit takes them back (the class's own forward again); entries nest. Subclasses pick
@@ -171,12 +183,13 @@ class ModuleForwards:
             if held is None:
                 given = []
                 for module in self._model.modules() if self._modules is None else self._modules:
-                    forward = self.forward_for(module)
+                    forward = None if has_own_forward(module) else self.forward_for(module)
                     if forward is not None:
                         # an instance attribute as `module.forward = ...` sets it, without `nn.Module.__setattr__`'s
                         # look for a parameter, buffer or submodule of the name (none is "forward")
                         object.__setattr__(module, "forward", forward)
-                        given.append(module)
+                        _given[module] = forward
+                        given.append((module, forward))
                 held = cls._held[self._model] = [0, given]
             held[0] += 1
         return self
@@ -187,8 +200,12 @@ class ModuleForwards:
             held = cls._held[self._model]
             held[0] -= 1
             if held[0] == 0:
-                for module in held[1]:
-                    object.__delattr__(module, "forward")
+                for module, forward in held[1]:
+                    # only the mode's own: a forward set on the layer inside the block (a hook added, a patch) stays
+                    if vars(module).get("forward") is forward:
+                        object.__delattr__(module, "forward")
+                    if _given.get(module) is forward:
+                        del _given[module]
                 del cls._held[self._model]
 
 

@@ -1,0 +1,113 @@
+"""The mode's attention, one query at a time: its output bits depend on its own query and the keys and values it
+sees, not on how many other queries share the call, how many keys are hidden from it or where (padding on either
+side, the causal future, holes, a static cache's empty slots), nor on the call's thread split; and it computes
+attention (close to SDPA's, with soft-capping, sinks, a bias and grouped heads as transformers' eager attention
+computes them)."""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+from batchtui.core.invariant.ordered_attention import ordered_attention
+
+DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
+
+
+def _operands(seen: int, heads: int, kv_heads: int, d: int, dtype, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(1, heads, 1, d, generator=g).to(dtype)
+    k, v = (torch.randn(1, kv_heads, seen, d, generator=g).to(dtype) for _ in range(2))
+    return q, k, v
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seen=st.integers(1, 70),
+    before=st.integers(0, 40),
+    after=st.integers(0, 40),
+    others=st.integers(0, 20),
+    holes=st.integers(0, 5),
+    grouped=st.booleans(),
+    dtype=st.sampled_from(DTYPES),
+    threads=st.sampled_from([1, 2]),
+    seed=st.integers(0, 1000),
+)
+def test_a_query_s_bits_depend_on_what_it_sees_alone(seen, before, after, others, holes, grouped, dtype, threads, seed):
+    heads, kv_heads, d = (4, 2, 24) if grouped else (3, 3, 16)
+    q, k, v = _operands(seen, heads, kv_heads, d, dtype, seed)
+    alone = ordered_attention(q, k, v, torch.ones((), dtype=torch.bool), 0.3)
+    # the same query among `others`, its keys among hidden ones: before, after, and holes of junk between them
+    g = torch.Generator().manual_seed(seed + 1)
+    junk_k, junk_v = ([torch.randn(1, kv_heads, n, d, generator=g).to(dtype) for n in (before, holes, after)]
+                      for _ in range(2))  # fmt: skip
+    cut = seen // 2
+    big_k, big_v = (
+        torch.cat([junk[0], t[:, :, :cut], junk[1], t[:, :, cut:], junk[2]], dim=2)
+        for junk, t in ((junk_k, k), (junk_v, v))
+    )
+    total = big_k.shape[2]
+    visible = torch.zeros(total, dtype=torch.bool)
+    visible[before : before + cut] = True
+    visible[before + cut + holes : before + seen + holes] = True
+    queries = torch.cat([torch.randn(1, heads, others, d, generator=g).to(dtype), q], dim=2)
+    attend = torch.rand(1, 1, others + 1, total, generator=g) > 0.5
+    attend[0, 0, -1] = visible
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        among = ordered_attention(queries, big_k, big_v, attend, 0.3)
+    finally:
+        torch.set_num_threads(old)
+    assert torch.equal(among[:, :, -1:], alone)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_it_computes_attention(dtype):
+    """Against SDPA (causal, a bool mask with holes, grouped heads, a float bias) and against eager attention's
+    soft-capping and sinks written out here."""
+    torch.manual_seed(0)
+    q = torch.randn(2, 4, 9, 16, dtype=dtype)
+    k, v = torch.randn(2, 2, 9, 16, dtype=dtype), torch.randn(2, 2, 9, 16, dtype=dtype)
+    kr, vr = k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)
+    close = {"rtol": 1e-5, "atol": 1e-6}
+    causal = torch.ones(9, 9, dtype=torch.bool).tril()
+    torch.testing.assert_close(ordered_attention(q, k, v, causal, 0.25), sdpa(q, kr, vr, is_causal=True, scale=0.25),
+                               **close)  # fmt: skip
+    holes = (torch.rand(2, 1, 9, 9) > 0.4) | torch.eye(9, dtype=torch.bool)
+    torch.testing.assert_close(ordered_attention(q, k, v, holes, 0.25), sdpa(q, kr, vr, attn_mask=holes, scale=0.25),
+                               **close)  # fmt: skip
+    bias = torch.randn(2, 4, 9, 9, dtype=dtype)
+    ours = ordered_attention(q, k, v, torch.ones((), dtype=torch.bool), 0.25, bias=bias)
+    torch.testing.assert_close(ours, sdpa(q, kr, vr, attn_mask=bias, scale=0.25), **close)
+    scores = q @ kr.transpose(-1, -2) * 0.25
+    capped = (torch.tanh(scores / 5.0) * 5.0).masked_fill(~causal, float("-inf"))
+    torch.testing.assert_close(ordered_attention(q, k, v, causal, 0.25, softcap=5.0), capped.softmax(-1) @ vr, **close)
+    sinks = torch.randn(4, dtype=dtype)
+    logits = torch.cat([scores.masked_fill(~causal, float("-inf")), sinks.reshape(1, 4, 1, 1).expand(2, 4, 9, 1)], -1)
+    expected = logits.softmax(-1)[..., :-1] @ vr
+    torch.testing.assert_close(ordered_attention(q, k, v, causal, 0.25, sinks=sinks), expected, **close)
+
+
+def test_a_query_that_sees_nothing_gets_zeros():
+    q, k, v = _operands(5, 2, 2, 8, torch.float32, 0)
+    out = ordered_attention(q, k, v, torch.zeros(1, 1, 1, 5, dtype=torch.bool), 0.3)
+    assert torch.equal(out, torch.zeros_like(out))
+
+
+def test_under_autograd_the_forward_is_the_same_bits_and_the_backward_is_attention_s():
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 6, 8, requires_grad=True) for _ in range(3))
+    causal = torch.ones(6, 6, dtype=torch.bool).tril()
+    with torch.no_grad():
+        plain = ordered_attention(q, k, v, causal, 0.3)
+    out = ordered_attention(q, k, v, causal, 0.3)
+    assert out.requires_grad and torch.equal(out.detach(), plain)
+    out.square().sum().backward()
+    grads = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    sdpa(q, k, v, is_causal=True, scale=0.3).square().sum().backward()
+    for ours, theirs in zip(grads, (q.grad, k.grad, v.grad)):
+        torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-5)
