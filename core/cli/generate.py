@@ -32,6 +32,12 @@ def add_generation_options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also set each decode step of the text alone (KV cache) against one forward of the sequence so far",
     )
+    parser.add_argument(
+        "--vs-trainer",
+        action="store_true",
+        help="also score each batched continuation as a trainer does (one training-mode forward of prompt + "
+        "completion, autograd on) against the logprobs the batched decode gave its tokens: RL's importance ratio",
+    )
 
 
 def run_generate(argv: list[str], prog: str = "batchtui generate") -> int:
@@ -51,7 +57,7 @@ def _generate(args: argparse.Namespace, command_line: list[str]) -> int:
 
         return generate_and_compare(
             texts, settings, args.max_new_tokens, args.from_embeds, lines=lines, logits_sink=sink,
-            vs_prefill=args.vs_prefill,
+            vs_prefill=args.vs_prefill, vs_trainer=args.vs_trainer,
         )  # fmt: skip
 
     return report_command(args, run, _generation_report)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from .comparison import PositionColumns, PositionMetrics, RunResult
+from .importance import ImportanceMetrics, SequenceLogprobs, importance_metrics
 
 DEFAULT_MAX_NEW_TOKENS = 32
 
@@ -54,6 +55,9 @@ class TextGeneration:
     # prefixes are the same there. After the split the runs read different prefixes: not comparable.
     steps: PositionColumns
     vs_prefill: DecodeVsPrefill | None = None  # with `--vs-prefill`
+    # With `--vs-trainer`: the batched run's new tokens as the sampler gave them (decoded in the batch) and as the
+    # trainer scores them (one training-mode forward of the chunk's prompt + completion, `run.trainer_forward`).
+    vs_trainer: SequenceLogprobs | None = None
 
     @property
     def differs(self) -> bool:
@@ -108,6 +112,12 @@ class GenerationComparison(RunResult):
     """Every text's continuations batched and alone, with the settings the run resolved to."""
 
     texts: tuple[TextGeneration, ...]
+
+    @property
+    def trainer_vs_sampler(self) -> ImportanceMetrics | None:
+        """Over every text's tokens, with `--vs-trainer`; None without."""
+        measured = [t.vs_trainer for t in self.texts if t.vs_trainer is not None]
+        return importance_metrics(measured) if measured else None
 
     @property
     def summary(self) -> GenerationSummary:

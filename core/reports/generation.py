@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..numbers.generation import Continuation, GenerationComparison, TextGeneration
+from ..numbers.importance import ImportanceMetrics, SequenceLogprobs, importance_metrics
 from .report import number, position_json, run_json
 
 
@@ -34,12 +35,37 @@ def _text(t: TextGeneration) -> dict:
             "first_module": t.vs_prefill.first_module,
             "bitwise": t.vs_prefill.bitwise,
         },  # fmt: skip
+        "trainer_vs_sampler": None if t.vs_trainer is None else _vs_trainer(t.vs_trainer),
+    }
+
+
+def importance_json(metrics: ImportanceMetrics) -> dict:
+    """The metrics (`numbers.importance`), floats as `number` writes them, and whether every ratio is exactly 1."""
+    return {
+        **{k: number(v) if isinstance(v, float) else v for k, v in metrics.as_dict().items()},
+        "bitwise": metrics.bitwise,
+    }
+
+
+def _vs_trainer(seq: SequenceLogprobs) -> dict:
+    return {
+        **importance_json(importance_metrics([seq])),
+        "first_differing_step": seq.first_differing_step,
+        "trainer_logprobs": [number(v) for v in seq.trainer],
+        "sampler_logprobs": [number(v) for v in seq.sampler],
     }
 
 
 def generation_summary_json(comparison: GenerationComparison) -> dict:
     s = comparison.summary
-    return {"texts": s.texts, "differ": s.differ, "near_ties": s.near_ties, "max_abs_diff": number(s.max_abs_diff)}
+    overall = comparison.trainer_vs_sampler
+    return {
+        "texts": s.texts,
+        "differ": s.differ,
+        "near_ties": s.near_ties,
+        "max_abs_diff": number(s.max_abs_diff),
+        "trainer_vs_sampler": None if overall is None else importance_json(overall),
+    }
 
 
 def generation_json(comparison: GenerationComparison) -> dict:

@@ -10,6 +10,7 @@ difference.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import torch
@@ -26,12 +27,14 @@ from ..numbers.generation import (
     GenerationComparison,
     TextGeneration,
 )
+from ..numbers.importance import SequenceLogprobs
 from ..numbers.metrics import position_stats
 from ..settings import Settings
 from .assemble import columns_by_text
 from .backend import Backend, Decoded
 from .runner import Runner
 from .skeleton import CancelledFn, Chunk, PassSteps, PreparedRun, ProgressFn, own_tokens, prepare_run
+from .trainer_forward import score_as_trainer
 
 GENERATION_PADDING = "left"  # new tokens follow the prompt: right padding would put them after the pads
 
@@ -46,12 +49,15 @@ def generate_and_compare(
     lines: list[int] | None = None,
     logits_sink=None,
     vs_prefill: bool = False,
+    vs_trainer: bool = False,
 ) -> GenerationComparison:
     """Greedy continuations of every text, batched (chunks of batch_size, left-padded) and alone.
 
     `from_embeds`: call `generate(inputs_embeds=...)`, the original report's path, instead of input ids.
     `logits_sink(index, single, batched)`: handed each text's per-step next-token logits of both runs ([steps, V]).
     `vs_prefill`: also set each decode step of the text alone against one forward of the sequence so far.
+    `vs_trainer`: also score each batched continuation as a trainer does (`run.trainer_forward`) against the logprobs
+    the batched decode gave its tokens (`numbers.importance`).
     """
     started = time.perf_counter()
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
@@ -62,8 +68,8 @@ def generate_and_compare(
     if settings.padding_side != GENERATION_PADDING:
         notes.append("generation pads on the left (new tokens follow the prompt); right padding is for check")
     runner = Runner(loaded, GENERATION_PADDING, "mask", max_tokens=settings.max_tokens, from_embeds=from_embeds)
-    steps = run.steps(2 if vs_prefill else 1, progress, cancelled, "generation")
-    generation = _Generation(loaded, runner, settings, max_new_tokens, steps, logits_sink, vs_prefill)
+    steps = run.steps(1 + vs_prefill + vs_trainer, progress, cancelled, "generation")
+    generation = _Generation(loaded, runner, settings, max_new_tokens, steps, logits_sink, vs_prefill, vs_trainer)
     results = run.guarded(lambda: generation.all(run))
     config = run.config
     config.update(
@@ -72,6 +78,7 @@ def generate_and_compare(
         max_new_tokens=max_new_tokens,
         from_embeds=from_embeds,
         vs_prefill=vs_prefill,
+        vs_trainer=vs_trainer,
     )
     return GenerationComparison(config, tuple(results), tuple(notes), time.perf_counter() - started)
 
@@ -86,6 +93,7 @@ class _Generation:
         steps: PassSteps,
         sink,
         vs_prefill: bool,
+        vs_trainer: bool,
     ):  # fmt: skip
         self.loaded = loaded
         self.backend = backend
@@ -95,6 +103,7 @@ class _Generation:
         self.eos_ids = set(backend.eos_ids)
         self.sink = sink  # handed each text's per-step logits of both runs, or None
         self.vs_prefill = vs_prefill
+        self.vs_trainer = vs_trainer
 
     def all(self, run: PreparedRun) -> list[TextGeneration]:
         results = []
@@ -121,12 +130,32 @@ class _Generation:
                     f"context of {self.loaded.name} ({self.loaded.max_tokens} positions)"
                 )
         batched = self._decode([ids for ids, _ in own])
+        trainer = self._trainer_vs_sampler([ids for ids, _ in own], batched) if self.vs_trainer else None
         results = []
         for row, (text, (ids, truncated)) in enumerate(zip(chunk.texts, own)):
             single = self._decode([ids])
             index = chunk.start + row
-            results.append(self._measure(index, chunk.lines[row], text, ids, truncated, batched, row, single))
+            result = self._measure(index, chunk.lines[row], text, ids, truncated, batched, row, single)
+            results.append(result if trainer is None else dataclasses.replace(result, vs_trainer=trainer[row]))
         return results
+
+    def _trainer_vs_sampler(self, prompts: list[list[int]], batched: Decoded) -> list[SequenceLogprobs]:
+        """Each row's continuation (up to its EOS) as the batched decode gave it, against the trainer's forward of
+        the chunk's prompts + continuations: both logprobs of each token, and where their top-1s part."""
+        completions = [list(self._continuation(tokens).token_ids) for tokens in batched.new_tokens]
+        self.steps.before()
+        scores = score_as_trainer(self.loaded.model, prompts, completions, self.loaded.pad_token_id)
+        self.steps.after()
+        sequences = []
+        for row, (completion, scored) in enumerate(zip(completions, scores)):
+            stepped = batched.logits[row, : len(completion)].float().to(scored.logprobs.device)
+            chosen = torch.tensor(completion, device=stepped.device)
+            sampler = stepped.log_softmax(-1).gather(-1, chosen[:, None])[:, 0]
+            disagree = (stepped.argmax(-1) != scored.top1).tolist()
+            sequences.append(
+                SequenceLogprobs(tuple(scored.logprobs.tolist()), tuple(sampler.tolist()), tuple(disagree))
+            )
+        return sequences
 
     def _measure(self, index, line, text, ids, truncated, batched: Decoded, row, single: Decoded) -> TextGeneration:
         batched_run = self._continuation(batched.new_tokens[row])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..numbers.generation import GenerationComparison, TextGeneration
+from ..numbers.importance import importance_metrics
 from ..visible import literal
 from .plain import format_columns, format_float
 
@@ -17,7 +18,29 @@ def split_words(t: TextGeneration) -> tuple[str, str]:
 
 def format_generation_table(comparison: GenerationComparison) -> str:
     header = ("#", "text", "prompt", "new S/B", "split", "batched →", "single →", "margin", "max|Δ|", "near-tie")
-    return format_columns(header, [_generation_row(t) for t in comparison.texts], left={1, 5, 6, 9})
+    table = format_columns(header, [_generation_row(t) for t in comparison.texts], left={1, 5, 6, 9})
+    measured = [t for t in comparison.texts if t.vs_trainer is not None]
+    if not measured:
+        return table
+    header = ("#", "trainer vs sampler", "tokens", "max|δ|", "mean|δ|", "kl", "ratio min", "ratio max", "clip", "first")
+    return table + "\n\n" + format_columns(header, [_trainer_row(t) for t in measured], left={1})
+
+
+def _trainer_row(t: TextGeneration) -> tuple[str, ...]:
+    m = importance_metrics([t.vs_trainer])
+    first = t.vs_trainer.first_differing_step
+    return (
+        str(t.line),
+        literal(t.text, 24),
+        str(m.tokens),
+        format_float(m.max_abs_diff),
+        format_float(m.mean_abs_diff),
+        format_float(m.kl),
+        format_float(m.ratio_min),
+        format_float(m.ratio_max),
+        f"{m.clip_fraction:.0%}",
+        "same" if first is None else str(first),
+    )
 
 
 def _generation_row(t: TextGeneration) -> tuple[str, ...]:
@@ -54,4 +77,23 @@ def generation_verdict(comparison: GenerationComparison) -> str:
                 + (f" in {first.vs_prefill.first_module}" if first.vs_prefill.first_module else "")
                 + f" (max|Δ| up to {format_float(largest)})"
             )
-    return verdict
+    return verdict + _trainer_verdict(comparison)
+
+
+def _trainer_verdict(comparison: GenerationComparison) -> str:
+    """The sampler (the batched decode) against the trainer's forward, over every token."""
+    overall = comparison.trainer_vs_sampler
+    if overall is None:
+        return ""
+    measured = [t for t in comparison.texts if t.vs_trainer is not None]
+    same = sum(t.vs_trainer.first_differing_step is None for t in measured)
+    words = f"; trainer vs sampler: {same} of {len(measured)} texts bitwise"
+    if overall.bitwise:
+        return words + " (every ratio exactly 1, every metric 0)"
+    first = next(t for t in measured if t.vs_trainer.first_differing_step is not None)
+    return words + (
+        f", max|δ| {format_float(overall.max_abs_diff)}, kl {format_float(overall.kl)}, ratio "
+        f"{format_float(overall.ratio_min)}-{format_float(overall.ratio_max)}, clipped {overall.clip_fraction:.1%}, "
+        f"top-1 differs at {overall.top1_disagree} of {overall.tokens} tokens; text {first.line} first at step "
+        f"{first.vs_trainer.first_differing_step}"
+    )

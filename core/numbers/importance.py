@@ -1,0 +1,145 @@
+"""Sampler vs trainer: the logprobs two runs gave the same tokens, in the numbers RL trainers log.
+
+lr is the sampler's logprob of a token it chose (decoding over a KV cache, in a batch, or a server's), lt the
+trainer's (one forward of prompt + completion, training mode, log_softmax in float32 at the chosen token);
+δ = lt − lr and ratio = exp(δ), the importance ratio (1 where trainer and sampler agree). Over tokens unless said
+(the names verl's rollout correction logs): `kl` = mean(lr − lt), `k3_kl` = mean(ratio − 1 − δ), `chi2_token` =
+mean(ratio²) − 1, `chi2_seq` = mean over sequences of exp(2 Σ δ) − 1, `training_ppl` / `rollout_ppl` = mean over
+sequences of exp(−mean lt) / exp(−mean lr), `log_ppl_diff` = mean over sequences of (mean lr − mean lt),
+`clip_fraction` = share of tokens with |ratio − 1| > 0.2 (PPO's ε), `tis_fraction` = share with ratio > 2 (truncated
+importance sampling's usual cap). Computed in float64 from the float32 logprobs: where the two runs agree bit for bit,
+every ratio is exactly 1 and every metric exactly 0.
+
+`ImportanceTally` takes sequences one at a time (a dataset's thousands streamed), holding only sums.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, fields
+
+CLIP_EPSILON = 0.2  # PPO's clip range: a ratio outside [0.8, 1.2] is clipped
+TIS_CAP = 2.0  # truncated importance sampling's usual cap
+
+
+@dataclass(frozen=True)
+class SequenceLogprobs:
+    """One sequence's completion tokens: the trainer's and the sampler's logprob of each, and where the sampler's
+    top-1 is known, whether the trainer's top-1 is another token."""
+
+    trainer: tuple[float, ...]
+    sampler: tuple[float, ...]
+    top1_disagree: tuple[bool, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if len(self.trainer) != len(self.sampler) or (
+            self.top1_disagree is not None and len(self.top1_disagree) != len(self.trainer)
+        ):
+            raise ValueError("a sequence's trainer and sampler logprobs must cover the same tokens")
+
+    @property
+    def first_differing_step(self) -> int | None:
+        """The first completion token whose two logprobs are not the same bits; None where none."""
+        return next((i for i, (t, s) in enumerate(zip(self.trainer, self.sampler)) if t != s), None)
+
+
+@dataclass(frozen=True)
+class ImportanceMetrics:
+    """The metrics of a set of sequences (see the module's doc); None where there is no token to measure."""
+
+    sequences: int
+    tokens: int
+    max_abs_diff: float | None
+    mean_abs_diff: float | None
+    ratio_min: float | None
+    ratio_max: float | None
+    kl: float | None
+    k3_kl: float | None
+    chi2_token: float | None
+    chi2_seq: float | None
+    training_ppl: float | None
+    rollout_ppl: float | None
+    log_ppl_diff: float | None
+    clip_fraction: float | None
+    tis_fraction: float | None
+    top1_disagree: int | None  # tokens whose trainer top-1 is not the sampler's, where the sampler's is known
+
+    @property
+    def bitwise(self) -> bool:
+        """Every token's two logprobs the same bits (every ratio exactly 1)."""
+        return self.max_abs_diff == 0.0 and not self.top1_disagree
+
+    def as_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+class ImportanceTally:
+    """Sums over the sequences added so far; `metrics()` at any point."""
+
+    def __init__(self) -> None:
+        self.sequences = self.tokens = self.measured_sequences = 0
+        self.abs_sum = self.kl_sum = self.k3_sum = self.ratio_sq_sum = 0.0
+        self.chi2_seq_sum = self.training_ppl_sum = self.rollout_ppl_sum = self.log_ppl_sum = 0.0
+        self.clipped = self.capped = 0
+        self.max_abs: float | None = None
+        self.ratio_min: float | None = None
+        self.ratio_max: float | None = None
+        self.top1: int | None = None
+
+    def add(self, seq: SequenceLogprobs) -> None:
+        self.sequences += 1
+        n = len(seq.trainer)
+        if n == 0:
+            return
+        self.measured_sequences += 1
+        self.tokens += n
+        deltas = [t - s for t, s in zip(seq.trainer, seq.sampler)]
+        ratios = [math.exp(d) for d in deltas]
+        self.abs_sum += sum(abs(d) for d in deltas)
+        self.kl_sum += sum(-d for d in deltas)
+        self.k3_sum += sum(r - 1 - d for r, d in zip(ratios, deltas))
+        self.ratio_sq_sum += sum(r * r for r in ratios)
+        self.chi2_seq_sum += math.exp(min(2 * sum(deltas), 700.0)) - 1
+        mean_t, mean_s = sum(seq.trainer) / n, sum(seq.sampler) / n
+        self.training_ppl_sum += math.exp(min(-mean_t, 700.0))
+        self.rollout_ppl_sum += math.exp(min(-mean_s, 700.0))
+        self.log_ppl_sum += mean_s - mean_t
+        self.clipped += sum(abs(r - 1) > CLIP_EPSILON for r in ratios)
+        self.capped += sum(r > TIS_CAP for r in ratios)
+        top = max(abs(d) for d in deltas)
+        self.max_abs = top if self.max_abs is None else max(self.max_abs, top)
+        self.ratio_min = min(ratios) if self.ratio_min is None else min(self.ratio_min, *ratios)
+        self.ratio_max = max(ratios) if self.ratio_max is None else max(self.ratio_max, *ratios)
+        if seq.top1_disagree is not None:
+            self.top1 = (self.top1 or 0) + sum(seq.top1_disagree)
+
+    def metrics(self) -> ImportanceMetrics:
+        tokens, seqs = self.tokens, self.measured_sequences
+        per_token = (lambda total: total / tokens) if tokens else (lambda total: None)
+        per_seq = (lambda total: total / seqs) if seqs else (lambda total: None)
+        return ImportanceMetrics(
+            sequences=self.sequences,
+            tokens=tokens,
+            max_abs_diff=self.max_abs,
+            mean_abs_diff=per_token(self.abs_sum),
+            ratio_min=self.ratio_min,
+            ratio_max=self.ratio_max,
+            kl=per_token(self.kl_sum),
+            k3_kl=per_token(self.k3_sum),
+            chi2_token=None if not tokens else self.ratio_sq_sum / tokens - 1,
+            chi2_seq=per_seq(self.chi2_seq_sum),
+            training_ppl=per_seq(self.training_ppl_sum),
+            rollout_ppl=per_seq(self.rollout_ppl_sum),
+            log_ppl_diff=per_seq(self.log_ppl_sum),
+            clip_fraction=per_token(self.clipped),
+            tis_fraction=per_token(self.capped),
+            top1_disagree=self.top1,
+        )
+
+
+def importance_metrics(sequences: Iterable[SequenceLogprobs]) -> ImportanceMetrics:
+    tally = ImportanceTally()
+    for seq in sequences:
+        tally.add(seq)
+    return tally.metrics()

@@ -1,0 +1,85 @@
+"""The trainer's side of sampler vs trainer: one forward of a batch of prompt + completion, as an RL trainer scores
+the rollouts a sampler made.
+
+The layout is TRL's GRPO trainer's: prompts left-padded to the longest prompt, completions right-padded to the
+longest completion, positions from the attention mask. The model runs in training mode with dropout off (TRL's
+`disable_dropout`: a dropout mask is random, no two runs of it agree) and autograd on (the forward a trainer
+differentiates); each completion token's logprob is log_softmax in float32 of the logits before it, at the token.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+from .runner import position_ids
+
+
+@dataclass(frozen=True)
+class TrainerScores:
+    """One row's completion tokens as the trainer scored them."""
+
+    logprobs: torch.Tensor  # [n] float32: lt of each completion token
+    top1: torch.Tensor  # [n] the trainer's own top-1 token at each of those positions
+
+
+@contextlib.contextmanager
+def training_without_dropout(model: torch.nn.Module) -> Iterator[None]:
+    """`model` in training mode with every dropout rate at 0 inside the block (modules' `p`, and the float rates
+    attention layers keep as numbers); its mode and rates as they were after."""
+    was_training = model.training
+    owners = [model.config, *model.modules()]
+    saved = [
+        (owner, name, value) for owner in owners for name, value in vars(owner).items() if _rate(owner, name, value)
+    ]
+    try:
+        for owner, name, _ in saved:
+            setattr(owner, name, 0.0)
+        model.train()
+        yield
+    finally:
+        for owner, name, value in saved:
+            setattr(owner, name, value)
+        model.train(was_training)
+
+
+def _rate(owner, name: str, value) -> bool:
+    """Whether `owner.name` is a dropout rate above 0."""
+    if not isinstance(value, float) or value <= 0:
+        return False
+    return "dropout" in name or (name == "p" and isinstance(owner, torch.nn.Dropout))
+
+
+def grpo_layout(prompts: list[list[int]], completions: list[list[int]], pad_id: int, device) -> tuple:
+    """(input ids, attention mask, each row's first completion position): prompts left-padded to the longest
+    prompt, completions right-padded to the longest completion."""
+    prompt_width = max(len(p) for p in prompts)
+    completion_width = max(len(c) for c in completions)
+    ids, mask = [], []
+    for prompt, completion in zip(prompts, completions):
+        left, right = prompt_width - len(prompt), completion_width - len(completion)
+        ids.append([pad_id] * left + prompt + completion + [pad_id] * right)
+        mask.append([0] * left + [1] * (len(prompt) + len(completion)) + [0] * right)
+    return torch.tensor(ids, device=device), torch.tensor(mask, device=device), prompt_width
+
+
+def score_as_trainer(model, prompts: list[list[int]], completions: list[list[int]], pad_id: int) -> list[TrainerScores]:
+    """Each row's completion tokens scored in one training-mode forward of the batch with autograd on."""
+    device = next(model.parameters()).device
+    # (the inputs made here too: a tensor made in inference mode cannot be saved for a backward)
+    with torch.inference_mode(False), torch.enable_grad(), training_without_dropout(model):
+        ids, mask, start = grpo_layout(prompts, completions, pad_id, device)
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask, "mask"), use_cache=False)
+        logits = logits.logits.detach()
+    scores = []
+    for row, completion in enumerate(completions):
+        n = len(completion)
+        # the logits at position p choose the token at p + 1: the completion's from the prompt's last position on
+        before = logits[row, start - 1 : start - 1 + n].float()
+        chosen = torch.tensor(completion, device=before.device)
+        logprobs = before.log_softmax(-1).gather(-1, chosen[:, None])[:, 0]
+        scores.append(TrainerScores(logprobs, before.argmax(-1)))
+    return scores
