@@ -112,7 +112,13 @@ class RunController:
             with self._turn(run_number):
                 progress(0, 0)
                 return generate_and_compare(
-                    numbered.texts, settings, progress=progress, cancelled=stale, lines=numbered.lines
+                    numbered.texts,
+                    settings,
+                    progress=progress,
+                    cancelled=stale,
+                    lines=numbered.lines,
+                    vs_prefill=True,  # both checks of how the tokens arrive, in the view's line under the table
+                    vs_trainer=True,
                 )
 
         post_outcome(self._app, run_number, run, GenerationReady, GenerationFailed)

@@ -1,6 +1,6 @@
 """`batchtui bench`: what a comparison costs next to the forward passes it compares.
 
-Eight methods on the same model and texts, interleaved over rounds, each timed by its best round (other load on
+Ten methods on the same model and texts, interleaved over rounds, each timed by its best round (other load on
 the machine only ever slows a round: the least disturbed one is the closest to what the method costs, as timeit
 has it; a method of under a second is tried three times a round). A ratio of two methods is the median of their
 rounds' ratios: the two are timed a few seconds apart in a round, where a box whose speed flips for minutes at a
@@ -11,7 +11,9 @@ rounds' bests (so each ratio's two methods are timed one right after the other: 
 (c) compare() as the CLI runs it; (d) compare() with per-module localization;
 (e) the generation floor: bare greedy `generate` calls (one per left-padded chunk, one per text alone);
 (f) generate_and_compare() as `batchtui generate` runs it, on the same number of new tokens;
-(g), (h) compare() and generate_and_compare() in the batch-invariant mode: what the same logits cost.
+(g), (h) compare() and generate_and_compare() in the batch-invariant mode: what the same logits cost;
+(i), (j) the trainer's forward over the texts' greedy continuations (`trainer_forward`: training mode, autograd on)
+outside and in the mode: what the sampler's logits cost a trainer.
 Both generations' forward passes are also timed by phase (prefill, decode: `phase_clock`; their ratios too are
 the medians of the rounds' ratios, each round's from its best try), and the mode's
 matmul paths are listed per shape, a decoding step's calls apart (the library, padded to the height from which it
@@ -32,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from ..invariant.mode import library_kernels_on_cpu
+from ..invariant.mode import invariant_if, library_kernels_on_cpu
 from ..invariant.rows import chosen_paths
 from ..models.loading import LoadedModel, load_model
 from ..numbers.generation import DEFAULT_MAX_NEW_TOKENS
@@ -42,6 +44,7 @@ from .generation import generate_and_compare
 from .phase_clock import PHASES, phase_clock
 from .runner import Runner
 from .skeleton import chunks
+from .trainer_forward import score_as_trainer
 
 _WORDS = (
     "the model reads each token and attends to the ones before it while padding changes the shape of every "
@@ -103,6 +106,26 @@ def generate_floor(loaded: LoadedModel, texts: list[str], settings: Settings, ne
             runner.greedy(rows, new_tokens, with_logits=False)
             for ids in rows:
                 runner.greedy([ids], new_tokens, with_logits=False)
+
+
+def sampled_completions(loaded: LoadedModel, texts: list[str], settings: Settings, new_tokens: int) -> list[tuple]:
+    """(prompt ids, the batched greedy continuation's ids) of each text: what a trainer scores."""
+    runner = _bare_runner(loaded, settings, padding_side="left")
+    pairs = []
+    with torch.inference_mode():
+        for chunk in _chunks(texts, settings):
+            rows = [runner.tokenize(text)[0] for text in chunk.texts]
+            pairs += zip(rows, runner.greedy(rows, new_tokens, with_logits=False).new_tokens.tolist())
+    return pairs
+
+
+def trainer_passes(loaded: LoadedModel, pairs: list[tuple], settings: Settings, invariant: bool) -> None:
+    """The trainer's forward (`score_as_trainer`: training mode, autograd on) over every chunk of prompt +
+    completion, in the mode or not."""
+    with invariant_if(invariant, loaded.model):
+        for start in range(0, len(pairs), settings.batch_size):
+            prompts, completions = zip(*pairs[start : start + settings.batch_size])
+            score_as_trainer(loaded.model, list(prompts), list(completions), loaded.pad_token_id)
 
 
 def _synchronize(device: str) -> None:
@@ -229,7 +252,10 @@ def bench(
         "generate": lambda: generate_and_compare(texts, settings, new_tokens),
         "compare_invariant": lambda: compare(texts, invariant_settings),
         "generate_invariant": lambda: generate_and_compare(texts, invariant_settings, new_tokens),
+        "trainer": lambda: trainer_passes(loaded, pairs, settings, invariant=False),
+        "trainer_invariant": lambda: trainer_passes(loaded, pairs, settings, invariant=True),
     }
+    pairs = sampled_completions(loaded, texts, settings, new_tokens)
     peak_methods = ("floor", "compare")
     steps = len(methods) * (rounds + 1) + len(peak_methods)
     done = 0
@@ -309,6 +335,7 @@ def bench(
         "generate_vs_floor": paired("generate", "generate_floor"),
         "invariant_vs_compare": paired("compare_invariant", "compare"),
         "invariant_generate_vs_generate": paired("generate_invariant", "generate"),
+        "invariant_trainer_vs_trainer": paired("trainer_invariant", "trainer"),
         **{
             f"invariant_{phase}_vs_{phase}": paired_phase(phase)
             for phase in PHASES
@@ -326,6 +353,7 @@ def bench(
 RUNS = (
     ("compare_modules", "floor", "compare", "compare_invariant", "seed"),
     ("generate_floor", "generate", "generate_invariant"),
+    ("trainer", "trainer_invariant"),
 )
 
 
@@ -390,6 +418,7 @@ def _targets(result: BenchResult, texts: list[str], loaded: LoadedModel) -> list
     targets += [
         _target("invariant_vs_compare", r["invariant_vs_compare"], 1.05),
         _target("invariant_generate_vs_generate", r["invariant_generate_vs_generate"], 1.30),
+        _target("invariant_trainer_vs_trainer", r["invariant_trainer_vs_trainer"], 1.10),
     ]
     longest = max(len(loaded.tokenizer(t)["input_ids"]) for t in texts)
     chunk_logits = min(result.batch_size, len(texts)) * longest * result.vocab_size * 4

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from ..numbers.comparison import TopToken
 from ..numbers.generation import GenerationComparison, TextGeneration
+from ..numbers.importance import importance_metrics
+from .plain import format_float
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,25 @@ def describe_split(text: TextGeneration) -> str:
     if text.split_step is None:
         return f"same for {len(text.single.token_ids)} tokens"
     return f"split at step {text.split_step}" + (" (near-tie)" if text.near_tie else "")
+
+
+def local_checks(text: TextGeneration) -> str:
+    """The text's other checks in words: its decode steps against a prefill, and the sampler's logprobs (the
+    batched decode's) against the trainer's forward; empty where neither was measured."""
+    words = []
+    if text.vs_prefill is not None:
+        step = text.vs_prefill.first_differing_step
+        where = f" in {text.vs_prefill.first_module}" if text.vs_prefill.first_module else ""
+        words.append("decode vs prefill: " + ("bitwise" if step is None else f"first differs at step {step}{where}"))
+    if text.vs_trainer is not None:
+        m = importance_metrics([text.vs_trainer])
+        words.append(
+            "trainer vs sampler: "
+            + ("bitwise (every ratio 1)" if m.bitwise else
+               f"max|δ| {format_float(m.max_abs_diff)}, kl {format_float(m.kl)}, ratio {m.ratio_min:.6f}-"
+               f"{m.ratio_max:.6f}, first at step {text.vs_trainer.first_differing_step}")
+        )  # fmt: skip
+    return "; ".join(words)
 
 
 @dataclass(frozen=True)
@@ -123,6 +144,7 @@ def local_generation_screen(comparison: GenerationComparison) -> GenerationScree
                 upto=f"steps 0–{t.split_step}, up to the split" if t.differs else "every step",
                 about=f"text {t.line}: {describe_split(t)}, batched and alone",
                 split_top=None if split is None else (split.topk_batch, split.topk_single),
+                checks=local_checks(t),
             )
         )
     return GenerationScreen(

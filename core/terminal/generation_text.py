@@ -36,8 +36,8 @@ def _trainer_row(t: TextGeneration) -> tuple[str, ...]:
         format_float(m.max_abs_diff),
         format_float(m.mean_abs_diff),
         format_float(m.kl),
-        format_float(m.ratio_min),
-        format_float(m.ratio_max),
+        f"{m.ratio_min:.6f}",  # (a ratio near 1 needs its digits: 0.999993 and 1.000007 are not "1")
+        f"{m.ratio_max:.6f}",
         f"{m.clip_fraction:.0%}",
         "same" if first is None else str(first),
     )
@@ -93,7 +93,7 @@ def _trainer_verdict(comparison: GenerationComparison) -> str:
     first = next(t for t in measured if t.vs_trainer.first_differing_step is not None)
     return words + (
         f", max|δ| {format_float(overall.max_abs_diff)}, kl {format_float(overall.kl)}, ratio "
-        f"{format_float(overall.ratio_min)}-{format_float(overall.ratio_max)}, clipped {overall.clip_fraction:.1%}, "
+        f"{overall.ratio_min:.6f}-{overall.ratio_max:.6f}, clipped {overall.clip_fraction:.1%}, "
         f"top-1 differs at {overall.top1_disagree} of {overall.tokens} tokens; text {first.line} first at step "
         f"{first.vs_trainer.first_differing_step}"
     )
