@@ -1,8 +1,8 @@
 """The mode's attention, one query at a time: its output bits depend on its own query and the keys and values it
-sees, not on how many other queries share the call, how many keys are hidden from it or where (padding on either
-side, the causal future, holes, a static cache's empty slots), nor on the call's thread split; and it computes
-attention (close to SDPA's, with soft-capping, sinks, a bias and grouped heads as transformers' eager attention
-computes them)."""
+sees, not on how many other queries share the call, nor on how many keys are hidden from it (padding on either side,
+the causal future, a static cache's empty slots; in a window, hidden keys anywhere), nor on the call's thread split;
+and it computes attention (close to SDPA's, with soft-capping, sinks, a bias and grouped heads as transformers'
+eager attention computes them)."""
 
 import pytest
 import torch
@@ -22,45 +22,73 @@ def _operands(seen: int, heads: int, kv_heads: int, d: int, dtype, seed: int):
     return q, k, v
 
 
+def _run(threads: int, *args, **kwargs) -> torch.Tensor:
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return ordered_attention(*args, **kwargs)
+    finally:
+        torch.set_num_threads(old)
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     seen=st.integers(1, 70),
     before=st.integers(0, 40),
     after=st.integers(0, 40),
     others=st.integers(0, 20),
-    holes=st.integers(0, 5),
     grouped=st.booleans(),
     dtype=st.sampled_from(DTYPES),
     threads=st.sampled_from([1, 2]),
     seed=st.integers(0, 1000),
 )
-def test_a_query_s_bits_depend_on_what_it_sees_alone(seen, before, after, others, holes, grouped, dtype, threads, seed):
+def test_a_query_over_a_prefix_of_its_row_s_keys_gets_the_same_bits_among_others(
+    seen, before, after, others, grouped, dtype, threads, seed
+):
+    """The tiles' way (causal attention, a decoding step): the row's real keys after `before` padded ones and before
+    `after` empty slots, beside other queries that each see a prefix of them (a prefill's, a trainer's), and a second
+    row of its own padding in the batch."""
     heads, kv_heads, d = (4, 2, 24) if grouped else (3, 3, 16)
     q, k, v = _operands(seen, heads, kv_heads, d, dtype, seed)
-    alone = ordered_attention(q, k, v, torch.ones((), dtype=torch.bool), 0.3)
-    # the same query among `others`, its keys among hidden ones: before, after, and holes of junk between them
+    alone = _run(threads, q, k, v, torch.ones((), dtype=torch.bool), 0.3)
     g = torch.Generator().manual_seed(seed + 1)
-    junk_k, junk_v = ([torch.randn(1, kv_heads, n, d, generator=g).to(dtype) for n in (before, holes, after)]
-                      for _ in range(2))  # fmt: skip
+    total = before + seen + after
+    big_k, big_v = (torch.randn(2, kv_heads, total, d, generator=g).to(dtype) for _ in range(2))
+    big_k[0, :, before : before + seen], big_v[0, :, before : before + seen] = k[0], v[0]
+    queries = torch.cat([torch.randn(2, heads, others, d, generator=g).to(dtype), q.expand(2, -1, -1, -1)], dim=2)
+    attend = torch.zeros(2, 1, others + 1, total, dtype=torch.bool)
+    for row, start in enumerate((before, after)):  # the second row: its keys after `after` padded ones
+        for i in range(others + 1):
+            visible = seen if i == others else int(torch.randint(1, seen + 1, (1,), generator=g))
+            attend[row, 0, i, start : start + visible] = True
+    among = _run(threads, queries, big_k, big_v, attend, 0.3)
+    assert torch.equal(among[:1, :, -1:], alone)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seen=st.integers(1, 70),
+    before=st.integers(0, 40),
+    holes=st.integers(0, 5),
+    dtype=st.sampled_from(DTYPES),
+    seed=st.integers(0, 1000),
+)
+def test_in_a_window_a_query_s_bits_do_not_depend_on_where_its_keys_sit(seen, before, holes, dtype, seed):
+    """The scan's way (a sliding window, a mask with holes): hidden keys before and between the ones it sees."""
+    q, k, v = _operands(seen, 4, 2, 24, dtype, seed)
+    alone = ordered_attention(q, k, v, torch.ones((), dtype=torch.bool), 0.3, windowed=True)
+    g = torch.Generator().manual_seed(seed + 1)
     cut = seen // 2
+    junk_k, junk_v = (torch.randn(1, 2, before + holes, 24, generator=g).to(dtype) for _ in range(2))
     big_k, big_v = (
-        torch.cat([junk[0], t[:, :, :cut], junk[1], t[:, :, cut:], junk[2]], dim=2)
+        torch.cat([junk[:, :, :before], t[:, :, :cut], junk[:, :, before:], t[:, :, cut:]], dim=2)
         for junk, t in ((junk_k, k), (junk_v, v))
     )
-    total = big_k.shape[2]
-    visible = torch.zeros(total, dtype=torch.bool)
+    visible = torch.zeros(big_k.shape[2], dtype=torch.bool)
     visible[before : before + cut] = True
-    visible[before + cut + holes : before + seen + holes] = True
-    queries = torch.cat([torch.randn(1, heads, others, d, generator=g).to(dtype), q], dim=2)
-    attend = torch.rand(1, 1, others + 1, total, generator=g) > 0.5
-    attend[0, 0, -1] = visible
-    old = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        among = ordered_attention(queries, big_k, big_v, attend, 0.3)
-    finally:
-        torch.set_num_threads(old)
-    assert torch.equal(among[:, :, -1:], alone)
+    visible[before + cut + holes :] = True
+    among = ordered_attention(q, big_k, big_v, visible, 0.3, windowed=True)
+    assert torch.equal(among, alone)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

@@ -21,14 +21,13 @@ from .options import (
 
 BENCH_MODEL = "tiny"
 MATMUL_PATHS_SAID = (
-    "per kind of call, the path taken and the rows a shorter call is padded to; each path measured; a decoding "
-    "step's calls apart"
+    "per kind of call, the path taken and the rows a shorter call is padded to (a taller one cut into calls of 32 "
+    "rows); each path measured"
 )
 
 
 def matmul_path_rows(paths: list[dict]) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
     """The bench's table of the mode's matmul paths: headers and rows."""
-    from ..invariant.rows import ALONE  # with torch: imported once a bench has run
 
     def keeps(name: str, height: int | None, failed: list[str]) -> str:
         if name in failed:
@@ -36,22 +35,19 @@ def matmul_path_rows(paths: list[dict]) -> tuple[tuple[str, ...], list[tuple[str
         return "none up to 16" if height is None else f"from {height}"
 
     def short(path: str, height: int | None) -> str:
-        if path == ALONE:
-            return "each row alone"
         return "tiles of 16" if height is None else "as it is" if height == 1 else f"padded to {height}"
 
     rows = [
         (
             p["op"],
             p["operand"],
-            p["calls"],
             p["path"],
             short(p["path"], p["height"]),
             ", ".join(f"{name} {keeps(name, height, p['failed'])}" for name, height in p["heights"].items()),
         )
         for p in paths
     ]
-    return ("op", "operand", "calls", "path", "short calls", "rows kept"), rows
+    return ("op", "operand", "path", "short calls", "rows kept"), rows
 
 
 def run_bench(argv: list[str], prog: str = "batchtui bench") -> int:

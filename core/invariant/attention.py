@@ -152,5 +152,6 @@ def attend_in_order(module, query, key, value, attention_mask, **kwargs):
         position_bias=kwargs.get("position_bias"),
         softcap=kwargs.get("softcap"),
         sinks=sinks if isinstance(sinks, torch.Tensor) else None,
+        windowed=kwargs.get("sliding_window") is not None,
     )
     return out.transpose(1, 2).contiguous(), None

@@ -6,8 +6,7 @@ costs tens of microseconds, that is what the mode cost. While `RowInvariantLinea
 `nn.Linear` of the model (the class itself, not a subclass with its own forward) computes its rows in its own
 forward: oneDNN's inner product on the weight as stored where it keeps rows from the fewest rows (one call into
 C++, as fast as the library's or faster), else the GEMM library's op (`rows.by_rows` measures both, per shape,
-dtype and thread count; a decoding step's few rows each as the library computes one row alone where that is
-what keeps rows from one: `rows`). Another thread's call, or a call outside the mode, is the layer's own.
+dtype and thread count: `rows`). Another thread's call, or a call outside the mode, is the layer's own.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from .gradients import plain_backward
-from .matmul import RowInvariantMatmuls, alone_product, onednn_linear, onednn_usable, small_operand
+from .matmul import RowInvariantMatmuls, onednn_linear, onednn_usable, small_operand
 from .rows import MEASURED_ROWS, choose, in_rows
 from .scopes import ModuleForwards, has_own_forward
 
@@ -47,12 +46,12 @@ def _library(weight: torch.Tensor, bias: torch.Tensor | None):
 
 def _paths(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, library) -> tuple:
     """`choose`'s arguments after the key for `rows` times this layer's weight (`library`: its `_library`): (first
-    path, the others, the first's name, a decoding step's path, whether the library comes first). oneDNN first where
+    path, the others, the first's name, whether the library comes first). oneDNN first where
     it takes them as they are (one call into C++), else the GEMM library's op alone."""
-    alone, small = alone_product(rows, weight.t(), bias, library), small_operand(rows, weight)
+    small = small_operand(rows, weight)
     if onednn_usable(rows, weight, bias):
-        return onednn_linear(weight, bias), lambda: [("library", library)], "onednn", alone, small
-    return library, tuple, "library", alone, small
+        return onednn_linear(weight, bias), lambda: [("library", library)], "onednn", small
+    return library, tuple, "library", small
 
 
 class _Forward:

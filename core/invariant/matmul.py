@@ -14,11 +14,9 @@ decoding step of one row would be padded to a 16-row GEMM; oneDNN keeps rows fro
 of the two at a few rows, so the mode then takes it, for every call of that shape (`rows.by_rows` measures both
 and takes the one that keeps rows from fewer).
 A weight of at most `_SMALL_BYTES` (a small model's) is "small": a call by it costs the kernel's fixed cost more
-than its arithmetic, and MKL's is the least, so the library is taken wherever it keeps rows (`library_first`);
-in a decoding step (`invariant.phase`) the few rows of a float32 or float64 product by it may each be computed as
-the library computes one row alone, all in one batched call (`alone_product`): a text alone then decodes through the
-library's very call, where padding it to a GEMM's row-keeping height cost two to four times that. A bigger weight
-would be read again for every row: the path that keeps rows from the fewest stays (oneDNN's, often).
+than its arithmetic, and MKL's is the least, so the library is taken wherever it keeps rows (`library_first`).
+A row is computed the same way in every pass, a prefill's, a decoding step's and a trainer's (a text's logits do not
+depend on how its tokens arrive): no path is a decoding step's own.
 The replacements call the bindings' `out=` forms (`torch.mm(..., out=)`), the out overloads, which are separate
 operators: calling `torch.mm` without `out` from the mm override would call the override again.
 """
@@ -33,41 +31,13 @@ from .scopes import ScopedKernels
 # The dtypes oneDNN's inner product takes (where this CPU has the kernels: the measurement finds out).
 _ONEDNN_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _ONEDNN = torch.backends.mkldnn.is_available()
-# The largest "small" weight: read again per row, a weight the CPU's caches hold costs little (measured on the
-# 1.5B shape in float32: 1536x1536, 9 MiB, a decoding step's rows alone beat oneDNN; 1536x8960, 52 MiB, did not).
+# The largest "small" weight: one whose call costs the kernel's fixed cost more than its arithmetic.
 _SMALL_BYTES = 16 << 20
 
 
 def small_operand(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether `b` ([in, out]) is a small weight on CPU (see the module's doc)."""
     return a.device.type == "cpu" and b.numel() * b.element_size() <= _SMALL_BYTES
-
-
-# The dtypes whose batched one-row products go to the BLAS library on CPU: bf16's run a plain loop there (eight rows
-# of 1536x1536: 30 ms, where the library's call takes 0.2).
-_ALONE_DTYPES = (torch.float32, torch.float64)
-
-
-def alone_product(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, library: RowsFn) -> RowsFn | None:
-    """In a decoding step, for a small `b` ([in, out]) in float32 or float64: `rows @ b + bias` with each row as
-    `library` computes one row alone (one row: `library` itself; more: one batched call of one-row products, the
-    weight shared, not copied). None elsewhere."""
-    if a.dim() != 2 or a.dtype not in _ALONE_DTYPES or not small_operand(a, b):
-        return None
-    n = b.shape[1]
-
-    def compute(rows: torch.Tensor) -> torch.Tensor:
-        m = rows.shape[0]
-        if m == 1:
-            return library(rows)
-        out = rows.new_empty((m, 1, n))
-        operand = b.expand(m, *b.shape)
-        if bias is None:
-            return torch.bmm(rows[:, None], operand, out=out).view(m, n)
-        biases = bias.reshape(1, 1, n).expand(m, 1, n)
-        return torch.baddbmm(biases, rows[:, None], operand, out=out).view(m, n)
-
-    return compute
 
 
 def onednn_usable(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
@@ -105,8 +75,7 @@ def _mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if not RowInvariantMatmuls.active():  # another thread's call: the library's own
         return library(a)
     key = ("mm", b.shape, b.stride())
-    alone = alone_product(a, b, None, library)
-    return by_rows(a, 0, key, library, lambda: _onednn(a, b), alone=alone, library_first=small_operand(a, b), operand=b)
+    return by_rows(a, 0, key, library, lambda: _onednn(a, b), library_first=small_operand(a, b), operand=b)
 
 
 def _addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta=1, alpha=1) -> torch.Tensor:
@@ -125,8 +94,7 @@ def _addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta=1, alph
         return _onednn(a, b, bias.reshape(-1)) if beta == 1 and alpha == 1 else []
 
     key = ("addmm", b.shape, b.stride(), bias.shape, beta, alpha)
-    alone = alone_product(a, b, bias, library) if beta == 1 and alpha == 1 and bias.numel() == b.shape[1] else None
-    return by_rows(a, 0, key, library, others, alone=alone, library_first=small_operand(a, b), operand=b)
+    return by_rows(a, 0, key, library, others, library_first=small_operand(a, b), operand=b)
 
 
 def _bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -2,42 +2,34 @@
 
 A fused attention kernel blocks its work by the call's shape: how many queries (one in a decoding step, the whole
 prompt in a prefill, prompt and completion in a trainer's forward) and how many keys (the cache's length, a
-padded batch's). The same query over the same keys then rounds otherwise in each. Here every score and every
-weighted sum is a sequential sum in a fixed order over the key (or head) dimension, so a query's output depends on
-its own query, keys and values alone:
-- a score is q·k summed over the head dimension in order (`cumsum`, one value after another, in an accumulator at
-  least as wide as float64 on the CPU for float32);
-- the softmax's maximum is exact in any order; its exponentials go through the mode's tail-free kernel (a vector
-  body and a scalar tail round otherwise);
-- the denominator and the weighted sum of values are sums over the keys in order, every masked key adding an exact
-  zero: keys hidden from a query (padding, the causal future, outside a sliding window, a cache's empty slots) leave
-  its bits as they are, wherever they sit.
+padded batch's). The same query over the same keys then rounds otherwise in each. Here a query's output depends on
+its own query and the keys and values it sees alone:
+- each row's real keys are moved to start at place 0 (a left-padded row's too), so that a text's keys sit at the
+  same places in a batch, alone, in a cache and in a trainer's padded batch;
+- where each query sees a prefix of them (causal attention, a decoding step, attention both ways), the keys are
+  taken in tiles of fixed size, each tile's scores and weighted values one GEMM of fixed shape with a query's rows
+  computed as in a call of one height, the tiles added one after another (`attention_tiles`);
+- elsewhere (a sliding window, whose cache drops its oldest keys, so that a key's place moves; a mask with holes)
+  every sum is a scan in key order, which a key's place does not enter (`attention_scan`): the same layer takes the
+  same way in every pass;
+- a softmax's maximum is exact in any order; its exponentials go through the mode's tail-free kernel.
 So a text's logits are the same in one forward, decoded over a KV cache, prefilled in chunks, behind a reused
-prefix, or in a padded batch of prompt + completion. It costs more than the fused kernel on long sequences: the
-products are formed before they are summed (in chunks of queries, `_CHUNK_ELEMENTS` at a time).
-Under autograd the forward is this, and the backward is the plain attention's (`invariant.gradients`).
+prefix, or in a padded batch of prompt + completion. Under autograd the forward is this, and the backward is the
+plain attention's (`invariant.gradients`).
 """
 
 from __future__ import annotations
 
 import torch
 
-from .elementwise import tail_free
+from .attention_scan import scanned_attention
+from .attention_tiles import tiled_attention
 from .gradients import plain_backward
-
-# At most this many products formed at once (32 MiB of float32): queries are taken in chunks under it.
-_CHUNK_ELEMENTS = 1 << 23
 
 
 def _work_dtype(dtype: torch.dtype) -> torch.dtype:
     """Half types and float32 work in float32 (a product of two half values is exact there), float64 in itself."""
     return torch.float64 if dtype == torch.float64 else torch.float32
-
-
-def _sum_in_order(t: torch.Tensor, dim: int) -> torch.Tensor:
-    """`t` summed along `dim` one element after another from the first (a scan's last value): zeros anywhere
-    leave the sum's bits as they are, and the order does not depend on the length or the thread count."""
-    return t.cumsum(dim).select(dim, -1)
 
 
 def ordered_attention(
@@ -49,25 +41,25 @@ def ordered_attention(
     bias: torch.Tensor | None = None,
     softcap: float | None = None,
     sinks: torch.Tensor | None = None,
+    windowed: bool = False,
 ) -> torch.Tensor:
     """[b, h, q, d] attention of `query` [b, h, q, d] over `key`, `value` [b, hk, kv, d] (hk dividing h: grouped
     heads share theirs); `attend`: bool, broadcastable to [b, h, q, kv], which keys each query sees; `bias`: added to
     the scores where given (ALiBi, a float mask), broadcastable likewise; `softcap`: scores capped as
     cap·tanh(s/cap) (Gemma 2); `sinks`: one extra logit per head in every query's softmax, attending nothing
-    (gpt-oss). A query that sees no key gets zeros."""
+    (gpt-oss); `windowed`: a sliding-window layer (its keys scanned in order, whatever their places). A query that
+    sees no key gets zeros."""
     tensors = (query, key, value) + ((bias,) if bias is not None else ()) + ((sinks,) if sinks is not None else ())
 
-    def run(query, key, value, *rest):
+    def given(rest: tuple) -> tuple:  # (bias, sinks) among the tensors after query, key and value
         rest = list(rest)
-        given_bias = rest.pop(0) if bias is not None else None
-        given_sinks = rest.pop(0) if sinks is not None else None
-        return _ordered(query, key, value, attend, scale, given_bias, softcap, given_sinks)
+        return (rest.pop(0) if bias is not None else None), (rest.pop(0) if sinks is not None else None)
+
+    def run(query, key, value, *rest):
+        return _ordered(query, key, value, attend, scale, *given(rest), softcap, windowed)
 
     def plain(query, key, value, *rest):
-        rest = list(rest)
-        given_bias = rest.pop(0) if bias is not None else None
-        given_sinks = rest.pop(0) if sinks is not None else None
-        return _plain(query, key, value, attend, scale, given_bias, softcap, given_sinks)
+        return _plain(query, key, value, attend, scale, *given(rest), softcap)
 
     return plain_backward(run, plain, *tensors)
 
@@ -78,43 +70,44 @@ def _grouped(query: torch.Tensor, key: torch.Tensor) -> tuple[int, int, int, int
     return b, hk, h // hk, q, kv
 
 
-def _ordered(query, key, value, attend, scale, bias, softcap, sinks) -> torch.Tensor:
-    b, hk, group, q, kv = _grouped(query, key)
-    d, dv = query.shape[-1], value.shape[-1]
+def _ordered(query, key, value, attend, scale, bias, sinks, softcap, windowed: bool) -> torch.Tensor:
+    b, h, q, _ = query.shape
+    kv = key.shape[2]
     work = _work_dtype(query.dtype)
-    # [b, hk, group, q, ...]: the queries of the heads sharing one key head side by side
-    queries = query.to(work).reshape(b, hk, group, q, 1, d)
-    keys = key.to(work).reshape(b, hk, 1, 1, kv, d)
-    values = value.to(work).reshape(b, hk, 1, 1, kv, dv)
-    h = hk * group
-    seen = attend.expand(b, h, q, kv).reshape(b, hk, group, q, kv)
-    added = None if bias is None else bias.to(work).expand(b, h, q, kv).reshape(b, hk, group, q, kv)
-    extra = None if sinks is None else sinks.to(work).reshape(1, hk, group, 1, 1)
-    step = max(1, _CHUNK_ELEMENTS // max(1, b * h * kv * max(d, dv)))
-    outs = []
-    for start in range(0, q, step):
-        part = slice(start, min(q, start + step))
-        scores = _sum_in_order(queries[:, :, :, part] * keys, -1) * scale  # [b, hk, group, c, kv]
-        if softcap is not None:
-            scores = tail_free(torch.tanh, scores / softcap) * softcap
-        if added is not None:
-            scores = scores + added[:, :, :, part]
-        scores = scores.masked_fill(~seen[:, :, :, part], float("-inf"))
-        top = scores.amax(-1, keepdim=True)
-        if extra is not None:
-            top = torch.maximum(top, extra.expand_as(top))
-        top = top.masked_fill(torch.isinf(top), 0.0)  # a query that sees nothing: exp(-inf) = 0 everywhere
-        weights = tail_free(torch.exp, scores - top)
-        total = _sum_in_order(weights, -1)[..., None]
-        if extra is not None:
-            total = total + tail_free(torch.exp, extra - top)
-        summed = _sum_in_order(weights[..., None] * values, -2)  # [b, hk, group, c, dv]
-        outs.append(torch.where(total > 0, summed / total, 0.0))
-    out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=3)
-    return out.reshape(b, h, q, dv).to(query.dtype)
+    seen = attend.expand(b, h, q, kv)
+    full = None if bias is None else bias.expand(b, h, q, kv)
+    if not windowed:
+        moved = _keys_from_place_zero(key, value, seen, full)
+        if moved is not None:
+            key, value, seen, full = moved
+            out = tiled_attention(query, key, value, seen, scale, full, softcap, sinks, work)
+            return out.to(query.dtype)
+    out = scanned_attention(query, key, value, seen, scale, full, softcap, sinks, work)
+    return out.to(query.dtype)
 
 
-def _plain(query, key, value, attend, scale, bias, softcap, sinks) -> torch.Tensor:
+def _keys_from_place_zero(key, value, seen, bias):
+    """(keys, values, seen, bias) with each row's real keys (those any of its queries sees) moved to start at place
+    0, where every query sees a prefix of them; None where one does not (a mask with holes)."""
+    b, _, _, kv = seen.shape
+    real = seen.any(dim=2).any(dim=1)  # [b, kv]
+    start = real.to(torch.uint8).argmax(1)  # a row's first real key (0 where it has none)
+    places = torch.arange(kv, device=seen.device)
+    if bool(start.any()):
+        index = (start[:, None] + places).clamp(max=kv - 1)  # [b, kv]
+        key = key.gather(2, index[:, None, :, None].expand_as(key))
+        value = value.gather(2, index[:, None, :, None].expand(value.shape))
+        inside = (start[:, None] + places) < kv
+        seen = seen.gather(3, index[:, None, None, :].expand_as(seen)) & inside[:, None, None, :]
+        if bias is not None:
+            bias = bias.gather(3, index[:, None, None, :].expand_as(bias))
+    counts = seen.sum(-1, keepdim=True)
+    if not torch.equal(seen, places < counts):  # each query: its first `count` keys, none after
+        return None
+    return key, value, seen, bias
+
+
+def _plain(query, key, value, attend, scale, bias, sinks, softcap) -> torch.Tensor:
     """The same attention in plain differentiable ops, for the backward pass (not bitwise: `ordered_attention`)."""
     b, hk, group, q, kv = _grouped(query, key)
     keys = key.repeat_interleave(group, dim=1)

@@ -14,10 +14,9 @@ gets in a call of one fixed height:
 - on a small operand (`library_first`: a weight the CPU's caches hold) a call costs the kernel's fixed cost more
   than its arithmetic: the library is taken wherever it keeps rows at all (a call of its height or more is its
   own call), though another path keeps them from fewer (oneDNN's float32 call costs three times MKL's there);
-- in a decoding step the caller may offer one more path, `alone`: every row as the library computes one row alone
-  (a text alone decodes through the library's very call). It is taken where the library does not keep rows from
-  one row and it does (measured too): MKL's float32 GEMM keeps rows only from 16, and a 16-row GEMM costs a
-  one-row step two to four times the library's call on a small model's shapes.
+- a call is never taller than the tallest measured (`MEASURED_ROWS`): a taller one is cut into calls of that height,
+  a prefill's and a trainer's rows computed as a decoding step's are (bfloat16 GEMMs were seen to sum a row otherwise
+  in some calls of 64 rows and more).
 What was chosen for each key is kept for `chosen_paths()` (the bench shows why the mode costs what it costs).
 """
 
@@ -44,8 +43,6 @@ def tile_rows(device: torch.device) -> int:
 
 RowsFn = Callable[[torch.Tensor], torch.Tensor]  # rows of the row operand -> those rows of the result
 Path = tuple[str, RowsFn]  # a way to compute it, by name: "library" (the op itself), "onednn"...
-ALONE = "alone"  # the name of the path that computes each row as the library computes one row alone
-_ALONE_INDEX = -1
 
 
 @dataclass(frozen=True)
@@ -53,7 +50,7 @@ class ChosenPath:
     """How the mode computes the rows of one kind of call on this machine (`by_rows`' choice)."""
 
     key: tuple  # the computation, its dtype, the shape and layout of all but the rows, the device type, the thread
-    # count, and which calls: "alone offered" (a small float32 or float64 product: `alone` offered) or "all"
+    # count
     path: str  # the path's name
     height: int | None  # the row-keeping height it is padded to; None: tiles of `tile_rows` rows
     heights: dict[str, int | None]  # each path's row-keeping height as measured (None: none up to 16, or it failed)
@@ -102,26 +99,22 @@ def choose(
     library: RowsFn,
     others: Callable[[], Sequence[Path]] = tuple,
     name: str = "library",
-    alone: RowsFn | None = None,
     library_first: bool = False,
     operand: torch.Tensor | None = None,
 ) -> tuple[RowsFn, int | None]:
     """`by_rows`' choice for calls like this one: (the path's function, the height it keeps rows from; None:
-    tiles of the library), measured once per key, dtype, shape and layout of all but the rows, and thread count;
-    with `alone` offered and without, apart. `operand`: the [..., K, N] tensor the rows multiply, where they do
-    (`_probe` makes rows whose sums show any change of order with it)."""
+    tiles of the library), measured once per key, dtype, shape and layout of all but the rows, and thread count.
+    `operand`: the [..., K, N] tensor the rows multiply, where they do (`_probe` makes rows whose sums show any
+    change of order with it)."""
     # The library blocks a call by its thread count too, and that count is per thread (the app's workers run
     # with one core fewer than the main thread): a measurement holds for one count only.
-    calls = "all" if alone is None else "alone offered"
     shape = (a.shape[:dim], a.shape[dim + 1 :], a.stride(-1) == 1)
     # A model split across devices (--device-map) has the same shapes on CPU and CUDA: measured apart.
-    key = (key, a.dtype, *shape, a.device.type, torch.get_num_threads(), calls)
+    key = (key, a.dtype, *shape, a.device.type, torch.get_num_threads())
     known = _measured.get(key)  # a dict read needs no lock
     if known is None:
-        known = _row_keeping_path(a, dim, key, [(name, library), *others()], alone, library_first, operand)
+        known = _row_keeping_path(a, dim, key, [(name, library), *others()], library_first, operand)
     chosen, floor = known
-    if chosen == _ALONE_INDEX:
-        return alone, floor
     return (library if chosen == 0 else others()[chosen - 1][1]), floor
 
 
@@ -201,7 +194,6 @@ def _row_keeping_path(
     dim: int,
     key: tuple,
     paths: Sequence[Path],
-    alone: RowsFn | None,
     library_first: bool,
     operand: torch.Tensor | None,
 ) -> tuple[int, int | None]:
@@ -209,13 +201,12 @@ def _row_keeping_path(
     of h or more rows the bits that row gets in a call of exactly h rows (wherever it sits) from the smallest h
     (the first on a tie); h None when no path keeps rows even from 16 rows, and always on CUDA, where the library
     picks kernels per shape (then: the first path that runs, in fixed-height tiles). A path that fails here is not
-    taken. With `library_first`, the library wherever it keeps rows. With `alone` (a decoding step): `_ALONE_INDEX`
-    where the library keeps rows from more than one row and `alone` keeps them from one."""
+    taken. With `library_first`, the library wherever it keeps rows."""
     with torch.no_grad():  # measured on a probe, whatever the calling pass records
-        return _measure_paths(a, dim, key, paths, alone, library_first, operand)
+        return _measure_paths(a, dim, key, paths, library_first, operand)
 
 
-def _measure_paths(a, dim, key, paths, alone, library_first, operand) -> tuple[int, int | None]:
+def _measure_paths(a, dim, key, paths, library_first, operand) -> tuple[int, int | None]:
     heights = dict.fromkeys((name for name, _ in paths), None)
     failed: set[str] = set()
     probe = _probe(a, dim, operand) if a.device.type == "cpu" else None
@@ -232,10 +223,6 @@ def _measure_paths(a, dim, key, paths, alone, library_first, operand) -> tuple[i
         index = next((i for i, (name, _) in enumerate(paths) if name not in failed), 0)
     best = floors.get(index)
     name = paths[index][0]
-    if alone is not None and probe is not None and heights.get("library") != 1:
-        heights[ALONE] = _measured_height(probe, dim, alone, ALONE, failed)
-        if heights[ALONE] == 1:
-            index, best, name = _ALONE_INDEX, 1, ALONE
     with _measured_lock:  # two threads measuring one key find the same
         _chosen[key] = ChosenPath(key, name, best, heights, tuple(sorted(failed)))
         _measured[key] = (index, best)
@@ -257,9 +244,9 @@ def _keeps_rows_from(height: int, probe: torch.Tensor, dim: int, compute: RowsFn
     """Does every row of calls of `height` to `MEASURED_ROWS` rows get the bits it gets first in a `height`-row
     call? (Measured at every position: a GEMM's edge tiles and its thread split by rows may sum a row otherwise, and
     a tall call otherwise again: seen on bfloat16 from 64 rows, so no taller call is made.)"""
-    alone = torch.cat([compute(probe.narrow(dim, s, height)).narrow(dim, 0, 1) for s in range(MEASURED_ROWS)], dim)
+    first = torch.cat([compute(probe.narrow(dim, s, height)).narrow(dim, 0, 1) for s in range(MEASURED_ROWS)], dim)
     for rows in sorted({height, height + 1, height + 2, 2 * height + 1, 3 * height + 2, 17, MEASURED_ROWS - 1,
                         MEASURED_ROWS}):  # fmt: skip
-        if rows <= MEASURED_ROWS and not torch.equal(compute(probe.narrow(dim, 0, rows)), alone.narrow(dim, 0, rows)):
+        if rows <= MEASURED_ROWS and not torch.equal(compute(probe.narrow(dim, 0, rows)), first.narrow(dim, 0, rows)):
             return False
     return True

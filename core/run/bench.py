@@ -16,8 +16,8 @@ rounds' bests (so each ratio's two methods are timed one right after the other: 
 outside and in the mode: what the sampler's logits cost a trainer.
 Both generations' forward passes are also timed by phase (prefill, decode: `phase_clock`; their ratios too are
 the medians of the rounds' ratios, each round's from its best try), and the mode's
-matmul paths are listed per shape, a decoding step's calls apart (the library, padded to the height from which it
-keeps rows, oneDNN, each row alone, or fixed-height tiles), with the CPU kernels it leaves to the library for this
+matmul paths are listed per shape (the library, padded to the height from which it keeps rows, oneDNN, or
+fixed-height tiles), with the CPU kernels it leaves to the library for this
 model (calls that never need replacing): why the mode costs what it costs on this machine.
 Peak memory: on CUDA max_memory_allocated above what was allocated before (the weights); on the
 CPU the peak resident-set growth, sampled.
@@ -378,7 +378,7 @@ def _dtype(loaded: LoadedModel) -> torch.dtype:
 def _path_row(chosen) -> dict:
     """One kind of matmul the mode computed, in words a table can show: the operand that is not the rows as
     [in, out] (a linear layer's weight transposed)."""
-    (op, operand, *rest), dtype, _, _, _, _, threads, calls = chosen.key
+    (op, operand, *rest), dtype, _, _, _, _, threads = chosen.key
     if op == "linear":  # its weight as stored, [out, in]; and whether it adds a bias
         op, operand = ("linear+bias" if rest[0] else "linear"), (operand[1], operand[0])
     return {
@@ -386,7 +386,6 @@ def _path_row(chosen) -> dict:
         "operand": "x".join(str(n) for n in operand),
         "dtype": str(dtype).removeprefix("torch."),
         "threads": threads,
-        "calls": calls,
         "path": chosen.path,
         "height": chosen.height,
         "heights": chosen.heights,
