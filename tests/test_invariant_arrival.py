@@ -11,6 +11,7 @@ import random
 
 import pytest
 import torch
+import transformers
 from architectures import ATTENTION, CHECKPOINTS
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
@@ -20,13 +21,36 @@ from batchtui.core.models.builtin import builtin_path
 PROMPTS = ["a", "The quick brown fox", "def f(x):\n    return x + 1\n\nprint(f(2))"]
 NEW_TOKENS = 12
 BUILT_INS = ("tiny", "qwen2-english-4m")
-MODELS = (*CHECKPOINTS, *BUILT_INS)
+# Beyond the matrix, where a fused kernel's float32 bits depend on an operand's address (head sizes 34 and 25, one
+# key head): the mode's attention calls no such kernel.
+HELD_OUT = {
+    "qwen2-one-kv-head-34": (
+        "Qwen2Config",
+        {"hidden_size": 68, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+         "num_key_value_heads": 1, "head_dim": 34},
+    ),
+    "stablelm-head-25": (
+        "StableLmConfig",
+        {"hidden_size": 50, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+         "num_key_value_heads": 2},
+    ),
+}  # fmt: skip
+MODELS = (*CHECKPOINTS, *BUILT_INS, *HELD_OUT)
 DTYPES = (torch.bfloat16, torch.float32)
 
 
 @pytest.fixture(scope="module")
-def models(checkpoints):
-    return {**checkpoints, **{name: builtin_path(name) for name in BUILT_INS}}
+def models(checkpoints, tiny_path, tmp_path_factory):
+    held_out = {}
+    for name, (config_class, kwargs) in HELD_OUT.items():
+        tokenizer = AutoTokenizer.from_pretrained(tiny_path)
+        config = getattr(transformers, config_class)(vocab_size=len(tokenizer), max_position_embeddings=256, **kwargs)
+        torch.manual_seed(0)
+        folder = tmp_path_factory.mktemp(name)
+        AutoModelForCausalLM.from_config(config, dtype=torch.float32).save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        held_out[name] = folder
+    return {**checkpoints, **{name: builtin_path(name) for name in BUILT_INS}, **held_out}
 
 
 def _load(path, name, dtype):
