@@ -249,6 +249,25 @@ def test_element_wise_functions_give_an_element_the_same_bits_wherever_it_sits(t
         torch.set_num_threads(saved)
 
 
+def test_gelu_is_split_across_threads_from_its_own_grain():
+    """ATen splits a GELU call across threads from 16,384 elements, not the 32,768 of other element-wise kernels: a
+    [1, 100, 264] float32 call at two threads runs in two shares of 13,200 elements, and a tail lands mid-row unless
+    the padding knows it (Gemma 2's tanh GELU, a 100-token text)."""
+    torch.manual_seed(0)
+    saved = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        big = torch.randn(4, 100, 264)
+        with TailFreeElementwise():
+            for approximate in ("tanh", "none"):
+                whole = torch.nn.functional.gelu(big, approximate=approximate)
+                for row in range(4):
+                    alone = torch.nn.functional.gelu(big[row : row + 1], approximate=approximate)
+                    assert torch.equal(alone, whole[row : row + 1]), (approximate, row)
+    finally:
+        torch.set_num_threads(saved)
+
+
 def test_tail_free_lengths_cut_into_whole_vector_steps_per_thread():
     for itemsize, step in ((2, 64), (4, 32), (8, 16)):  # two 512-bit vectors of bf16, float32, float64
         for n in (1, 31, 63, 64, 65, 32768, 32769, 70000, 10**6 + 3):

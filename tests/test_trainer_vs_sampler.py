@@ -133,5 +133,27 @@ def test_without_the_mode_the_verdict_gives_the_metrics(capsys):
                  "--vs-trainer", *TEXTS])  # fmt: skip
     out = capsys.readouterr().out
     assert code == 0  # the continuations are the same; the logprobs are not
-    assert "trainer vs sampler: 0 of 3 texts bitwise, max|δ| " in out and " first at step 0" in out
+    assert "trainer vs sampler: 0 of 3 texts bitwise, max|δ| " in out and "; earliest at step 0 (text " in out
     assert "trainer vs sampler" in out.splitlines()[out.splitlines().index("") + 1]  # the per-text table
+
+
+def test_the_verdicts_name_the_earliest_step_any_text_parts_at():
+    """Not the first text's: here text 1 parts from step 1 in both checks, text 3 from step 0."""
+    import dataclasses
+
+    from batchtui.core.numbers.generation import DecodeVsPrefill
+    from batchtui.core.terminal.generation_text import generation_verdict
+
+    found = generate_and_compare(TEXTS, Settings(model="tiny", dtype="float32"), 3, vs_prefill=True, vs_trainer=True)
+    made = {0: ((0.0, 1e-6, 0.0), (-1.0, -2.5, -3.5)), 1: ((0.0, 0.0, 0.0), (-1.0, -1.0, -1.0)),
+            2: ((1e-6, 0.0, 0.0), (-1.5, -2.0, -3.0))}  # fmt: skip
+    # (text 1's trainer logprobs part at step 1, text 3's at step 0)
+    texts = []
+    for i, t in enumerate(found.texts):
+        prefill, trainer = made[i]
+        sampler = (-1.0, -2.0, -3.0) if i != 1 else (-1.0, -1.0, -1.0)
+        measured = {"vs_prefill": DecodeVsPrefill(prefill), "vs_trainer": SequenceLogprobs(trainer, sampler)}
+        texts.append(dataclasses.replace(t, **measured))
+    verdict = generation_verdict(dataclasses.replace(found, texts=tuple(texts)))
+    assert "decode vs prefill (alone): 1 of 3 texts bitwise, text 3 first differs at step 0" in verdict
+    assert "trainer vs sampler: 1 of 3 texts bitwise" in verdict and verdict.endswith("earliest at step 0 (text 3)")

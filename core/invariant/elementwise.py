@@ -26,29 +26,40 @@ _STEP_BYTES = 128
 _GRAIN = 32768
 
 
+# GELU's kernel sets its own split: past 16,384 elements, one share per thread (ATen's GeluKernel).
+_GELU_SPLIT_FROM = 16384
+
+
+def _shares(length: int, threads: int, op: str | None) -> int:
+    """How many threads ATen splits an element-wise call of `length` elements across."""
+    if op == "gelu":
+        return threads if length > _GELU_SPLIT_FROM else 1
+    return max(1, min(threads, -(-length // _GRAIN)))
+
+
 @functools.lru_cache(maxsize=4096)
-def tail_free_length(n: int, threads: int, itemsize: int = 2) -> int:
-    """The smallest length >= n that ATen's thread split cuts into shares of whole vector steps, for elements of
-    `itemsize` bytes."""
+def tail_free_length(n: int, threads: int, itemsize: int = 2, op: str | None = None) -> int:
+    """The smallest length >= n that ATen's thread split (of `op`'s kernel) cuts into shares of whole vector steps,
+    for elements of `itemsize` bytes."""
     step = _STEP_BYTES // itemsize
     length = -(-n // step) * step
     while True:
-        used = max(1, min(threads, -(-length // _GRAIN)))
+        used = _shares(length, threads, op)
         if length % (step * used) == 0:
             return length
         length = -(-length // (step * used)) * (step * used)
 
 
-def _tail_free(out_op, exact_in: tuple[torch.dtype, ...] = ()):
+def _tail_free(out_op, exact_in: tuple[torch.dtype, ...] = (), op: str | None = None):
     """`out_op`'s function (a binding with `out=`, which calls the op's out overload: not replaced) on a tensor with
     no element in a scalar tail; `exact_in`: dtypes whose vector and scalar paths compute the same (correctly
-    rounded) result, for which any tail will do."""
+    rounded) result, for which any tail will do; `op`: the op's name, where its kernel splits its own way."""
 
     def run(x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
         n = x.numel()
         if x.dtype in exact_in or not TailFreeElementwise.active():  # the library's own
             return out_op(x, *args, **kwargs, out=torch.empty_like(x))
-        length = tail_free_length(n, torch.get_num_threads(), x.element_size())
+        length = tail_free_length(n, torch.get_num_threads(), x.element_size(), op)
         if length == n and x.is_contiguous():  # no tail anywhere: the tensor as it is (the same loop, flattened)
             return out_op(x, *args, **kwargs, out=torch.empty_like(x))
         padded = x.new_empty(length)  # what the padding holds is computed and dropped: no need to clear it
@@ -103,7 +114,7 @@ class TailFreeElementwise(ScopedKernels):
     needless_on_cpu = _NEEDLESS_ON_CPU
 
     def kernels(self) -> dict:
-        return {(name, "CPU"): _tail_free(_binding(name), _EXACT_IN.get(name, ())) for name in _OPS}
+        return {(name, "CPU"): _tail_free(_binding(name), _EXACT_IN.get(name, ()), name) for name in _OPS}
 
 
 @functools.cache
@@ -162,7 +173,7 @@ class TailFreeActivations(ModuleForwards):
             return None
         op, arguments = call
         binding = _binding(op)
-        run = _tail_free(binding, _EXACT_IN.get(op, ()))
+        run = _tail_free(binding, _EXACT_IN.get(op, ()), op)
         if arguments:
             run, binding = functools.partial(run, **arguments), functools.partial(binding, **arguments)
 

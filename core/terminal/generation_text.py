@@ -70,7 +70,8 @@ def generation_verdict(comparison: GenerationComparison) -> str:
         apart = [t for t in measured if not t.vs_prefill.bitwise]
         verdict += f"; decode vs prefill (alone): {len(measured) - len(apart)} of {len(measured)} texts bitwise"
         if apart:
-            first = apart[0]
+            # the earliest step any text parts at (the first text on a tie), not the first text's
+            first = min(apart, key=lambda t: t.vs_prefill.first_differing_step)
             largest = max(max(t.vs_prefill.max_abs_diff) for t in apart)
             verdict += (
                 f", text {first.line} first differs at step {first.vs_prefill.first_differing_step}"
@@ -90,10 +91,13 @@ def _trainer_verdict(comparison: GenerationComparison) -> str:
     words = f"; trainer vs sampler: {same} of {len(measured)} texts bitwise"
     if overall.bitwise:
         return words + " (every ratio exactly 1, every metric 0)"
-    first = next(t for t in measured if t.vs_trainer.first_differing_step is not None)
-    return words + (
+    words += (
         f", max|δ| {format_float(overall.max_abs_diff)}, kl {format_float(overall.kl)}, ratio "
         f"{overall.ratio_min:.6f}-{overall.ratio_max:.6f}, clipped {overall.clip_fraction:.1%}, "
-        f"top-1 differs at {overall.top1_disagree} of {overall.tokens} tokens; text {first.line} first at step "
-        f"{first.vs_trainer.first_differing_step}"
+        f"top-1 differs at {overall.top1_disagree} of {overall.tokens} tokens"
     )
+    parted = [t for t in measured if t.vs_trainer.first_differing_step is not None]
+    if not parted:
+        return words
+    first = min(parted, key=lambda t: t.vs_trainer.first_differing_step)  # the earliest (the first text on a tie)
+    return words + f"; earliest at step {first.vs_trainer.first_differing_step} (text {first.line})"
