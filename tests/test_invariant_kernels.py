@@ -394,6 +394,35 @@ def test_a_measurement_on_one_device_is_not_used_on_another(monkeypatch):
         return rows @ b.to(rows.device)
 
     invariant_rows.choose(torch.randn(5, 64), 0, ("test",), library)
-    _, elsewhere = invariant_rows.choose(torch.randn(5, 64, device="meta"), 0, ("test",), library)
+    _, elsewhere, _ = invariant_rows.choose(torch.randn(5, 64, device="meta"), 0, ("test",), library)
     assert elsewhere is None  # tiles, whatever the CPU measured
     assert sorted(c.key[5] for c in invariant_rows.chosen_paths()) == ["cpu", "meta"]
+
+
+def test_a_call_taller_than_its_ceiling_is_cut_into_calls_of_it_and_a_short_last_one_padded_to_the_floor():
+    heights: list[int] = []
+
+    def twice(rows):
+        heights.append(rows.shape[0])
+        return rows * 2
+
+    a = torch.randn(300, 4)
+    assert torch.equal(invariant_rows.in_rows(a, 0, twice, 2, 128), a * 2) and heights == [128, 128, 44]
+    heights.clear()
+    assert torch.equal(invariant_rows.in_rows(a[:129], 0, twice, 8, 128), a[:129] * 2) and heights == [128, 8]
+    heights.clear()
+    assert torch.equal(invariant_rows.in_rows(a[:40], 0, twice, 4), a[:40] * 2) and heights == [32, 8]  # measured 32
+
+
+def test_a_ceiling_above_the_measured_height_is_kept_only_where_every_height_to_it_keeps_rows(monkeypatch):
+    """A path whose rows part from a call of 33 rows keeps 32; one that never parts gets the tallest tried (within
+    the budget); a call of more than two dims is never measured taller."""
+    monkeypatch.setattr(invariant_rows, "_measured", {})
+    probe = torch.randn(67, 8)
+
+    def parts_from_33(rows):
+        return rows * 2 + (1e-3 if rows.shape[0] >= 33 else 0.0)
+
+    assert invariant_rows._ceiling(probe, 0, parts_from_33, 1, None) == 32
+    assert invariant_rows._ceiling(probe, 0, lambda rows: rows * 2, 1, None) == max(invariant_rows._CEILINGS)
+    assert invariant_rows._ceiling(probe[None], 1, lambda rows: rows * 2, 1, None) == 32

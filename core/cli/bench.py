@@ -21,8 +21,8 @@ from .options import (
 
 BENCH_MODEL = "tiny"
 MATMUL_PATHS_SAID = (
-    "per kind of call, the path taken and the rows a shorter call is padded to (a taller one cut into calls of 32 "
-    "rows); each path measured"
+    "per kind of call, the path taken, the rows a shorter call is padded to and a taller one cut at (each height up "
+    "to it measured); each path measured"
 )
 
 
@@ -34,15 +34,17 @@ def matmul_path_rows(paths: list[dict]) -> tuple[tuple[str, ...], list[tuple[str
             return "no kernel here"
         return "none up to 16" if height is None else f"from {height}"
 
-    def short(path: str, height: int | None) -> str:
-        return "tiles of 16" if height is None else "as it is" if height == 1 else f"padded to {height}"
+    def short(path: str, height: int | None, ceiling: int) -> str:
+        if height is None:
+            return "tiles of 16"
+        return ("as it is" if height == 1 else f"padded to {height}") + f", cut at {ceiling}"
 
     rows = [
         (
             p["op"],
             p["operand"],
             p["path"],
-            short(p["path"], p["height"]),
+            short(p["path"], p["height"], p["ceiling"]),
             ", ".join(f"{name} {keeps(name, height, p['failed'])}" for name, height in p["heights"].items()),
         )
         for p in paths

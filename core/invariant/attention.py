@@ -18,6 +18,7 @@ import contextlib
 import functools
 import sys
 import threading
+import weakref
 from collections.abc import Iterator
 
 import torch
@@ -59,16 +60,32 @@ def _causal(q: int, kv: int, aligned_to_end: bool, device) -> torch.Tensor:
     return torch.ones(q, kv, dtype=torch.bool, device=device).tril(kv - q if aligned_to_end else 0)
 
 
+# The masks of a pass's layers are one tensor: what each query sees is read off it once, and is then one tensor too
+# (the mode's attention finds where each row's keys start once for it). Weak references, matched by identity.
+_seen_kept: list[tuple[weakref.ref, tuple, tuple]] = []
+_SEEN_KEPT = 4
+
+
 def _seen(mask: torch.Tensor | None, q: int, kv: int, causal: bool, aligned_to_end: bool, device):
     """(which keys each query sees, broadcastable to [b, h, q, kv]; the float mask's values as a bias, or None)."""
     if getattr(_local, "self_only", False):
         return torch.ones(q, dtype=torch.bool, device=device).diag(kv - q)[kv - q :], None
     if mask is None:
-        return (_causal(q, kv, aligned_to_end, device) if causal else torch.ones((), dtype=torch.bool)), None
-    mask = mask[..., :kv]
-    if mask.dtype == torch.bool:
-        return mask, None
-    return mask > torch.finfo(mask.dtype).min / 2, mask
+        return (_causal(q, kv, aligned_to_end, device) if causal else _everything(device)), None
+    for ref, shape, seen in _seen_kept:
+        if ref() is mask and shape == (q, kv):
+            return seen
+    cut = mask[..., :kv]
+    seen = (cut, None) if cut.dtype == torch.bool else (cut > torch.finfo(cut.dtype).min / 2, cut)
+    _seen_kept.insert(0, (weakref.ref(mask), (q, kv), seen))
+    del _seen_kept[_SEEN_KEPT:]
+    return seen
+
+
+@functools.lru_cache(maxsize=8)
+def _everything(device) -> torch.Tensor:
+    """Every key seen by every query (a layer that attends both ways, no mask)."""
+    return torch.ones((), dtype=torch.bool, device=device)
 
 
 def _call(query, key, value, mask, causal: bool, aligned_to_end: bool, scale, position_bias=None, **extras):

@@ -43,8 +43,9 @@ def _products(rows: torch.Tensor, operand: torch.Tensor) -> torch.Tensor:
     return in_rows(rows, 1, library, None)
 
 
-def tiled_attention(query, key, value, seen, scale, bias, softcap, sinks, work) -> torch.Tensor:
-    """[b, h, q, dv] from [b, h, q, d] queries over [b, hk, kv, d] keys and values; `seen`, `bias`: [b, h, q, kv]."""
+def tiled_attention(query, key, value, counts, scale, bias, softcap, sinks, work) -> torch.Tensor:
+    """[b, h, q, dv] from [b, h, q, d] queries over [b, hk, kv, d] keys and values, each query seeing the first of
+    them (`counts`: how many, [b, h, q]); `bias`: [b, h, q, kv] or None."""
     b, h, q, d = query.shape
     hk, kv, dv = key.shape[1], key.shape[2], value.shape[-1]
     group, tiles = h // hk, -(-kv // TILE)
@@ -57,7 +58,9 @@ def tiled_attention(query, key, value, seen, scale, bias, softcap, sinks, work) 
         scores = tail_free(torch.tanh, scores / softcap) * softcap
     if bias is not None:
         scores = scores + _tiled(bias.to(work), hk, tiles, 0.0)
-    scores = scores.masked_fill(~_tiled(seen, hk, tiles, False), float("-inf"))
+    places = torch.arange(tiles * TILE, device=scores.device).view(tiles, 1, 1, TILE)
+    hidden = places >= counts.view(b, hk, 1, group, q, 1)  # [b, hk, tiles, group, q, TILE]
+    scores = scores.masked_fill(hidden, float("-inf"))
     top = scores.amax(dim=(2, 5), keepdim=True)  # [b, hk, 1, group, q, 1]: a maximum is exact in any order
     extra = None if sinks is None else sinks.to(work).reshape(1, hk, 1, group, 1, 1)
     if extra is not None:

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from .gradients import plain_backward
 from .matmul import RowInvariantMatmuls, onednn_linear, onednn_usable, small_operand
-from .rows import MEASURED_ROWS, choose, in_rows
+from .rows import choose, in_rows
 from .scopes import ModuleForwards, has_own_forward
 
 
@@ -66,7 +66,7 @@ class _Forward:
         self._dtype, self._in, self._out = module.weight.dtype, module.in_features, module.out_features
         self._library, self._op = _library(module.weight, module.bias), _op(module.bias)
         # thread count -> (compute, floor, the elements between which a call is the library's op whole, from the
-        # floor's rows to the tallest measured: such a call is `F.linear`'s own; None where the path is another)
+        # floor's rows to the ceiling's: such a call is `F.linear`'s own, None where the path is another; the ceiling)
         self._chosen: dict[tuple, tuple] = {}
 
     def original(self, x: torch.Tensor) -> torch.Tensor:
@@ -136,13 +136,14 @@ class _Forward:
                 return self.original(x)
             key = ("linear", self._weight.shape, self._bias is not None)
             paths = _paths(rows, self._weight, self._bias, self._library)
-            compute, floor = choose(rows, 0, key, *paths, operand=self._weight.t())
-            measured = (floor * self._in, MEASURED_ROWS * self._in)
-            whole = measured if compute is self._library and floor is not None else None
-            self._chosen[torch.get_num_threads()] = (compute, floor, whole)
+            compute, floor, ceiling = choose(rows, 0, key, *paths, operand=self._weight.t())
+            measured = (floor * self._in, ceiling * self._in) if floor is not None else None
+            whole = measured if compute is self._library else None
+            self._chosen[torch.get_num_threads()] = (compute, floor, whole, ceiling)
             return self(x)  # the call again, its path chosen
-        compute, floor, _ = chosen
-        return in_rows(rows, 0, compute, floor).view(*x.shape[:-1], self._out)  # (a Size as one argument parses slowly)
+        compute, floor, _, ceiling = chosen
+        # (a Size as one argument parses slowly)
+        return in_rows(rows, 0, compute, floor, ceiling).view(*x.shape[:-1], self._out)
 
 
 def _where(weight: torch.Tensor, bias: torch.Tensor | None) -> tuple:

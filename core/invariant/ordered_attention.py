@@ -20,6 +20,8 @@ plain attention's (`invariant.gradients`).
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 from .attention_scan import scanned_attention
@@ -76,35 +78,53 @@ def _ordered(query, key, value, attend, scale, bias, sinks, softcap, windowed: b
     work = _work_dtype(query.dtype)
     seen = attend.expand(b, h, q, kv)
     full = None if bias is None else bias.expand(b, h, q, kv)
-    if not windowed:
-        moved = _keys_from_place_zero(key, value, seen, full)
-        if moved is not None:
-            key, value, seen, full = moved
-            out = tiled_attention(query, key, value, seen, scale, full, softcap, sinks, work)
-            return out.to(query.dtype)
-    out = scanned_attention(query, key, value, seen, scale, full, softcap, sinks, work)
+    placed = None if windowed else _placement(attend, seen)
+    if placed is None:
+        out = scanned_attention(query, key, value, seen, scale, full, softcap, sinks, work)
+    else:
+        start, counts = placed
+        if start is not None:  # each row's first real key to place 0 (a left-padded row's)
+            key, value = _from(start, key, 2), _from(start, value, 2)
+            full = None if full is None else _from(start, full, 3)
+        out = tiled_attention(query, key, value, counts, scale, full, softcap, sinks, work)
     return out.to(query.dtype)
 
 
-def _keys_from_place_zero(key, value, seen, bias):
-    """(keys, values, seen, bias) with each row's real keys (those any of its queries sees) moved to start at place
-    0, where every query sees a prefix of them; None where one does not (a mask with holes)."""
-    b, _, _, kv = seen.shape
-    real = seen.any(dim=2).any(dim=1)  # [b, kv]
+def _from(start: torch.Tensor, t: torch.Tensor, dim: int) -> torch.Tensor:
+    """`t` with each row's places from its `start` on moved to place 0 along `dim` (what falls off the end repeats
+    the last place: hidden from every query)."""
+    n = t.shape[dim]
+    index = (start[:, None] + torch.arange(n, device=t.device)).clamp(max=n - 1)  # [b, n]
+    shape = [t.shape[0]] + [1] * (t.dim() - 1)
+    shape[dim] = n
+    return t.gather(dim, index.view(shape).expand(t.shape))
+
+
+# A pass's layers share one mask: where each row's keys start and how many each query sees are found once for it.
+# Tensors compare element-wise, so the cache holds weak references and matches by identity.
+_placements: list[tuple[weakref.ref, tuple, tuple | None]] = []
+_PLACEMENTS_KEPT = 4
+
+
+def _placement(attend: torch.Tensor, seen: torch.Tensor) -> tuple | None:
+    """(each row's first real key, None where every row's is place 0; how many keys each query sees from there,
+    [b, h, q]), where every query sees a prefix of its row's real keys; None where one does not (a mask with holes)."""
+    shape = tuple(seen.shape)
+    for ref, known_shape, placed in _placements:
+        if ref() is attend and known_shape == shape:
+            return placed
+    b, _, _, kv = shape
+    real = seen.any(dim=2).any(dim=1)  # [b, kv]: the keys any query of the row sees
     start = real.to(torch.uint8).argmax(1)  # a row's first real key (0 where it has none)
     places = torch.arange(kv, device=seen.device)
-    if bool(start.any()):
-        index = (start[:, None] + places).clamp(max=kv - 1)  # [b, kv]
-        key = key.gather(2, index[:, None, :, None].expand_as(key))
-        value = value.gather(2, index[:, None, :, None].expand(value.shape))
-        inside = (start[:, None] + places) < kv
-        seen = seen.gather(3, index[:, None, None, :].expand_as(seen)) & inside[:, None, None, :]
-        if bias is not None:
-            bias = bias.gather(3, index[:, None, None, :].expand_as(bias))
-    counts = seen.sum(-1, keepdim=True)
-    if not torch.equal(seen, places < counts):  # each query: its first `count` keys, none after
-        return None
-    return key, value, seen, bias
+    moved = _from(start, seen, 3) & ((start[:, None] + places) < kv)[:, None, None, :]
+    counts = moved.sum(-1)
+    placed = None
+    if torch.equal(moved, places < counts[..., None]):  # each query: its first `count` keys, none after
+        placed = (start if bool(start.any()) else None), counts
+    _placements.insert(0, (weakref.ref(attend), shape, placed))
+    del _placements[_PLACEMENTS_KEPT:]
+    return placed
 
 
 def _plain(query, key, value, attend, scale, bias, sinks, softcap) -> torch.Tensor:

@@ -14,9 +14,9 @@ gets in a call of one fixed height:
 - on a small operand (`library_first`: a weight the CPU's caches hold) a call costs the kernel's fixed cost more
   than its arithmetic: the library is taken wherever it keeps rows at all (a call of its height or more is its
   own call), though another path keeps them from fewer (oneDNN's float32 call costs three times MKL's there);
-- a call is never taller than the tallest measured (`MEASURED_ROWS`): a taller one is cut into calls of that height,
-  a prefill's and a trainer's rows computed as a decoding step's are (bfloat16 GEMMs were seen to sum a row otherwise
-  in some calls of 64 rows and more).
+- a call is never taller than the tallest measured (`MEASURED_ROWS`, or up to 128 where every height to it was
+  measured: `_ceiling`): a taller one is cut into calls of that height, a prefill's and a trainer's rows computed as
+  a decoding step's are (a bfloat16 GEMM was seen to sum a row otherwise in calls of 33 rows and more).
 What was chosen for each key is kept for `chosen_paths()` (the bench shows why the mode costs what it costs).
 """
 
@@ -34,6 +34,9 @@ DEVICE_KEYS = ("CPU", "CUDA")
 _CPU_TILE_ROWS = 16
 # Kernel launches cost more than padding on a GPU: taller tiles there.
 _GPU_TILE_ROWS = 64
+# The tallest call measured at every height and place, and so made (unless `_ceiling` measures a taller one): a
+# taller one is cut into calls of this height.
+MEASURED_ROWS = 32
 
 
 def tile_rows(device: torch.device) -> int:
@@ -55,6 +58,7 @@ class ChosenPath:
     height: int | None  # the row-keeping height it is padded to; None: tiles of `tile_rows` rows
     heights: dict[str, int | None]  # each path's row-keeping height as measured (None: none up to 16, or it failed)
     failed: tuple[str, ...] = ()  # the paths that could not run here (a kernel this CPU lacks)
+    ceiling: int = 32  # the tallest call made: a taller one is cut into calls of this height (`MEASURED_ROWS` or more)
 
 
 # (key, dtype, shape and layout of everything but the rows, device type, threads, calls) -> the path taken (its
@@ -101,9 +105,10 @@ def choose(
     name: str = "library",
     library_first: bool = False,
     operand: torch.Tensor | None = None,
-) -> tuple[RowsFn, int | None]:
-    """`by_rows`' choice for calls like this one: (the path's function, the height it keeps rows from; None:
-    tiles of the library), measured once per key, dtype, shape and layout of all but the rows, and thread count.
+) -> tuple[RowsFn, int | None, int]:
+    """`by_rows`' choice for calls like this one: (the path's function, the height it keeps rows from, None: tiles of
+    the library; the tallest call it makes), measured once per key, dtype, shape and layout of all but the rows, and
+    thread count.
     `operand`: the [..., K, N] tensor the rows multiply, where they do (`_probe` makes rows whose sums show any
     change of order with it)."""
     # The library blocks a call by its thread count too, and that count is per thread (the app's workers run
@@ -114,23 +119,25 @@ def choose(
     known = _measured.get(key)  # a dict read needs no lock
     if known is None:
         known = _row_keeping_path(a, dim, key, [(name, library), *others()], library_first, operand)
-    chosen, floor = known
-    return (library if chosen == 0 else others()[chosen - 1][1]), floor
+    chosen, floor, ceiling = known
+    return (library if chosen == 0 else others()[chosen - 1][1]), floor, ceiling
 
 
-def in_rows(a: torch.Tensor, dim: int, compute: RowsFn, floor: int | None) -> torch.Tensor:
-    """`compute(a)` with every row of `a` as in a call of `floor` to `MEASURED_ROWS` rows (a shorter call padded to
-    the floor, a taller one cut into pieces); with no floor, in tiles of the fixed height."""
+def in_rows(
+    a: torch.Tensor, dim: int, compute: RowsFn, floor: int | None, ceiling: int = MEASURED_ROWS
+) -> torch.Tensor:
+    """`compute(a)` with every row of `a` as in a call of `floor` to `ceiling` rows (a shorter call padded to the
+    floor, a taller one cut into pieces); with no floor, in tiles of the fixed height."""
     m = a.shape[dim]
     if floor is not None:
-        if floor <= m <= MEASURED_ROWS:
+        if floor <= m <= ceiling:
             return compute(a)
         if m < floor:
             rows = compute(_padded(a, floor, dim)).narrow(dim, 0, m)
             return rows if dim == 0 and rows.is_contiguous() else rows.clone()  # a leading cut is compact already
-        # Taller than any call measured: pieces of the measured height (a last short one padded to the floor)
-        pieces = [in_rows(a.narrow(dim, s, min(MEASURED_ROWS, m - s)), dim, compute, floor)
-                  for s in range(0, m, MEASURED_ROWS)]  # fmt: skip
+        # Taller than any call measured: pieces of the tallest (a last short one padded to the floor)
+        pieces = [in_rows(a.narrow(dim, s, min(ceiling, m - s)), dim, compute, floor, ceiling)
+                  for s in range(0, m, ceiling)]  # fmt: skip
         return torch.cat(pieces, dim=dim)
     height = tile_rows(a.device)
     if m <= height:
@@ -179,8 +186,6 @@ def _probe(a: torch.Tensor, dim: int, operand: torch.Tensor | None) -> torch.Ten
 
 # The call heights tried, smallest first: a library often takes other kernels for one row or a few.
 _FLOORS = (1, 2, 4, 8, 16)
-# The tallest call measured, and so made: a taller one is cut into calls of this height.
-MEASURED_ROWS = 32
 
 
 def chosen_paths() -> list[ChosenPath]:
@@ -196,7 +201,7 @@ def _row_keeping_path(
     paths: Sequence[Path],
     library_first: bool,
     operand: torch.Tensor | None,
-) -> tuple[int, int | None]:
+) -> tuple[int, int | None, int]:
     """(which path, its height h): the path that, measured once per key on random rows, gives every row of a call
     of h or more rows the bits that row gets in a call of exactly h rows (wherever it sits) from the smallest h
     (the first on a tie); h None when no path keeps rows even from 16 rows, and always on CUDA, where the library
@@ -206,7 +211,7 @@ def _row_keeping_path(
         return _measure_paths(a, dim, key, paths, library_first, operand)
 
 
-def _measure_paths(a, dim, key, paths, library_first, operand) -> tuple[int, int | None]:
+def _measure_paths(a, dim, key, paths, library_first, operand) -> tuple[int, int | None, int]:
     heights = dict.fromkeys((name for name, _ in paths), None)
     failed: set[str] = set()
     probe = _probe(a, dim, operand) if a.device.type == "cpu" else None
@@ -223,10 +228,36 @@ def _measure_paths(a, dim, key, paths, library_first, operand) -> tuple[int, int
         index = next((i for i, (name, _) in enumerate(paths) if name not in failed), 0)
     best = floors.get(index)
     name = paths[index][0]
+    ceiling = MEASURED_ROWS if best is None else _ceiling(probe, dim, paths[index][1], best, operand)
     with _measured_lock:  # two threads measuring one key find the same
-        _chosen[key] = ChosenPath(key, name, best, heights, tuple(sorted(failed)))
-        _measured[key] = (index, best)
-    return index, best
+        _chosen[key] = ChosenPath(key, name, best, heights, tuple(sorted(failed)), ceiling)
+        _measured[key] = (index, best, ceiling)
+    return index, best, ceiling
+
+
+# Taller calls tried, where measuring every height up to them costs at most `_CEILING_BUDGET` multiply-adds.
+_CEILINGS = (64, 128)
+_CEILING_BUDGET = 4e9
+
+
+def _ceiling(probe: torch.Tensor, dim: int, compute: RowsFn, floor: int, operand: torch.Tensor | None) -> int:
+    """The tallest call (`MEASURED_ROWS` or one of `_CEILINGS`) every height up to which gives every row the bits it
+    gets in calls of `MEASURED_ROWS` rows: a bfloat16 GEMM by a 704-wide weight summed rows otherwise in 222 of the
+    heights from 33 to 512, by 256-wide weights in none. Rows of a 2-D call only, every height measured (no sampling:
+    a height left out could be one that parts), within a budget (a large weight keeps `MEASURED_ROWS`)."""
+    if dim != 0 or probe is None or probe.dim() != 2:
+        return MEASURED_ROWS
+    width = probe.shape[1] * (1 if operand is None else operand.shape[-1])
+    best = MEASURED_ROWS
+    for ceiling in _CEILINGS:
+        if width * (ceiling * (ceiling + 1) / 2) > _CEILING_BUDGET:
+            break
+        rows = torch.cat([probe] * -(-ceiling // probe.shape[0]))[:ceiling]
+        pieces = in_rows(rows, 0, compute, floor, MEASURED_ROWS)
+        if not all(torch.equal(compute(rows[:m]), pieces[:m]) for m in range(best + 1, ceiling + 1)):
+            break
+        best = ceiling
+    return best
 
 
 def _measured_height(probe: torch.Tensor, dim: int, compute: RowsFn, name: str, failed: set[str]) -> int | None:

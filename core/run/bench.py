@@ -388,6 +388,7 @@ def _path_row(chosen) -> dict:
         "threads": threads,
         "path": chosen.path,
         "height": chosen.height,
+        "ceiling": chosen.ceiling,
         "heights": chosen.heights,
         "failed": list(chosen.failed),
     }
