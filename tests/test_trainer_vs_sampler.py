@@ -100,10 +100,35 @@ def _independent(loaded, texts, new_tokens):
 def test_the_logprobs_are_the_sampler_s_and_the_trainer_s_recomputed_here():
     settings = Settings(model="qwen2-english-4m", dtype="float32")
     found = generate_and_compare(TEXTS, settings, NEW, vs_trainer=True)
-    expected = _independent(load_model(settings), TEXTS, NEW)
+    loaded = load_model(settings)
+    outputs: dict[str, list[torch.Tensor]] = {}
+    hooks = [
+        module.register_forward_hook(lambda m, a, out, name=name: outputs.setdefault(name, []).append(
+            (out[0] if isinstance(out, tuple) else out).detach().clone()))
+        for name, module in loaded.model.named_modules() if name.count(".") == 3 or name == "lm_head"
+    ]  # fmt: skip
+    try:
+        expected = _independent(loaded, TEXTS, NEW)
+    finally:
+        for hook in hooks:
+            hook.remove()
     for text, (trainer, sampler) in zip(found.texts, expected):
         assert list(text.vs_trainer.trainer) == trainer
         assert list(text.vs_trainer.sampler) == sampler
+    # Where a text parts, its first module is the first (in run order) whose output differs between this test's own
+    # decode (pass `step`, the row's last position) and its trainer's forward (the position before the token).
+    width = max(len(loaded.tokenizer(t).input_ids) for t in TEXTS)
+    for row, text in enumerate(found.texts):
+        step = text.vs_trainer.first_differing_step
+        if step is None:
+            assert text.vs_trainer_module is None
+            continue
+        parted = [
+            name for name, calls in outputs.items()
+            if not torch.equal(calls[step][row, -1], calls[-1][row, width - 1 + step])
+        ]  # fmt: skip
+        order = [*(m.name for m in loaded.structure.recorded(modules=True)), "lm_head"]
+        assert text.vs_trainer_module == min(parted, key=order.index), row
     overall = found.trainer_vs_sampler
     assert overall.tokens == len(TEXTS) * NEW and not overall.bitwise  # a prefill's attention is not a decode's
 
@@ -135,6 +160,7 @@ def test_without_the_mode_the_verdict_gives_the_metrics(capsys):
     assert code == 0  # the continuations are the same; the logprobs are not
     assert "trainer vs sampler: 0 of 3 texts bitwise, max|δ| " in out and "; earliest at step 0 (text " in out
     assert "trainer vs sampler" in out.splitlines()[out.splitlines().index("") + 1]  # the per-text table
+    assert out.splitlines()[-1].endswith(" in lm_head")  # where the earliest parting starts: the head's call
 
 
 def test_the_verdicts_name_the_earliest_step_any_text_parts_at():
@@ -154,6 +180,7 @@ def test_the_verdicts_name_the_earliest_step_any_text_parts_at():
         sampler = (-1.0, -2.0, -3.0) if i != 1 else (-1.0, -1.0, -1.0)
         measured = {"vs_prefill": DecodeVsPrefill(prefill), "vs_trainer": SequenceLogprobs(trainer, sampler)}
         texts.append(dataclasses.replace(t, **measured))
+        texts[-1] = dataclasses.replace(texts[-1], vs_trainer_module=None)
     verdict = generation_verdict(dataclasses.replace(found, texts=tuple(texts)))
     assert "decode vs prefill (alone): 1 of 3 texts bitwise, text 3 first differs at step 0" in verdict
     assert "trainer vs sampler: 1 of 3 texts bitwise" in verdict and verdict.endswith("earliest at step 0 (text 3)")

@@ -58,6 +58,9 @@ class TextGeneration:
     # With `--vs-trainer`: the batched run's new tokens as the sampler gave them (decoded in the batch) and as the
     # trainer scores them (one training-mode forward of the chunk's prompt + completion, `run.trainer_forward`).
     vs_trainer: SequenceLogprobs | None = None
+    # There, at its first differing token, the first module (in run order) whose output is not the same bits in the
+    # batched decode and in the trainer's forward; None where they do not part.
+    vs_trainer_module: str | None = None
 
     @property
     def differs(self) -> bool:

@@ -35,7 +35,7 @@ def _text(t: TextGeneration) -> dict:
             "first_module": t.vs_prefill.first_module,
             "bitwise": t.vs_prefill.bitwise,
         },  # fmt: skip
-        "trainer_vs_sampler": None if t.vs_trainer is None else _vs_trainer(t.vs_trainer),
+        "trainer_vs_sampler": None if t.vs_trainer is None else _vs_trainer(t.vs_trainer, t.vs_trainer_module),
     }
 
 
@@ -47,10 +47,11 @@ def importance_json(metrics: ImportanceMetrics) -> dict:
     }
 
 
-def _vs_trainer(seq: SequenceLogprobs) -> dict:
+def _vs_trainer(seq: SequenceLogprobs, first_module: str | None) -> dict:
     return {
         **importance_json(importance_metrics([seq])),
         "first_differing_step": seq.first_differing_step,
+        "first_module": first_module,
         "trainer_logprobs": [number(v) for v in seq.trainer],
         "sampler_logprobs": [number(v) for v in seq.sampler],
     }

@@ -27,14 +27,13 @@ from ..numbers.generation import (
     GenerationComparison,
     TextGeneration,
 )
-from ..numbers.importance import SequenceLogprobs
 from ..numbers.metrics import position_stats
 from ..settings import Settings
 from .assemble import columns_by_text
 from .backend import Backend, Decoded
 from .runner import Runner
+from .sampler_vs_trainer import first_parting_modules, logprobs_of
 from .skeleton import CancelledFn, Chunk, PassSteps, PreparedRun, ProgressFn, own_tokens, prepare_run
-from .trainer_forward import score_as_trainer
 
 GENERATION_PADDING = "left"  # new tokens follow the prompt: right padding would put them after the pads
 
@@ -136,26 +135,24 @@ class _Generation:
             single = self._decode([ids])
             index = chunk.start + row
             result = self._measure(index, chunk.lines[row], text, ids, truncated, batched, row, single)
-            results.append(result if trainer is None else dataclasses.replace(result, vs_trainer=trainer[row]))
+            if trainer is not None:
+                result = dataclasses.replace(result, vs_trainer=trainer[row][0], vs_trainer_module=trainer[row][1])
+            results.append(result)
         return results
 
-    def _trainer_vs_sampler(self, prompts: list[list[int]], batched: Decoded) -> list[SequenceLogprobs]:
+    def _trainer_vs_sampler(self, prompts: list[list[int]], batched: Decoded) -> list[tuple]:
         """Each row's continuation (up to its EOS) as the batched decode gave it, against the trainer's forward of
-        the chunk's prompts + continuations: both logprobs of each token, and where their top-1s part."""
+        the chunk's prompts + continuations (`run.sampler_vs_trainer`): (both logprobs of each token, the first module
+        where they part)."""
         completions = [list(self._continuation(tokens).token_ids) for tokens in batched.new_tokens]
         self.steps.before()
-        scores = score_as_trainer(self.loaded.model, prompts, completions, self.loaded.pad_token_id)
+        sequences = logprobs_of(self.loaded, prompts, completions, batched)
+        parted = {row: s.first_differing_step for row, s in enumerate(sequences) if s.first_differing_step is not None}
+        modules = first_parting_modules(
+            self.loaded, lambda: self.backend.greedy(prompts, self.max_new_tokens), prompts, completions, parted
+        )
         self.steps.after()
-        sequences = []
-        for row, (completion, scored) in enumerate(zip(completions, scores)):
-            stepped = batched.logits[row, : len(completion)].float().to(scored.logprobs.device)
-            chosen = torch.tensor(completion, device=stepped.device)
-            sampler = stepped.log_softmax(-1).gather(-1, chosen[:, None])[:, 0]
-            disagree = (stepped.argmax(-1) != scored.top1).tolist()
-            sequences.append(
-                SequenceLogprobs(tuple(scored.logprobs.tolist()), tuple(sampler.tolist()), tuple(disagree))
-            )
-        return sequences
+        return [(sequence, modules.get(row)) for row, sequence in enumerate(sequences)]
 
     def _measure(self, index, line, text, ids, truncated, batched: Decoded, row, single: Decoded) -> TextGeneration:
         batched_run = self._continuation(batched.new_tokens[row])

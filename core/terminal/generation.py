@@ -72,7 +72,8 @@ def local_checks(text: TextGeneration) -> str:
             "trainer vs sampler: "
             + ("bitwise (every ratio 1)" if m.bitwise else
                f"max|δ| {format_float(m.max_abs_diff)}, kl {format_float(m.kl)}, ratio {m.ratio_min:.6f}-"
-               f"{m.ratio_max:.6f}, first at step {text.vs_trainer.first_differing_step}")
+               f"{m.ratio_max:.6f}, first at step {text.vs_trainer.first_differing_step}"
+               + (f" in {text.vs_trainer_module}" if text.vs_trainer_module else ""))
         )  # fmt: skip
     return "; ".join(words)
 

@@ -100,4 +100,5 @@ def _trainer_verdict(comparison: GenerationComparison) -> str:
     if not parted:
         return words
     first = min(parted, key=lambda t: t.vs_trainer.first_differing_step)  # the earliest (the first text on a tie)
-    return words + f"; earliest at step {first.vs_trainer.first_differing_step} (text {first.line})"
+    where = f" in {first.vs_trainer_module}" if first.vs_trainer_module else ""
+    return words + f"; earliest at step {first.vs_trainer.first_differing_step} (text {first.line}){where}"
