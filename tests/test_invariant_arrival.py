@@ -156,8 +156,17 @@ def _no_dropout(model) -> None:
                 setattr(owner, name, 0.0)
 
 
+@pytest.fixture(params=[1, 2], ids=["1-thread", "2-threads"])
+def threads(request):
+    """The kernels split work by thread count: each count is its own computation, and must hold by itself."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize("name", MODELS)
-def test_a_text_s_logits_are_the_same_however_its_tokens_arrive(models, name):
+def test_a_text_s_logits_are_the_same_however_its_tokens_arrive(models, name, threads):
     rng = random.Random(0)
     for dtype in DTYPES:
         model, tokenizer = _load(models[name], name, dtype)
@@ -195,28 +204,22 @@ def test_a_text_s_logits_are_the_same_however_its_tokens_arrive(models, name):
                         )
 
 
-@pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("cache", ["static", "sampled"])
 def test_decoding_over_a_static_cache_or_sampled_matches_the_prefill(models, threads, cache):
     """A static cache (its slots past the text empty, masked), and sampled decoding (the logits before the sampler's
     processing): each step's logits are the one forward's, at one thread and at two."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        for name in ("qwen2-english-4m", "mistral-window", "gemma2"):
-            for dtype in DTYPES:
-                model, tokenizer = _load(models[name], name, dtype)
-                options = {"cache_implementation": "static", "do_sample": False}
-                if cache == "sampled":
-                    torch.manual_seed(0)
-                    options = {"do_sample": True, "temperature": 1.5, "top_k": 0}
-                with batch_invariant(model), torch.no_grad():
-                    for ids, new, steps in _generate(model, tokenizer, PROMPTS, **options):
-                        whole = _whole(model, torch.cat([ids, new]))
-                        p = len(ids)
-                        assert not _differs(steps, whole[p - 1 : p - 1 + NEW_TOKENS]), f"{name} {dtype} {cache}"
-    finally:
-        torch.set_num_threads(before)
+    for name in ("qwen2-english-4m", "mistral-window", "gemma2"):
+        for dtype in DTYPES:
+            model, tokenizer = _load(models[name], name, dtype)
+            options = {"cache_implementation": "static", "do_sample": False}
+            if cache == "sampled":
+                torch.manual_seed(0)
+                options = {"do_sample": True, "temperature": 1.5, "top_k": 0}
+            with batch_invariant(model), torch.no_grad():
+                for ids, new, steps in _generate(model, tokenizer, PROMPTS, **options):
+                    whole = _whole(model, torch.cat([ids, new]))
+                    p = len(ids)
+                    assert not _differs(steps, whole[p - 1 : p - 1 + NEW_TOKENS]), f"{name} {dtype} {cache}"
 
 
 def test_without_the_mode_decode_and_prefill_differ(models):

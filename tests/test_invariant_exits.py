@@ -54,6 +54,7 @@ def _state(model) -> tuple:
     registers, the thread's torch function modes."""
     return (
         {name: vars(m).get("forward") for name, m in model.named_modules()},
+        vars(model).get("train"),
         model.config._attn_implementation,
         RowInvariantMatmuls.registered(),
         RowInvariantReductions.registered(),
@@ -212,3 +213,29 @@ def test_a_weight_replaced_inside_the_block_is_the_one_used(change):
     assert not torch.allclose(before, inside)  # the change changes the logits...
     torch.testing.assert_close(inside, outside, rtol=1e-4, atol=1e-4)  # ...to what the model now computes
     assert all(torch.equal(r, a) for r, a in zip(rows, alone))
+
+
+def test_train_and_eval_inside_the_block_keep_the_mode_s_forwards(loaded):
+    """transformers' `train` re-kernelizes a model that uses hub kernels, popping every decorated layer's instance
+    forward (an activation's, a norm's): inside the block they are the mode's again after it, and the trainer's
+    logits keep the mode's bits at two threads (a silu left to the library gave a tail mid-row)."""
+    model, tokenizer = loaded.model, loaded.tokenizer
+    batch = _batch(tokenizer)
+    before = _state(model)
+    saved = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with batch_invariant(model):
+            given = {name: vars(m).get("forward") for name, m in model.named_modules()}
+            with torch.no_grad():
+                inference = model(**batch).logits
+            model.train()
+            assert {name: vars(m).get("forward") for name, m in model.named_modules()} == given
+            training = model(**batch).logits
+            model.eval()
+            assert {name: vars(m).get("forward") for name, m in model.named_modules()} == given
+    finally:
+        torch.set_num_threads(saved)
+        model.eval()
+    assert torch.equal(training.detach(), inference)
+    assert _state(model) == before

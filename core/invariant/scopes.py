@@ -152,7 +152,8 @@ class ModuleForwards:
     them: `forward_for(module)`, the forward a module takes, or None to leave it as it is."""
 
     _lock: threading.Lock
-    _held: weakref.WeakKeyDictionary  # model -> [how many entries hold its modules' forwards, the modules given one]
+    # model -> [how many entries hold its modules' forwards, the modules given one, the undo of its `train`'s wrapping]
+    _held: weakref.WeakKeyDictionary
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -190,7 +191,7 @@ class ModuleForwards:
                         object.__setattr__(module, "forward", forward)
                         _given[module] = forward
                         given.append((module, forward))
-                held = cls._held[self._model] = [0, given]
+                held = cls._held[self._model] = [0, given, _given_again_after_train(self._model, given)]
             held[0] += 1
         return self
 
@@ -206,7 +207,34 @@ class ModuleForwards:
                         object.__delattr__(module, "forward")
                     if _given.get(module) is forward:
                         del _given[module]
+                held[2]()  # the model's own `train` again
                 del cls._held[self._model]
+
+
+def _given_again_after_train(model: torch.nn.Module, given: list) -> Callable[[], None]:
+    """While the returned undo is not called, `model.train(mode)` (and `eval()`, which calls it) gives the modules of
+    `given` their mode's forward again where it took it: transformers' `train` re-kernelizes a model that uses hub
+    kernels, which pops every decorated layer's instance forward (an activation's, a norm's). Returns the undo."""
+    before = vars(model).get("train")  # an instance's own, as a patch sets it; None: the class's
+    inner = model.train
+
+    def train(mode: bool = True):
+        result = inner(mode)
+        for module, forward in given:
+            if "forward" not in vars(module):
+                object.__setattr__(module, "forward", forward)
+        return result
+
+    object.__setattr__(model, "train", train)
+
+    def undo() -> None:
+        if vars(model).get("train") is train:
+            if before is None:
+                object.__delattr__(model, "train")
+            else:
+                object.__setattr__(model, "train", before)
+
+    return undo
 
 
 def library_holding(kernels: dict[tuple[str, str], Callable]) -> torch.library.Library:
