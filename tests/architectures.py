@@ -69,6 +69,17 @@ def build(name: str, folder: Path, tiny_path: Path) -> Path:
     return folder
 
 
+def load_checkpoint(path, name: str, dtype):
+    """(model in eval mode, tokenizer with a pad token) of a checkpoint of the matrix or a built-in, with the attention
+    the matrix runs it with."""
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    attn = ATTENTION.get(name.removesuffix("-near-tie"))
+    kwargs = {"attn_implementation": attn} if attn else {}
+    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **kwargs).eval(), tokenizer
+
+
 def _make_router_rows_near_ties(model) -> None:
     """Experts 1 and 2 of every router score each token almost alike: a rounding difference between
     the batched and single runs is enough to swap which of them a token goes to."""

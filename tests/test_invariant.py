@@ -9,7 +9,7 @@ import inspect
 import pytest
 import torch
 import transformers
-from architectures import ATTENTION, CHECKPOINTS
+from architectures import CHECKPOINTS, load_checkpoint
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from batchtui.core import NotInvariant, batch_invariant
@@ -36,15 +36,6 @@ DTYPES = (torch.bfloat16, torch.float32)
 def models(checkpoints):
     """The matrix's checkpoints and the built-in models, by name."""
     return {**checkpoints, **{name: builtin_path(name) for name in BUILT_INS}}
-
-
-def _load(path, name, dtype):
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    attn = ATTENTION.get(name.removesuffix("-near-tie"))
-    kwargs = {"attn_implementation": attn} if attn else {}
-    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **kwargs).eval(), tokenizer
 
 
 def _batched_rows(model, tokenizer, texts, side):
@@ -74,7 +65,7 @@ def _worst(batched, singles) -> float:
 @pytest.mark.parametrize("name", MODELS)
 def test_batched_logits_equal_single_runs_bitwise(models, name):
     for dtype in DTYPES:
-        model, tokenizer = _load(models[name], name, dtype)
+        model, tokenizer = load_checkpoint(models[name], name, dtype)
         with torch.inference_mode():
             with batch_invariant(model):
                 singles = [_single(model, tokenizer, text) for text in TEXTS]
@@ -89,7 +80,7 @@ def test_batched_logits_equal_single_runs_bitwise(models, name):
 
 @pytest.mark.parametrize("name", ["qwen2-english-4m", "llama"])
 def test_every_batch_size_from_1_to_8(models, name):
-    model, tokenizer = _load(models[name], name, torch.float32)
+    model, tokenizer = load_checkpoint(models[name], name, torch.float32)
     with torch.inference_mode(), batch_invariant(model):
         singles = [_single(model, tokenizer, text) for text in TEXTS]
         for size in range(1, 9):
@@ -119,7 +110,7 @@ def _greedy(model, tokenizer, texts):
 def test_greedy_generation_is_the_same_step_by_step(models, name):
     texts = TEXTS[:4]
     for dtype in DTYPES:
-        model, tokenizer = _load(models[name], name, dtype)
+        model, tokenizer = load_checkpoint(models[name], name, dtype)
         with torch.inference_mode(), batch_invariant(model):
             tokens, logits = _greedy(model, tokenizer, texts)
             for i, text in enumerate(texts):
@@ -130,7 +121,7 @@ def test_greedy_generation_is_the_same_step_by_step(models, name):
 
 def test_without_the_mode_generation_steps_differ(models):
     """The generation test above can fail: the same workload's step logits differ without the mode."""
-    model, tokenizer = _load(models["qwen2-english-4m"], "qwen2-english-4m", torch.float32)
+    model, tokenizer = load_checkpoint(models["qwen2-english-4m"], "qwen2-english-4m", torch.float32)
     with torch.inference_mode():
         _, logits = _greedy(model, tokenizer, TEXTS[:4])
         differs = []
@@ -155,7 +146,7 @@ def test_the_documented_example_prints_true_for_every_text(capsys):
 
 
 def test_leaving_the_mode_restores_every_kernel_and_the_attention(models):
-    model, tokenizer = _load(models["gemma2"], "gemma2", torch.float32)
+    model, tokenizer = load_checkpoint(models["gemma2"], "gemma2", torch.float32)
     a, b = torch.randn(5, 33), torch.randn(33, 7)
     x = torch.randn(3, 37)
     before = torch.mm(a, b), torch.nn.functional.silu(x)
@@ -175,7 +166,7 @@ def test_leaving_the_mode_restores_every_kernel_and_the_attention(models):
 
 def test_nested_entries_share_one_registration_and_keep_the_model_s_own_attention(models):
     """Gemma2's eager attention soft-caps its scores (SDPA does not): a nested entry must still run it per row."""
-    model, tokenizer = _load(models["gemma2"], "gemma2", torch.float32)
+    model, tokenizer = load_checkpoint(models["gemma2"], "gemma2", torch.float32)
     dump = torch._C._dispatch_dump("aten::mm")
     with torch.inference_mode(), batch_invariant(model):
         outer = _batched_rows(model, tokenizer, TEXTS[:3], "left")
@@ -239,7 +230,7 @@ def test_attention_a_model_calls_itself_is_caught(outside_the_matrix, name):
     """Falcon (before transformers 5.25) calls scaled_dot_product_attention itself, not through transformers'
     interface, with ALiBi in its float mask for one variant: caught either way; its own eager attention is
     refused where the model computes it outside the interface, and covered where it goes through it."""
-    model, tokenizer = _load(outside_the_matrix[name], name, torch.float32)
+    model, tokenizer = load_checkpoint(outside_the_matrix[name], name, torch.float32)
     with torch.inference_mode():
         with batch_invariant(model):
             singles = [_single(model, tokenizer, text) for text in TEXTS]

@@ -12,7 +12,7 @@ import random
 import pytest
 import torch
 import transformers
-from architectures import ATTENTION, CHECKPOINTS
+from architectures import CHECKPOINTS, load_checkpoint
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 from batchtui.core import batch_invariant
@@ -51,15 +51,6 @@ def models(checkpoints, tiny_path, tmp_path_factory):
         tokenizer.save_pretrained(folder)
         held_out[name] = folder
     return {**checkpoints, **{name: builtin_path(name) for name in BUILT_INS}, **held_out}
-
-
-def _load(path, name, dtype):
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    attn = ATTENTION.get(name.removesuffix("-near-tie"))
-    kwargs = {"attn_implementation": attn} if attn else {}
-    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **kwargs).eval(), tokenizer
 
 
 def _generate(model, tokenizer, prompts, **options):
@@ -169,7 +160,7 @@ def threads(request):
 def test_a_text_s_logits_are_the_same_however_its_tokens_arrive(models, name, threads):
     rng = random.Random(0)
     for dtype in DTYPES:
-        model, tokenizer = _load(models[name], name, dtype)
+        model, tokenizer = load_checkpoint(models[name], name, dtype)
         _no_dropout(model)
         with batch_invariant(model):
             with torch.no_grad():
@@ -210,7 +201,7 @@ def test_decoding_over_a_static_cache_or_sampled_matches_the_prefill(models, thr
     processing): each step's logits are the one forward's, at one thread and at two."""
     for name in ("qwen2-english-4m", "mistral-window", "gemma2"):
         for dtype in DTYPES:
-            model, tokenizer = _load(models[name], name, dtype)
+            model, tokenizer = load_checkpoint(models[name], name, dtype)
             options = {"cache_implementation": "static", "do_sample": False}
             if cache == "sampled":
                 torch.manual_seed(0)
@@ -224,7 +215,7 @@ def test_decoding_over_a_static_cache_or_sampled_matches_the_prefill(models, thr
 
 def test_without_the_mode_decode_and_prefill_differ(models):
     """The tests above can fail: the same workload's decoding steps part from the prefill without the mode."""
-    model, tokenizer = _load(models["qwen2-english-4m"], "qwen2-english-4m", torch.float32)
+    model, tokenizer = load_checkpoint(models["qwen2-english-4m"], "qwen2-english-4m", torch.float32)
     apart = 0
     with torch.no_grad():
         for ids, new, steps in _generate(model, tokenizer, PROMPTS, do_sample=False):
