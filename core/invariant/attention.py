@@ -18,13 +18,13 @@ import contextlib
 import functools
 import sys
 import threading
-import weakref
 from collections.abc import Iterator
 
 import torch
 from torch.overrides import TorchFunctionMode
 
 from ..errors import NotInvariant
+from .kept_by_identity import KeptByIdentity
 from .ordered_attention import ordered_attention
 from .routing import inner_implementation, routed_here
 
@@ -60,10 +60,8 @@ def _causal(q: int, kv: int, aligned_to_end: bool, device) -> torch.Tensor:
     return torch.ones(q, kv, dtype=torch.bool, device=device).tril(kv - q if aligned_to_end else 0)
 
 
-# The masks of a pass's layers are one tensor: what each query sees is read off it once, and is then one tensor too
-# (the mode's attention finds where each row's keys start once for it). Weak references, matched by identity.
-_seen_kept: list[tuple[weakref.ref, tuple, tuple]] = []
-_SEEN_KEPT = 4
+# What each query sees, read off a pass's mask once for all its layers.
+_seen_kept = KeptByIdentity()
 
 
 def _seen(mask: torch.Tensor | None, q: int, kv: int, causal: bool, aligned_to_end: bool, device):
@@ -72,14 +70,12 @@ def _seen(mask: torch.Tensor | None, q: int, kv: int, causal: bool, aligned_to_e
         return torch.ones(q, dtype=torch.bool, device=device).diag(kv - q)[kv - q :], None
     if mask is None:
         return (_causal(q, kv, aligned_to_end, device) if causal else _everything(device)), None
-    for ref, shape, seen in _seen_kept:
-        if ref() is mask and shape == (q, kv):
-            return seen
-    cut = mask[..., :kv]
-    seen = (cut, None) if cut.dtype == torch.bool else (cut > torch.finfo(cut.dtype).min / 2, cut)
-    _seen_kept.insert(0, (weakref.ref(mask), (q, kv), seen))
-    del _seen_kept[_SEEN_KEPT:]
-    return seen
+
+    def read() -> tuple:
+        cut = mask[..., :kv]
+        return (cut, None) if cut.dtype == torch.bool else (cut > torch.finfo(cut.dtype).min / 2, cut)
+
+    return _seen_kept.get(mask, (q, kv), read)
 
 
 @functools.lru_cache(maxsize=8)

@@ -50,23 +50,28 @@ def tail_free_length(n: int, threads: int, itemsize: int = 2, op: str | None = N
         length = -(-length // (step * used)) * (step * used)
 
 
+def _through_the_vector_body(out_op, x: torch.Tensor, op: str | None, *args, **kwargs) -> torch.Tensor:
+    """`out_op(x, ...)` (a binding's `out=` form) on a tensor padded so that no element falls in a scalar tail."""
+    n = x.numel()
+    length = tail_free_length(n, torch.get_num_threads(), x.element_size(), op)
+    if length == n and x.is_contiguous():  # no tail anywhere: the tensor as it is (the same loop, flattened)
+        return out_op(x, *args, **kwargs, out=torch.empty_like(x))
+    padded = x.new_empty(length)  # what the padding holds is computed and dropped: no need to clear it
+    head = padded[:n].view_as(x)  # (a Size as an argument parses slowly: a third of this call)
+    head.copy_(x)
+    out_op(padded, *args, **kwargs, out=padded)  # element by element: in place computes the same
+    return head
+
+
 def _tail_free(out_op, exact_in: tuple[torch.dtype, ...] = (), op: str | None = None):
     """`out_op`'s function (a binding with `out=`, which calls the op's out overload: not replaced) on a tensor with
     no element in a scalar tail; `exact_in`: dtypes whose vector and scalar paths compute the same (correctly
     rounded) result, for which any tail will do; `op`: the op's name, where its kernel splits its own way."""
 
     def run(x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
-        n = x.numel()
         if x.dtype in exact_in or not TailFreeElementwise.active():  # the library's own
             return out_op(x, *args, **kwargs, out=torch.empty_like(x))
-        length = tail_free_length(n, torch.get_num_threads(), x.element_size(), op)
-        if length == n and x.is_contiguous():  # no tail anywhere: the tensor as it is (the same loop, flattened)
-            return out_op(x, *args, **kwargs, out=torch.empty_like(x))
-        padded = x.new_empty(length)  # what the padding holds is computed and dropped: no need to clear it
-        head = padded[:n].view_as(x)  # (a Size as an argument parses slowly: a third of this call)
-        head.copy_(x)
-        out_op(padded, *args, **kwargs, out=padded)  # element by element: in place computes the same
-        return head
+        return _through_the_vector_body(out_op, x, op, *args, **kwargs)
 
     return run
 
@@ -74,14 +79,7 @@ def _tail_free(out_op, exact_in: tuple[torch.dtype, ...] = (), op: str | None = 
 def tail_free(op, x: torch.Tensor) -> torch.Tensor:
     """`op(x)` (a binding with an `out=` form: torch.exp, torch.tanh...) with every element through the vector body
     on the CPU, whatever the mode's scopes: the mode's own attention computes its exponentials so."""
-    if x.device.type != "cpu":
-        return op(x)
-    length = tail_free_length(x.numel(), torch.get_num_threads(), x.element_size())
-    padded = x.new_empty(length)
-    head = padded[: x.numel()].view_as(x)
-    head.copy_(x)
-    op(padded, out=padded)
-    return head
+    return op(x) if x.device.type != "cpu" else _through_the_vector_body(op, x, None)
 
 
 _OPS = ("silu", "gelu", "sigmoid", "tanh", "exp", "rsqrt", "erf", "log", "sin", "cos")

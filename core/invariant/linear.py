@@ -91,7 +91,7 @@ class _Forward:
         if (
             params.get("weight") is not self._weight
             or params.get("bias") is not self._bias
-            or not self.current(self._weight, self._bias)
+            or _where(self._weight, self._bias) != self._where  # (`weight.data = ...` keeps the Parameter)
         ):
             return self._replaced(x)
         chosen = self._chosen.get(torch.get_num_threads()) if RowInvariantMatmuls.active() else None

@@ -20,13 +20,12 @@ plain attention's (`invariant.gradients`).
 
 from __future__ import annotations
 
-import weakref
-
 import torch
 
 from .attention_scan import scanned_attention
 from .attention_tiles import tiled_attention
 from .gradients import plain_backward
+from .kept_by_identity import KeptByIdentity
 
 
 def _work_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -100,31 +99,26 @@ def _from(start: torch.Tensor, t: torch.Tensor, dim: int) -> torch.Tensor:
     return t.gather(dim, index.view(shape).expand(t.shape))
 
 
-# A pass's layers share one mask: where each row's keys start and how many each query sees are found once for it.
-# Tensors compare element-wise, so the cache holds weak references and matches by identity.
-_placements: list[tuple[weakref.ref, tuple, tuple | None]] = []
-_PLACEMENTS_KEPT = 4
+# Where each row's keys start and how many each query sees, found once for a pass's mask.
+_placements = KeptByIdentity()
 
 
 def _placement(attend: torch.Tensor, seen: torch.Tensor) -> tuple | None:
     """(each row's first real key, None where every row's is place 0; how many keys each query sees from there,
     [b, h, q]), where every query sees a prefix of its row's real keys; None where one does not (a mask with holes)."""
-    shape = tuple(seen.shape)
-    for ref, known_shape, placed in _placements:
-        if ref() is attend and known_shape == shape:
-            return placed
-    b, _, _, kv = shape
+    return _placements.get(attend, tuple(seen.shape), lambda: _placed(seen))
+
+
+def _placed(seen: torch.Tensor) -> tuple | None:
+    kv = seen.shape[3]
     real = seen.any(dim=2).any(dim=1)  # [b, kv]: the keys any query of the row sees
     start = real.to(torch.uint8).argmax(1)  # a row's first real key (0 where it has none)
     places = torch.arange(kv, device=seen.device)
     moved = _from(start, seen, 3) & ((start[:, None] + places) < kv)[:, None, None, :]
     counts = moved.sum(-1)
-    placed = None
-    if torch.equal(moved, places < counts[..., None]):  # each query: its first `count` keys, none after
-        placed = (start if bool(start.any()) else None), counts
-    _placements.insert(0, (weakref.ref(attend), shape, placed))
-    del _placements[_PLACEMENTS_KEPT:]
-    return placed
+    if not torch.equal(moved, places < counts[..., None]):  # each query: its first `count` keys, none after
+        return None
+    return (start if bool(start.any()) else None), counts
 
 
 def _plain(query, key, value, attend, scale, bias, sinks, softcap) -> torch.Tensor:

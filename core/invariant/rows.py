@@ -58,7 +58,7 @@ class ChosenPath:
     height: int | None  # the row-keeping height it is padded to; None: tiles of `tile_rows` rows
     heights: dict[str, int | None]  # each path's row-keeping height as measured (None: none up to 16, or it failed)
     failed: tuple[str, ...] = ()  # the paths that could not run here (a kernel this CPU lacks)
-    ceiling: int = 32  # the tallest call made: a taller one is cut into calls of this height (`MEASURED_ROWS` or more)
+    ceiling: int = MEASURED_ROWS  # the tallest call made: a taller one is cut into calls of this height
 
 
 # (key, dtype, shape and layout of everything but the rows, device type, threads, calls) -> the path taken (its

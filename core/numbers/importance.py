@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
+from functools import cached_property
 
 CLIP_EPSILON = 0.2  # PPO's clip range: a ratio outside [0.8, 1.2] is clipped
 TIS_CAP = 2.0  # truncated importance sampling's usual cap
@@ -37,6 +38,11 @@ class SequenceLogprobs:
             self.top1_disagree is not None and len(self.top1_disagree) != len(self.trainer)
         ):
             raise ValueError("a sequence's trainer and sampler logprobs must cover the same tokens")
+
+    @cached_property
+    def metrics(self) -> ImportanceMetrics:
+        """The metrics over this sequence's tokens."""
+        return importance_metrics([self])
 
     @property
     def first_differing_step(self) -> int | None:

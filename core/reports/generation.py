@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..numbers.generation import Continuation, GenerationComparison, TextGeneration
-from ..numbers.importance import ImportanceMetrics, SequenceLogprobs, importance_metrics
+from ..numbers.importance import ImportanceMetrics, SequenceLogprobs
 from .report import number, position_json, run_json
 
 
@@ -49,7 +49,7 @@ def importance_json(metrics: ImportanceMetrics) -> dict:
 
 def _vs_trainer(seq: SequenceLogprobs, first_module: str | None) -> dict:
     return {
-        **importance_json(importance_metrics([seq])),
+        **importance_json(seq.metrics),
         "first_differing_step": seq.first_differing_step,
         "first_module": first_module,
         "trainer_logprobs": [number(v) for v in seq.trainer],

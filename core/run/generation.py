@@ -31,6 +31,7 @@ from ..numbers.metrics import position_stats
 from ..settings import Settings
 from .assemble import columns_by_text
 from .backend import Backend, Decoded
+from .module_outputs import first_differing, module_outputs
 from .runner import Runner
 from .sampler_vs_trainer import first_parting_modules, logprobs_of
 from .skeleton import CancelledFn, Chunk, PassSteps, PreparedRun, ProgressFn, own_tokens, prepare_run
@@ -217,44 +218,20 @@ class _Generation:
         device = self.loaded.device
         sequence = torch.tensor([prompt + continuation], device=device)
         position = len(prompt) - 1 + step
-        prefilled = self._module_outputs(position, input_ids=sequence, use_cache=False)
-        if step == 0:
-            decoded = self._module_outputs(-1, input_ids=sequence[:, : len(prompt)], use_cache=False)
-        else:
-            cached = cache_of(self.loaded.model(input_ids=sequence[:, :position], use_cache=True))
-            token = sequence[:, position : position + 1]
-            decoded = self._module_outputs(
-                -1, input_ids=token, use_cache=True, **{cache_kwarg(self.loaded.model): cached}
-            )
-        order = [m.name for m in self.loaded.structure.recorded(modules=True)]
-        return next(
-            (name for name in order if name in prefilled and name in decoded and not torch.equal(prefilled[name],
-                                                                                               decoded[name])),
-            None,
-        )  # fmt: skip
-
-    def _module_outputs(self, position: int, **inputs) -> dict[str, torch.Tensor]:
-        """One forward of the model; each recorded module's output at `position` of the call's tokens."""
         model = self.loaded.model
-        named = dict(model.named_modules())
-        outputs: dict[str, torch.Tensor] = {}
+        order = [m.name for m in self.loaded.structure.recorded(modules=True)]
 
-        def keep(name: str):
-            def hook(module, args, output):
-                tensor = output[0] if isinstance(output, tuple) else output
-                if isinstance(tensor, torch.Tensor) and tensor.dim() == 3:
-                    outputs[name] = tensor[0, position].clone()
+        def at(position: int, **inputs) -> dict[str, torch.Tensor]:  # one forward; each module's output there
+            return module_outputs(model, order, lambda: model(**inputs), {0: (0, 0, position)}).get(0, {})
 
-            return hook
-
-        recorded = [m.name for m in self.loaded.structure.recorded(modules=True) if m.name in named]
-        handles = [named[name].register_forward_hook(keep(name)) for name in recorded]
-        try:
-            model(**inputs)
-        finally:
-            for handle in handles:
-                handle.remove()
-        return outputs
+        prefilled = at(position, input_ids=sequence, use_cache=False)
+        if step == 0:
+            decoded = at(-1, input_ids=sequence[:, : len(prompt)], use_cache=False)
+        else:
+            cached = cache_of(model(input_ids=sequence[:, :position], use_cache=True))
+            token = sequence[:, position : position + 1]
+            decoded = at(-1, input_ids=token, use_cache=True, **{cache_kwarg(model): cached})
+        return first_differing(order, prefilled, decoded)
 
     def _continuation(self, new_tokens: torch.Tensor) -> Continuation:
         """The row's new tokens up to and including its first EOS (`generate` pads finished rows after it)."""

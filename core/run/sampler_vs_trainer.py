@@ -13,10 +13,10 @@ from collections.abc import Callable
 
 import torch
 
-from ..models.hooks import own_thread
 from ..models.loading import LoadedModel
 from ..numbers.importance import SequenceLogprobs
 from .backend import Decoded
+from .module_outputs import first_differing, module_outputs
 from .trainer_forward import score_as_trainer
 
 
@@ -52,53 +52,12 @@ def first_parting_modules(
     # the recorded modules in run order, then the head (`generate` computes its logits for the last position alone)
     order = [m.name for m in loaded.structure.recorded(modules=True)]
     order += [name for name, module in loaded.model.named_modules() if module is head and head is not None]
-    sampler = _outputs(loaded.model, order, decode, {(step, row) for row, step in steps.items()})
+    sampler = module_outputs(loaded.model, order, decode, {row: (step, row, -1) for row, step in steps.items()})
     start = max(len(p) for p in prompts)
-    at = {(0, row): (row, start - 1 + step) for row, step in steps.items()}
-    trainer = _outputs(
+    trainer = module_outputs(
         loaded.model,
         order,
         lambda: score_as_trainer(loaded.model, prompts, completions, loaded.pad_token_id),
-        set(at),
-        places=at,
+        {row: (0, row, start - 1 + step) for row, step in steps.items()},
     )
-    found = {}
-    for row, step in steps.items():
-        mine, theirs = sampler.get((step, row), {}), trainer.get((0, row), {})
-        found[row] = next(
-            (name for name in order if name in mine and name in theirs and not torch.equal(mine[name], theirs[name])),
-            None,
-        )
-    return found
-
-
-def _outputs(model, order: list[str], run: Callable[[], object], wanted: set, places: dict | None = None) -> dict:
-    """(pass, row) -> {module: its output there}: a row's last position in the run's pass `pass` (a decode's), or
-    where `places` says ((pass, row) -> (row, position): one forward's)."""
-    named = dict(model.named_modules())
-    passes = [-1]
-    kept: dict[tuple, dict[str, torch.Tensor]] = {}
-
-    def count(module, args):
-        passes[0] += 1
-
-    def keep(name: str):
-        def hook(module, args, output):
-            tensor = output[0] if isinstance(output, tuple) else output
-            if not isinstance(tensor, torch.Tensor) or tensor.dim() != 3:
-                return
-            for pass_, row in wanted:
-                if pass_ == passes[0]:
-                    row_, position = places[(pass_, row)] if places else (row, -1)
-                    kept.setdefault((pass_, row), {})[name] = tensor[row_, position].detach().clone()
-
-        return hook
-
-    handles = [model.register_forward_pre_hook(own_thread(count))]
-    handles += [named[name].register_forward_hook(own_thread(keep(name))) for name in order if name in named]
-    try:
-        run()
-    finally:
-        for handle in handles:
-            handle.remove()
-    return kept
+    return {row: first_differing(order, sampler.get(row, {}), trainer.get(row, {})) for row in steps}

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 from ..numbers.comparison import TopToken
 from ..numbers.generation import GenerationComparison, TextGeneration
-from ..numbers.importance import importance_metrics
 from .plain import format_float
 
 
@@ -67,7 +66,7 @@ def local_checks(text: TextGeneration) -> str:
         where = f" in {text.vs_prefill.first_module}" if text.vs_prefill.first_module else ""
         words.append("decode vs prefill: " + ("bitwise" if step is None else f"first differs at step {step}{where}"))
     if text.vs_trainer is not None:
-        m = importance_metrics([text.vs_trainer])
+        m = text.vs_trainer.metrics
         words.append(
             "trainer vs sampler: "
             + ("bitwise (every ratio 1)" if m.bitwise else

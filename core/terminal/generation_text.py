@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from ..numbers.generation import GenerationComparison, TextGeneration
-from ..numbers.importance import importance_metrics
 from ..visible import literal
 from .plain import format_columns, format_float
 
@@ -27,7 +26,7 @@ def format_generation_table(comparison: GenerationComparison) -> str:
 
 
 def _trainer_row(t: TextGeneration) -> tuple[str, ...]:
-    m = importance_metrics([t.vs_trainer])
+    m = t.vs_trainer.metrics
     first = t.vs_trainer.first_differing_step
     return (
         str(t.line),
