@@ -3,6 +3,8 @@ how many others share the call, through the library where it was measured to kee
 fixed-height tiles where not. Each property is also shown to fail without the mode on a workload where the
 library's small-call kernels differ (float32, one row against many)."""
 
+import warnings
+
 import pytest
 import torch
 
@@ -426,3 +428,43 @@ def test_a_ceiling_above_the_measured_height_is_kept_only_where_every_height_to_
     assert invariant_rows._ceiling(probe, 0, parts_from_33, 1, None) == 32
     assert invariant_rows._ceiling(probe, 0, lambda rows: rows * 2, 1, None) == max(invariant_rows._CEILINGS)
     assert invariant_rows._ceiling(probe[None], 1, lambda rows: rows * 2, 1, None) == 32
+
+
+def test_a_kernel_registered_for_the_functional_mm_alone_is_measured_where_the_layers_call_it(monkeypatch):
+    """A kernel registered for `aten::mm` only (not its out overload) that sums a row another way in calls of 24
+    rows or more: where the mode leaves mm to the library (the built-in's products are made only inside its linear
+    layers), the layers call that kernel, and the heights their rows are kept from are measured through it, not
+    through the out overload the entry's census passes take. A text's logits alone and batched stay bitwise."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from batchtui.core import batch_invariant
+    from batchtui.core.models.builtin import builtin_path
+
+    def mm(a, b):
+        out = a.new_empty((a.shape[0], b.shape[1]))
+        if a.shape[0] < 24:
+            return torch.ops.aten.mm.out(a, b, out=out)
+        half = a.shape[1] // 2  # two half sums added: a row's rounding is another
+        torch.ops.aten.mm.out(a[:, :half], b[:half], out=out)
+        return out + torch.ops.aten.mm.out(a[:, half:], b[half:], out=torch.empty_like(out))
+
+    monkeypatch.setattr(invariant_rows, "_measured", {})
+    path = builtin_path("tiny")
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
+    texts = ["one two three " * 6, "a b", "x " * 30]
+    library = torch.library.Library("aten", "IMPL")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*[Oo]verrid.*")
+        library.impl("mm", mm, "CPU")
+    try:
+        with torch.inference_mode(), batch_invariant(model):
+            assert not RowInvariantMatmuls.replaces("mm", "CPU")  # left to the library: the kernel above
+            batch = tokenizer(texts, return_tensors="pt", padding=True)
+            positions = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)
+            logits = model(**batch, position_ids=positions).logits
+            singles = [model(**tokenizer(text, return_tensors="pt")).logits[0] for text in texts]
+    finally:
+        library._destroy()
+    for row, single in enumerate(singles):
+        assert torch.equal(logits[row, -single.shape[0] :], single), row

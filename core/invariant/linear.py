@@ -65,8 +65,11 @@ class _Forward:
         self._where = _where(module.weight, module.bias)
         self._dtype, self._in, self._out = module.weight.dtype, module.in_features, module.out_features
         self._library, self._op = _library(module.weight, module.bias), _op(module.bias)
-        # thread count -> (compute, floor, the elements between which a call is the library's op whole, from the
-        # floor's rows to the ceiling's: such a call is `F.linear`'s own, None where the path is another; the ceiling)
+        # (thread count, whether the op's CPU kernel is replaced now) -> (compute, floor, the elements between which a
+        # call is the library's op whole, from the floor's rows to the ceiling's: such a call is `F.linear`'s own,
+        # None where the path is another; the ceiling). The library's path calls the op's out overload while the mode
+        # replaces the op, the op itself while not (`_library`): two kernels, where one is registered for the op alone
+        # (a kernel library's), each measured for itself.
         self._chosen: dict[tuple, tuple] = {}
 
     def original(self, x: torch.Tensor) -> torch.Tensor:
@@ -94,19 +97,20 @@ class _Forward:
             or _where(self._weight, self._bias) != self._where  # (`weight.data = ...` keeps the Parameter)
         ):
             return self._replaced(x)
-        chosen = self._chosen.get(torch.get_num_threads()) if RowInvariantMatmuls.active() else None
+        op_replaced = RowInvariantMatmuls.replaces(self._op, "CPU")
+        chosen = self._chosen.get((torch.get_num_threads(), op_replaced)) if RowInvariantMatmuls.active() else None
         if (
             chosen is not None
             and chosen[2] is not None
             and chosen[2][0] <= x.numel() <= chosen[2][1]
             and x.dim() > 1
             and x.is_contiguous()
-            and not RowInvariantMatmuls.replaces(self._op, "CPU")
+            and not op_replaced
         ):
             # Rows the library's op takes whole, the op not replaced: `F.linear` is that op on the flattened rows
             # (addmm with the bias, mm without), the reshapes in C++ (a test holds the bits equal).
             return F.linear(x, self._weight, self._bias)
-        return self._by_rows(x, chosen)
+        return self._by_rows(x, chosen, op_replaced)
 
     def _replaced(self, x: torch.Tensor) -> torch.Tensor:
         """A call after the layer's weight or bias was replaced inside the block (a new Parameter, `weight.data = ...`,
@@ -118,7 +122,7 @@ class _Forward:
         self.__init__(module)
         return self(x)
 
-    def _by_rows(self, x: torch.Tensor, chosen: tuple | None) -> torch.Tensor:
+    def _by_rows(self, x: torch.Tensor, chosen: tuple | None, op_replaced: bool) -> torch.Tensor:
         """A call `__call__` does not give `F.linear`: its rows through the path chosen (chosen here on a first call
         of the pass's kind), or the layer's own forward where the mode does not compute it. Under autograd, the
         backward is `F.linear`'s (`invariant.gradients`)."""
@@ -126,20 +130,20 @@ class _Forward:
             return self.original(x)
         if torch.is_grad_enabled():
             tensors = (x, self._weight) if self._bias is None else (x, self._weight, self._bias)
-            return plain_backward(lambda *_: self._rows(x, chosen), F.linear, *tensors)
-        return self._rows(x, chosen)
+            return plain_backward(lambda *_: self._rows(x, chosen, op_replaced), F.linear, *tensors)
+        return self._rows(x, chosen, op_replaced)
 
-    def _rows(self, x: torch.Tensor, chosen: tuple | None) -> torch.Tensor:
+    def _rows(self, x: torch.Tensor, chosen: tuple | None, op_replaced: bool) -> torch.Tensor:
         rows = x.reshape(-1, self._in)
         if chosen is None:
             if rows.shape[0] == 0:
                 return self.original(x)
-            key = ("linear", self._weight.shape, self._bias is not None)
+            key = ("linear", self._weight.shape, self._bias is not None, "out overload" if op_replaced else "op")
             paths = _paths(rows, self._weight, self._bias, self._library)
             compute, floor, ceiling = choose(rows, 0, key, *paths, operand=self._weight.t())
             measured = (floor * self._in, ceiling * self._in) if floor is not None else None
             whole = measured if compute is self._library else None
-            self._chosen[torch.get_num_threads()] = (compute, floor, whole, ceiling)
+            self._chosen[torch.get_num_threads(), op_replaced] = (compute, floor, whole, ceiling)
             return self(x)  # the call again, its path chosen
         compute, floor, _, ceiling = chosen
         # (a Size as one argument parses slowly)
