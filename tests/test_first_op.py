@@ -4,44 +4,18 @@ call's height (registered through torch.library for the test), in float64 where 
 
 from __future__ import annotations
 
-import contextlib
 import json
-import warnings
 
 import pytest
 import torch
 from architectures import ARCHITECTURES, ATTENTION
+from height_kernels import height_dependent_addmm
 
 from batchtui.core import Settings, compare
 from batchtui.core.cli import main
 from batchtui.core.run.first_op import with_first_ops
 
 TEXTS = ["ab", "abcdefg", "xyz"]  # byte tokens: calls of 2, 7 and 3 rows alone, 21 rows batched
-
-
-@contextlib.contextmanager
-def height_dependent_addmm(rows: int = 8):
-    """aten::mm and aten::addmm on the CPU, plus 2**-30 on every output of a call of `rows` rows or more."""
-
-    def shifted(out, a):
-        return out + 2**-30 if a.shape[0] >= rows else out
-
-    def mm(a, b):
-        return shifted(torch.ops.aten.mm.out(a, b, out=a.new_empty((a.shape[0], b.shape[1]))), a)
-
-    def addmm(bias, a, b, *, beta=1, alpha=1):
-        out = torch.ops.aten.addmm.out(bias, a, b, beta=beta, alpha=alpha, out=a.new_empty((a.shape[0], b.shape[1])))
-        return shifted(out, a)
-
-    library = torch.library.Library("aten", "IMPL")
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*[Oo]verrid.*")
-        library.impl("mm", mm, "CPU")
-        library.impl("addmm", addmm, "CPU")
-    try:
-        yield
-    finally:
-        library._destroy()
 
 
 def test_the_first_op_is_the_height_dependent_matmul_in_the_first_projection():

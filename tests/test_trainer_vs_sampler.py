@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from height_kernels import height_dependent_addmm
 
 from batchtui.core.cli import main
 from batchtui.core.models.loading import load_model
@@ -184,3 +185,33 @@ def test_the_verdicts_name_the_earliest_step_any_text_parts_at():
     verdict = generation_verdict(dataclasses.replace(found, texts=tuple(texts)))
     assert "decode vs prefill (alone): 1 of 3 texts bitwise, text 3 first differs at step 0" in verdict
     assert "trainer vs sampler: 1 of 3 texts bitwise" in verdict and verdict.endswith("earliest at step 0 (text 3)")
+
+
+def test_ops_name_the_first_op_where_the_sampler_and_the_trainer_part(tmp_path, capsys):
+    """The cause made here: an addmm that shifts every output of a call of 8 rows or more by 2**-10 (float64, where the
+    CPU's kernels keep rows; a shift the float32 logprobs show). A decoding step's call holds one row per text (3), the
+    trainer's 3 x its width: the first module is the first layer's attention and its first op the query projection's
+    addmm, 3 rows against all."""
+    report = tmp_path / "r.json"
+    with height_dependent_addmm(shift=2**-10):
+        code = main(["generate", "--model", "tiny", "--dtype", "float64", "--max-new-tokens", "3", "--vs-trainer",
+                     "--ops", *TEXTS, "--json", str(report)])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0
+    data = json.loads(report.read_text())
+    for entry in data["texts"]:
+        parted = entry["trainer_vs_sampler"]
+        assert parted["first_differing_step"] == 1  # the prefill's calls are 8 rows or more in both
+        assert parted["first_module"] == "model.layers.0.self_attn"
+        op = parted["first_op"]
+        assert op["op"] == "aten.addmm" and op["module"] == "model.layers.0.self_attn.q_proj"
+        width = max(e["prompt_tokens"] for e in data["texts"]) + 3
+        assert op["shape_sampler"][1][0] == len(TEXTS) and op["shape_trainer"][1][0] == len(TEXTS) * width
+        assert op["kernel_class"] == "matmul" and op["max_abs_diff"] > 0
+        assert op["cause"].startswith(f"a {len(TEXTS)}-row call in the sampler's decode, {len(TEXTS) * width} rows")
+    assert "first at aten.addmm in model.layers.0.self_attn.q_proj" in out.splitlines()[-1]
+
+
+def test_ops_needs_vs_trainer(capsys):
+    assert main(["generate", "--model", "tiny", "--ops", "a"]) == 2
+    assert "--ops names where the sampler and the trainer part: it needs --vs-trainer" in capsys.readouterr().err

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..errors import InputError
 from ..numbers.generation import DEFAULT_MAX_NEW_TOKENS
 from .exit_codes import parsed_and_guarded
 from .options import add_remedy_option, command_parser
@@ -38,6 +39,12 @@ def add_generation_options(parser: argparse.ArgumentParser) -> None:
         help="also score each batched continuation as a trainer does (one training-mode forward of prompt + "
         "completion, autograd on) against the logprobs the batched decode gave its tokens: RL's importance ratio",
     )
+    parser.add_argument(
+        "--ops",
+        action="store_true",
+        help="with --vs-trainer: where a text's logprobs part, also name the first aten op inside the first "
+        "parting module whose inputs are the same in the sampler and the trainer and whose output is not",
+    )
 
 
 def run_generate(argv: list[str], prog: str = "batchtui generate") -> int:
@@ -51,13 +58,15 @@ def run_generate(argv: list[str], prog: str = "batchtui generate") -> int:
 
 def _generate(args: argparse.Namespace, command_line: list[str]) -> int:
     args.command_line = command_line
+    if args.ops and not args.vs_trainer:
+        raise InputError("--ops names where the sampler and the trainer part: it needs --vs-trainer")
 
     def run(texts, settings, lines, sink):
         from ..run.generation import generate_and_compare
 
         return generate_and_compare(
             texts, settings, args.max_new_tokens, args.from_embeds, lines=lines, logits_sink=sink,
-            vs_prefill=args.vs_prefill, vs_trainer=args.vs_trainer,
+            vs_prefill=args.vs_prefill, vs_trainer=args.vs_trainer, ops=args.ops,
         )  # fmt: skip
 
     return report_command(args, run, _generation_report)

@@ -27,9 +27,13 @@ class FirstOp:
     shape_single: tuple[tuple[int, ...], ...]  # its tensor inputs' shapes alone
     shape_batched: tuple[tuple[int, ...], ...]  # ... and in the batch
     max_abs_diff: float  # of its output for this text
+    # The two runs in words: the text alone and batched (`check --ops`), or a sampler and a trainer
+    sides: tuple[str, str] = ("alone", "batched")
 
     def words(self) -> str:
-        return f"{self.op} in {self.module}: {_shapes(self.shape_single)} alone, {_shapes(self.shape_batched)} batched"
+        first, second = self.sides
+        shapes = f"{_shapes(self.shape_single)} {first}, {_shapes(self.shape_batched)} {second}"
+        return f"{self.op} in {self.module}: {shapes}"
 
     @property
     def kernel_class(self) -> str:
@@ -45,16 +49,20 @@ class FirstOp:
 
     def cause(self) -> str:
         """Why this op's result for a text can follow the batch, in words."""
-        kind = self.kernel_class
+        kind, (first, second) = self.kernel_class, self.sides
         if kind == "matmul":
-            alone, batched = (_rows(shapes[0]) if shapes else 0 for shapes in (self.shape_single, self.shape_batched))
-            return f"a {alone}-row call alone, {batched} rows batched: the GEMM library blocks them differently"
+            operand = 1 if self.op.removeprefix("aten.") in _BIAS_FIRST else 0  # the rows, after a bias
+            alone, batched = (
+                _rows(shapes[operand]) if len(shapes) > operand else 0
+                for shapes in (self.shape_single, self.shape_batched)
+            )
+            return f"a {alone}-row call {first}, {batched} rows {second}: the GEMM library blocks them differently"
         if kind == "attention":
             alone, batched = (
                 shapes[1][-2] if len(shapes) > 1 else 0 for shapes in (self.shape_single, self.shape_batched)
             )
             return (
-                f"attention over {alone} keys alone, {batched} batched (padding included): another kernel, another "
+                f"attention over {alone} keys {first}, {batched} {second} (padding included): another kernel, another "
                 "reduction order"
             )
         if kind == "reduction":
@@ -63,15 +71,11 @@ class FirstOp:
 
 
 _MATMULS = frozenset({"linear", "mm", "addmm", "bmm", "baddbmm", "matmul", "_grouped_mm", "addmv", "mv"})
+_BIAS_FIRST = frozenset({"addmm", "baddbmm", "addmv"})
 _REDUCTIONS = frozenset(
     {"mean", "sum", "var", "var_mean", "norm", "linalg_vector_norm", "amax", "_softmax", "softmax", "log_softmax"}
     | {"_log_softmax", "native_layer_norm", "layer_norm", "rms_norm", "cumsum"}
 )
-
-
-def _keys(shapes) -> int:
-    """How many keys an attention call reads: its key's length ([b, heads, keys, d])."""
-    return shapes[1][-2] if len(shapes) > 1 and len(shapes[1]) >= 2 else 0
 
 
 def _rows(shape: tuple[int, ...]) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from .comparison import PositionColumns, PositionMetrics, RunResult
+from .comparison import FirstOp, PositionColumns, PositionMetrics, RunResult
 from .importance import ImportanceMetrics, SequenceLogprobs, importance_metrics
 
 DEFAULT_MAX_NEW_TOKENS = 32
@@ -61,6 +61,9 @@ class TextGeneration:
     # There, at its first differing token, the first module (in run order) whose output is not the same bits in the
     # batched decode and in the trainer's forward; None where they do not part.
     vs_trainer_module: str | None = None
+    # With `--ops` too: inside that module, the first op whose inputs for the token are the same in the two and whose
+    # output is not; None where not asked or none is found.
+    vs_trainer_op: FirstOp | None = None
 
     @property
     def differs(self) -> bool:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ..numbers.generation import Continuation, GenerationComparison, TextGeneration
-from ..numbers.importance import ImportanceMetrics, SequenceLogprobs
-from .report import number, position_json, run_json
+from ..numbers.importance import ImportanceMetrics
+from .report import first_op_json, number, position_json, run_json
 
 
 def _continuation(c: Continuation) -> dict:
@@ -35,7 +35,7 @@ def _text(t: TextGeneration) -> dict:
             "first_module": t.vs_prefill.first_module,
             "bitwise": t.vs_prefill.bitwise,
         },  # fmt: skip
-        "trainer_vs_sampler": None if t.vs_trainer is None else _vs_trainer(t.vs_trainer, t.vs_trainer_module),
+        "trainer_vs_sampler": None if t.vs_trainer is None else _vs_trainer(t),
     }
 
 
@@ -47,11 +47,13 @@ def importance_json(metrics: ImportanceMetrics) -> dict:
     }
 
 
-def _vs_trainer(seq: SequenceLogprobs, first_module: str | None) -> dict:
+def _vs_trainer(t: TextGeneration) -> dict:
+    seq = t.vs_trainer
     return {
         **importance_json(seq.metrics),
         "first_differing_step": seq.first_differing_step,
-        "first_module": first_module,
+        "first_module": t.vs_trainer_module,
+        **({} if t.vs_trainer_op is None else {"first_op": first_op_json(t.vs_trainer_op, ("sampler", "trainer"))}),
         "trainer_logprobs": [number(v) for v in seq.trainer],
         "sampler_logprobs": [number(v) for v in seq.sampler],
     }

@@ -11,7 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..errors import InputError
-from ..numbers.comparison import Comparison, ModuleMetrics, PositionMetrics, TextResult, TopToken
+from ..numbers.comparison import Comparison, FirstOp, ModuleMetrics, PositionMetrics, TextResult, TopToken
 from ..safe_files import is_standard_output, write_fresh, write_text
 
 
@@ -100,17 +100,18 @@ def _text(t: TextResult) -> dict:
             }
             for c in t.routing_changes
         ],
-        **({} if t.first_op is None else {"first_op": _first_op(t.first_op)}),
+        **({} if t.first_op is None else {"first_op": first_op_json(t.first_op)}),
         **extra,
     }
 
 
-def _first_op(op) -> dict:
+def first_op_json(op: FirstOp, runs: tuple[str, str] = ("single", "batched")) -> dict:
+    """`op` as JSON; `runs` names its two runs' input shapes (`shape_single`, `shape_batched`)."""
     return {
         "op": op.op,
         "module": op.module,
-        "shape_single": [list(s) for s in op.shape_single],
-        "shape_batched": [list(s) for s in op.shape_batched],
+        f"shape_{runs[0]}": [list(s) for s in op.shape_single],
+        f"shape_{runs[1]}": [list(s) for s in op.shape_batched],
         "max_abs_diff": number(op.max_abs_diff),
         "kernel_class": op.kernel_class,
         "cause": op.cause(),

@@ -10,7 +10,8 @@ arrives with an op's inputs is not that op's.
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -36,29 +37,42 @@ class _Record:
 class _Recorder(TorchDispatchMode):
     """Every aten op while `inside` names a module of the recorded subtree: its tensors, cut to the text."""
 
-    def __init__(self, cut) -> None:
+    def __init__(self, cut, in_parts: bool = False) -> None:
         super().__init__()
         self.cut = cut  # tensor -> this text's part, or None
+        # An op made of others reaches this mode whole without autograd (a decode's), in its parts with it (a
+        # trainer's): `in_parts` records its parts either way, so that two such runs pair op by op.
+        self.in_parts = in_parts
         self.module: str | None = None
         self.records: list[_Record] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self.in_parts and self.module is not None and _composite(func):
+            with self:  # (the mode is off inside its own call: on again for the parts)
+                decomposed = func.decompose(*args, **(kwargs or {}))
+            if decomposed is not NotImplemented:
+                return decomposed
         out = func(*args, **(kwargs or {}))
         if self.module is not None:
             tensors = list(_tensors((args, kwargs or {})))
             output = next(_tensors(out), None)
-            parts = [self.cut(t) for t in tensors]  # each tensor cut (and copied) once
-            self.records.append(
-                _Record(
-                    op=f"aten.{func.__name__.split('.')[0]}",
-                    module=self.module,
-                    inputs=parts,
-                    whole_inputs=[_whole(t) for t, part in zip(tensors, parts) if part is None],
-                    output=None if output is None else self.cut(output),
-                    shapes=tuple(tuple(t.shape) for t in tensors),
+            with torch.no_grad():  # (a composite op comes here above autograd: a trainer's forward records its cuts)
+                parts = [self.cut(t) for t in tensors]  # each tensor cut (and copied) once
+                self.records.append(
+                    _Record(
+                        op=f"aten.{func.__name__.split('.')[0]}",
+                        module=self.module,
+                        inputs=parts,
+                        whole_inputs=[_whole(t) for t, part in zip(tensors, parts) if part is None],
+                        output=None if output is None else self.cut(output),
+                        shapes=tuple(tuple(t.shape) for t in tensors),
+                    )
                 )
-            )
         return out
+
+
+def _composite(func) -> bool:
+    return torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd")
 
 
 def _tensors(value):
@@ -102,21 +116,29 @@ def _cutter(batch: int, length: int, row: int, real: torch.Tensor):
     return cut
 
 
-def _recorded(loaded: LoadedModel, module: str, run, cut) -> list[_Record]:
-    """The ops `run()` makes inside `module` (and its children), each cut by `cut`."""
-    recorder = _Recorder(cut)
+def _recorded(
+    loaded: LoadedModel, module: str, run, cut, only_pass: int | None = None, in_parts: bool = False
+) -> list[_Record]:
+    """The ops `run()` makes inside `module` (and its children), each cut by `cut`; with `only_pass`, those of the
+    model's pass of that number alone (counted from 0, as a decode's steps are); `in_parts`: see `_Recorder`."""
+    recorder = _Recorder(cut, in_parts)
     stack: list[str] = []
-    handles = []
+    passes = [-1]
+
+    def count(model, args):
+        passes[0] += 1
+
+    handles = [loaded.model.register_forward_pre_hook(count)] if only_pass is not None else []
     for name, sub in loaded.model.named_modules():
         if name == module or name.startswith(module + "."):
 
             def enter(mod, args, name=name):
                 stack.append(name)
-                recorder.module = name
+                recorder.module = name if only_pass in (None, passes[0]) else None
 
             def leave(mod, args, output):
                 stack.pop()
-                recorder.module = stack[-1] if stack else None
+                recorder.module = stack[-1] if stack and only_pass in (None, passes[0]) else None
 
             handles += [sub.register_forward_pre_hook(enter), sub.register_forward_hook(leave)]
     try:
@@ -142,6 +164,44 @@ def first_op(
         cut = _cutter(mask.shape[0], mask.shape[1], row, real)
         batched = _recorded(loaded, module, lambda: runner.batched(chunk_texts), cut)
     return _first_parting(alone, batched)
+
+
+@dataclass(frozen=True)
+class OnePlace:
+    """One run of the model and the place of one token in it: the pass (counted from 0, a decode's steps), the
+    pass's batch and length, the token's row and position there (negative from the end)."""
+
+    run: Callable[[], object]
+    pass_: int
+    batch: int
+    length: int
+    row: int
+    position: int
+
+    def recorded(self, loaded: LoadedModel, module: str) -> list[_Record]:
+        position = self.position % self.length
+        cut = _cutter(self.batch, self.length, self.row, torch.tensor([position]))
+        last = position == self.length - 1
+
+        def cut_or_last(t: torch.Tensor) -> torch.Tensor | None:
+            part = cut(t)
+            if part is None and last and t.dim() >= 2 and t.shape[0] == self.batch and self.length > 1:
+                # the last position's alone in a longer pass: `generate`'s head computes the last logits only
+                return t[self.row, -1:].detach().clone() if t.dim() >= 3 and t.shape[1] == 1 else t[self.row][None]
+            return part
+
+        # (a decode runs without autograd, a trainer with it: composite ops recorded in their parts)
+        return _recorded(loaded, module, self.run, cut_or_last, self.pass_, in_parts=True)
+
+
+def first_op_between(
+    loaded: LoadedModel, module: str, first: OnePlace, second: OnePlace, sides: tuple[str, str]
+) -> FirstOp | None:
+    """The first op inside `module` whose inputs for one token are the same bits in two runs (at `first` and at
+    `second`: a decode step and a trainer's forward, say) and whose output is not; None where none is. `sides` names
+    the two runs in the op's words."""
+    parted = _first_parting(first.recorded(loaded, module), second.recorded(loaded, module))
+    return None if parted is None else replace(parted, sides=sides)
 
 
 def _first_parting(alone: list[_Record], batched: list[_Record]) -> FirstOp | None:
@@ -187,8 +247,6 @@ def _same(x, y) -> bool:
 @one_run_at_a_time()
 def with_first_ops(comparison, texts: list[str], settings: Settings):
     """`comparison` with each text's first op (`TextResult.first_op`) found, where it is not bitwise."""
-    from dataclasses import replace
-
     from ..models.loading import load_model
 
     loaded = load_model(settings)

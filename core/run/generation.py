@@ -33,7 +33,7 @@ from .assemble import columns_by_text
 from .backend import Backend, Decoded
 from .module_outputs import first_differing, module_outputs
 from .runner import Runner
-from .sampler_vs_trainer import first_parting_modules, logprobs_of
+from .sampler_vs_trainer import first_parting_places, logprobs_of
 from .skeleton import CancelledFn, Chunk, PassSteps, PreparedRun, ProgressFn, own_tokens, prepare_run
 
 GENERATION_PADDING = "left"  # new tokens follow the prompt: right padding would put them after the pads
@@ -50,6 +50,7 @@ def generate_and_compare(
     logits_sink=None,
     vs_prefill: bool = False,
     vs_trainer: bool = False,
+    ops: bool = False,
 ) -> GenerationComparison:
     """Greedy continuations of every text, batched (chunks of batch_size, left-padded) and alone.
 
@@ -57,7 +58,7 @@ def generate_and_compare(
     `logits_sink(index, single, batched)`: handed each text's per-step next-token logits of both runs ([steps, V]).
     `vs_prefill`: also set each decode step of the text alone against one forward of the sequence so far.
     `vs_trainer`: also score each batched continuation as a trainer does (`run.trainer_forward`) against the logprobs
-    the batched decode gave its tokens (`numbers.importance`).
+    the batched decode gave its tokens (`numbers.importance`); with `ops`, where they part, the first op too.
     """
     started = time.perf_counter()
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
@@ -69,7 +70,7 @@ def generate_and_compare(
         notes.append("generation pads on the left (new tokens follow the prompt); right padding is for check")
     runner = Runner(loaded, GENERATION_PADDING, "mask", max_tokens=settings.max_tokens, from_embeds=from_embeds)
     steps = run.steps(1 + vs_prefill + vs_trainer, progress, cancelled, "generation")
-    generation = _Generation(loaded, runner, settings, max_new_tokens, steps, logits_sink, vs_prefill, vs_trainer)
+    generation = _Generation(loaded, runner, settings, max_new_tokens, steps, logits_sink, vs_prefill, vs_trainer, ops)
     results = run.guarded(lambda: generation.all(run))
     config = run.config
     config.update(
@@ -79,6 +80,7 @@ def generate_and_compare(
         from_embeds=from_embeds,
         vs_prefill=vs_prefill,
         vs_trainer=vs_trainer,
+        ops=ops and vs_trainer,
     )
     return GenerationComparison(config, tuple(results), tuple(notes), time.perf_counter() - started)
 
@@ -94,6 +96,7 @@ class _Generation:
         sink,
         vs_prefill: bool,
         vs_trainer: bool,
+        ops: bool,
     ):  # fmt: skip
         self.loaded = loaded
         self.backend = backend
@@ -104,6 +107,7 @@ class _Generation:
         self.sink = sink  # handed each text's per-step logits of both runs, or None
         self.vs_prefill = vs_prefill
         self.vs_trainer = vs_trainer
+        self.ops = ops  # with vs_trainer: the first op where the sampler and the trainer part
 
     def all(self, run: PreparedRun) -> list[TextGeneration]:
         results = []
@@ -137,23 +141,29 @@ class _Generation:
             index = chunk.start + row
             result = self._measure(index, chunk.lines[row], text, ids, truncated, batched, row, single)
             if trainer is not None:
-                result = dataclasses.replace(result, vs_trainer=trainer[row][0], vs_trainer_module=trainer[row][1])
+                sequence, module, op = trainer[row]
+                result = dataclasses.replace(result, vs_trainer=sequence, vs_trainer_module=module, vs_trainer_op=op)
             results.append(result)
         return results
 
     def _trainer_vs_sampler(self, prompts: list[list[int]], batched: Decoded) -> list[tuple]:
         """Each row's continuation (up to its EOS) as the batched decode gave it, against the trainer's forward of
         the chunk's prompts + continuations (`run.sampler_vs_trainer`): (both logprobs of each token, the first module
-        where they part)."""
+        where they part, with `ops` the first op there)."""
         completions = [list(self._continuation(tokens).token_ids) for tokens in batched.new_tokens]
         self.steps.before()
         sequences = logprobs_of(self.loaded, prompts, completions, batched)
         parted = {row: s.first_differing_step for row, s in enumerate(sequences) if s.first_differing_step is not None}
-        modules = first_parting_modules(
-            self.loaded, lambda: self.backend.greedy(prompts, self.max_new_tokens), prompts, completions, parted
+        places = first_parting_places(
+            self.loaded,
+            lambda: self.backend.greedy(prompts, self.max_new_tokens),
+            prompts,
+            completions,
+            parted,
+            self.ops,
         )
         self.steps.after()
-        return [(sequence, modules.get(row)) for row, sequence in enumerate(sequences)]
+        return [(sequence, *places.get(row, (None, None))) for row, sequence in enumerate(sequences)]
 
     def _measure(self, index, line, text, ids, truncated, batched: Decoded, row, single: Decoded) -> TextGeneration:
         batched_run = self._continuation(batched.new_tokens[row])

@@ -4,7 +4,9 @@ trainer's forward of the chunk's prompts + continuations (`trainer_forward`), an
 Where a text's logprobs differ, the first module (in run order) whose output for the first differing token is not
 the same bits in the two: the sampler's side is the chunk's greedy decode run again with hooks (its pass `step`, the
 prefill being pass 0, at the row's last position), the trainer's side its forward run again with hooks (at the
-position before the token). Both runs repeat the very computation measured, so their outputs are its own.
+position before the token). Both runs repeat the very computation measured, so their outputs are its own. With
+`ops`, inside that module, the first aten op whose inputs for the token are the same bits in the two and whose output
+is not (`run.first_op`, as `check --ops` finds it between a text alone and batched).
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from collections.abc import Callable
 import torch
 
 from ..models.loading import LoadedModel
+from ..numbers.comparison import FirstOp
 from ..numbers.importance import SequenceLogprobs
 from .backend import Decoded
+from .first_op import OnePlace, first_op_between
 from .module_outputs import first_differing, module_outputs
 from .trainer_forward import score_as_trainer
 
@@ -37,27 +41,43 @@ def logprobs_of(
     return sequences
 
 
-def first_parting_modules(
+def first_parting_places(
     loaded: LoadedModel,
     decode: Callable[[], object],
     prompts: list[list[int]],
     completions: list[list[int]],
     steps: dict[int, int],
-) -> dict[int, str | None]:
+    ops: bool = False,
+) -> dict[int, tuple[str | None, FirstOp | None]]:
     """For each row of `steps` (row -> its first differing completion token), the first module whose output there
-    differs between the sampler (`decode()` runs the chunk's greedy decode again) and the trainer's forward."""
+    differs between the sampler (`decode()` runs the chunk's greedy decode again) and the trainer's forward, and with
+    `ops` the first op inside it that makes them part (None where none is found)."""
     if not steps:
         return {}
     head = loaded.model.get_output_embeddings()
     # the recorded modules in run order, then the head (`generate` computes its logits for the last position alone)
     order = [m.name for m in loaded.structure.recorded(modules=True)]
     order += [name for name, module in loaded.model.named_modules() if module is head and head is not None]
+
+    def train():
+        return score_as_trainer(loaded.model, prompts, completions, loaded.pad_token_id)
+
+    start, batch = max(len(p) for p in prompts), len(prompts)
     sampler = module_outputs(loaded.model, order, decode, {row: (step, row, -1) for row, step in steps.items()})
-    start = max(len(p) for p in prompts)
-    trainer = module_outputs(
-        loaded.model,
-        order,
-        lambda: score_as_trainer(loaded.model, prompts, completions, loaded.pad_token_id),
-        {row: (0, row, start - 1 + step) for row, step in steps.items()},
-    )
-    return {row: first_differing(order, sampler.get(row, {}), trainer.get(row, {})) for row in steps}
+    at_token = {row: (0, row, start - 1 + step) for row, step in steps.items()}
+    trainer = module_outputs(loaded.model, order, train, at_token)
+    found = {}
+    for row, step in steps.items():
+        module = first_differing(order, sampler.get(row, {}), trainer.get(row, {}))
+        op = None
+        if ops and module is not None:
+            length = start + max(len(c) for c in completions)
+            decoded = OnePlace(decode, step, batch, start if step == 0 else 1, row, -1)
+            op = first_op_between(
+                loaded, module, decoded, OnePlace(train, 0, batch, length, row, start - 1 + step), _SIDES
+            )
+        found[row] = (module, op)
+    return found
+
+
+_SIDES = ("in the sampler's decode", "in the trainer's forward")

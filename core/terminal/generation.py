@@ -72,7 +72,8 @@ def local_checks(text: TextGeneration) -> str:
             + ("bitwise (every ratio 1)" if m.bitwise else
                f"max|δ| {format_float(m.max_abs_diff)}, kl {format_float(m.kl)}, ratio {m.ratio_min:.6f}-"
                f"{m.ratio_max:.6f}, first at step {text.vs_trainer.first_differing_step}"
-               + (f" in {text.vs_trainer_module}" if text.vs_trainer_module else ""))
+               + (f" in {text.vs_trainer_module}" if text.vs_trainer_module else "")
+               + (f", at {text.vs_trainer_op.words()}: {text.vs_trainer_op.cause()}" if text.vs_trainer_op else ""))
         )  # fmt: skip
     return "; ".join(words)
 

@@ -100,4 +100,6 @@ def _trainer_verdict(comparison: GenerationComparison) -> str:
         return words
     first = min(parted, key=lambda t: t.vs_trainer.first_differing_step)  # the earliest (the first text on a tie)
     where = f" in {first.vs_trainer_module}" if first.vs_trainer_module else ""
+    if first.vs_trainer_op is not None:
+        where += f", first at {first.vs_trainer_op.words()}: {first.vs_trainer_op.cause()}"
     return words + f"; earliest at step {first.vs_trainer.first_differing_step} (text {first.line}){where}"
