@@ -39,6 +39,7 @@ def matmul_path_rows(paths: list[dict]) -> tuple[tuple[str, ...], list[tuple[str
             return "tiles of 16"
         return ("as it is" if height == 1 else f"padded to {height}") + f", cut at {ceiling}"
 
+    # (a layer measured through both of its op's overloads, `invariant.linear`, shows once where the two agree)
     rows = [
         (
             p["op"],
@@ -49,7 +50,7 @@ def matmul_path_rows(paths: list[dict]) -> tuple[tuple[str, ...], list[tuple[str
         )
         for p in paths
     ]
-    return ("op", "operand", "path", "short calls", "rows kept"), rows
+    return ("op", "operand", "path", "short calls", "rows kept"), list(dict.fromkeys(rows))
 
 
 def run_bench(argv: list[str], prog: str = "batchtui bench") -> int:
