@@ -19,6 +19,7 @@ def _commands() -> dict[str, Callable[[list[str], str], int]]:
     from .endpoint import run_endpoint
     from .generate import run_generate
     from .probe import run_probe
+    from .rollouts import run_rollouts
     from .sweep import run_sweep
 
     return {
@@ -29,10 +30,11 @@ def _commands() -> dict[str, Callable[[list[str], str], int]]:
         "bench": run_bench,
         "endpoint": run_endpoint,
         "diff": run_diff,
+        "rollouts": run_rollouts,
     }
 
 
-COMMANDS = ("check", "generate", "sweep", "probe", "bench", "endpoint", "diff")
+COMMANDS = ("check", "generate", "sweep", "probe", "bench", "endpoint", "diff", "rollouts")
 PROG = "python -m batchtui.core"
 
 

@@ -1,0 +1,118 @@
+"""`batchtui rollouts FILE.jsonl`: a sampler's rollouts scored by the local model as a trainer scores them."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..settings import DTYPES, KERNEL_CLASSES
+from .exit_codes import EXIT_DIVERGED, EXIT_OK, parsed_and_guarded
+from .options import (
+    OneLineParser,
+    add_threads_option,
+    check_report_destination,
+    human_output,
+    int_at_least,
+    start_torch,
+)
+
+DESCRIPTION = (
+    "Score rollouts a sampler made (JSONL: prompt_ids, completion_ids and the sampler's logprobs, a line each) with "
+    "the local model as a trainer does (one training-mode forward of prompt + completion, logprobs in float32) and "
+    "report RL's training-inference mismatch: kl, k3_kl, chi2, perplexities, clip and TIS fractions, percentiles of "
+    "|δ|, the worst sequences and tokens. Under torchrun the rollouts are split across the ranks. Exit 0 when every "
+    "ratio is exactly 1, 1 when any is not, 2 on bad input, 130 when interrupted (--resume goes on)."
+)
+
+
+def rollouts_parser(prog: str) -> OneLineParser:
+    from ..rollouts.plan import DEFAULT_BATCH_TOKENS
+
+    parser = OneLineParser(prog=prog, description=DESCRIPTION)
+    parser.add_argument("file", metavar="FILE.jsonl", help="the rollouts, one JSON object a line")
+    parser.add_argument("--model", required=True, help="the trainer's model: built-in name, local path or Hub id")
+    parser.add_argument("--dtype", default="auto", choices=DTYPES, help="default: the checkpoint's dtype")
+    parser.add_argument("--device", default="auto", help="cuda, cpu... (under torchrun: each rank's own GPU)")
+    parser.add_argument("--trust-remote-code", action="store_true", help="run the checkpoint's own Python code")
+    parser.add_argument(
+        "--invariant", action="store_true", help="score in the batch-invariant mode: a sequence's logprobs do not "
+        "depend on its batch"
+    )  # fmt: skip
+    parser.add_argument(
+        "--invariant-classes", metavar="CLASSES", default="",
+        help=f"only these parts of the mode, comma-separated ({','.join(KERNEL_CLASSES)})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--batch-tokens",
+        type=int_at_least(1),
+        default=DEFAULT_BATCH_TOKENS,
+        metavar="N",
+        help="padded tokens per forward at most (rows times the longest prompt plus the longest completion)",
+    )
+    parser.add_argument("--records", metavar="OUT.jsonl", help="write one line per sequence as it is scored")
+    parser.add_argument("--resume", action="store_true", help="go on from --records: score only what it lacks")
+    parser.add_argument("--skip-bad", action="store_true", help="skip faulty lines (counted in the report)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_threads_option(parser)
+    parser.add_argument("--json", metavar="PATH", help="write the report to PATH ('-' for stdout)")
+    return parser
+
+
+def run_rollouts(argv: list[str], prog: str = "batchtui rollouts") -> int:
+    return parsed_and_guarded(rollouts_parser(prog), argv, _rollouts)
+
+
+def _rollouts(args: argparse.Namespace) -> int:
+    from ..settings import Settings
+
+    settings = Settings(
+        model=args.model,
+        dtype=args.dtype,
+        device=args.device,
+        trust_remote_code=args.trust_remote_code,
+        invariant=args.invariant,
+        invariant_classes=args.invariant_classes,
+    ).validated()
+    check_report_destination(args.json)
+    start_torch(args)
+    from ..reports.report import write_json
+    from ..reports.rollouts import rollouts_json
+    from ..rollouts.scoring import RolloutsJob, score_rollouts
+    from ..terminal.rollouts_text import format_rollouts, rollouts_verdict
+
+    job = RolloutsJob(args.file, settings, args.batch_tokens, args.records, args.resume, args.skip_bad).checked()
+    with _progress_bar(args.quiet) as progress:
+        summary = score_rollouts(job, progress)
+    if summary is None:  # another rank than the first of a torchrun: rank 0 reports
+        return EXIT_OK
+    out = human_output(args.json)
+    print(format_rollouts(summary, color=out.isatty()), file=out)
+    print(rollouts_verdict(summary), file=out)
+    if args.json:
+        write_json(rollouts_json(summary), args.json)
+    return EXIT_OK if summary.bitwise else EXIT_DIVERGED
+
+
+class _progress_bar:
+    """tqdm's bar on stderr while scoring: off when stderr is not a terminal, with --quiet, or on a rank but the
+    first of a torchrun (whose bar counts every rank's sequences)."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.bar = None
+
+    def __enter__(self):
+        if self.quiet or not sys.stderr.isatty():
+            return None
+        from tqdm import tqdm
+
+        def progress(done: int, total: int) -> None:
+            if self.bar is None:
+                self.bar = tqdm(total=total, initial=done, unit="seq", file=sys.stderr, dynamic_ncols=True)
+            self.bar.update(done - self.bar.n)
+
+        return progress
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.close()

@@ -1,0 +1,71 @@
+"""The result of scoring a rollouts file (`batchtui rollouts`): plain dataclasses the CLI, the app and JSON render.
+
+The metrics are `numbers.importance`'s over every scored token; `abs_diff_percentiles` the nearest-rank percentiles
+of |δ| (the ⌈p·n⌉-th smallest); the histograms count δ and the ratio exp(δ) in equal bins between their least and
+greatest value; the worst sequences are those with the largest |Σ δ| (the log of the sequence's importance ratio,
+what `chi2_seq` weighs), the worst tokens those with the largest |δ|.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .importance import ImportanceMetrics
+
+
+@dataclass(frozen=True)
+class Histogram:
+    edges: tuple[float, ...]  # bins + 1 edges; empty without tokens
+    counts: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ScoredToken:
+    step: int  # in the completion, from 0
+    token_id: int
+    token: str
+    trainer: float  # lt
+    sampler: float  # lr
+
+    @property
+    def delta(self) -> float:
+        return self.trainer - self.sampler
+
+    @property
+    def ratio(self) -> float:
+        return math.exp(self.delta)
+
+
+@dataclass(frozen=True)
+class WorstSequence:
+    line: int  # in the rollouts file
+    log_ratio: float  # Σ δ over its tokens
+    max_abs_diff: float
+    completion: str  # its text, as the tokenizer decodes it
+    tokens: tuple[ScoredToken, ...]
+
+
+@dataclass(frozen=True)
+class WorstToken:
+    line: int
+    token: ScoredToken
+
+
+@dataclass(frozen=True)
+class RolloutsSummary:
+    config: dict
+    metrics: ImportanceMetrics
+    abs_diff_percentiles: dict[str, float]  # "p50", "p90", "p99", "p99.9"
+    delta_histogram: Histogram
+    ratio_histogram: Histogram
+    worst_sequences: tuple[WorstSequence, ...]
+    worst_tokens: tuple[WorstToken, ...]
+    skipped: int  # faulty lines skipped (`--skip-bad`)
+    faults: tuple[str, ...]  # the first of them, in words
+    resumed: int  # sequences read back from the records file, not scored again
+    elapsed_s: float
+
+    @property
+    def bitwise(self) -> bool:
+        return self.metrics.tokens > 0 and self.metrics.bitwise

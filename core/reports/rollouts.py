@@ -1,0 +1,51 @@
+"""A `RolloutsSummary` as JSON: `{"config", "rollouts": {...}}` (its table and verdict: `terminal.rollouts_text`)."""
+
+from __future__ import annotations
+
+from ..numbers.rollouts import Histogram, RolloutsSummary, ScoredToken
+from .generation import importance_json
+from .report import number
+
+
+def rollouts_json(summary: RolloutsSummary) -> dict:
+    return {
+        "config": summary.config,
+        "rollouts": {
+            **importance_json(summary.metrics),
+            "abs_diff_percentiles": {name: number(v) for name, v in summary.abs_diff_percentiles.items()},
+            "delta_histogram": _histogram(summary.delta_histogram),
+            "ratio_histogram": _histogram(summary.ratio_histogram),
+            "worst_sequences": [
+                {
+                    "line": s.line,
+                    "tokens": len(s.tokens),
+                    "log_ratio": number(s.log_ratio),
+                    "max_abs_diff": number(s.max_abs_diff),
+                    "completion": s.completion,
+                    "steps": [_token(t) for t in s.tokens],
+                }
+                for s in summary.worst_sequences
+            ],
+            "worst_tokens": [{"line": w.line, **_token(w.token)} for w in summary.worst_tokens],
+            "skipped": summary.skipped,
+            "faults": list(summary.faults),
+            "resumed": summary.resumed,
+            "elapsed_s": number(summary.elapsed_s),
+        },
+    }
+
+
+def _histogram(h: Histogram) -> dict:
+    return {"edges": [number(e) for e in h.edges], "counts": list(h.counts)}
+
+
+def _token(t: ScoredToken) -> dict:
+    return {
+        "step": t.step,
+        "token_id": t.token_id,
+        "token": t.token,
+        "trainer_logprob": number(t.trainer),
+        "sampler_logprob": number(t.sampler),
+        "delta": number(t.delta),
+        "ratio": number(t.ratio),
+    }

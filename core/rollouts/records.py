@@ -1,0 +1,144 @@
+"""`--records`: one JSON line per scored sequence, appended as each batch is done, and read back by `--resume`.
+
+A line is written with one `write` call on a file opened for appending, so a run stopped anywhere (Ctrl+C, a killed
+process) leaves whole lines and at most one cut one, which `--resume` drops. Records are written in the plan's order
+(`rollouts.plan`): a resumed run checks that the file's records are the plan's first ones (by line number and the
+digest of the input line) and scores only the rest, so nothing is scored twice or lost and the records and the summary
+come out as an uninterrupted run's. A records file is read as any file from elsewhere: bounded and checked.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from ..errors import InputError
+from ..numbers.importance import SequenceLogprobs
+from .source import MAX_LINE_BYTES
+
+
+@dataclass(frozen=True)
+class Record:
+    line: int
+    digest: str
+    batch: int
+    completion_ids: tuple[int, ...]
+    logprobs: SequenceLogprobs
+
+    def as_json(self) -> str:
+        seq = self.logprobs
+        deltas = [t - s for t, s in zip(seq.trainer, seq.sampler)]
+        return json.dumps(
+            {
+                "line": self.line,
+                "digest": self.digest,
+                "batch": self.batch,
+                "completion_ids": list(self.completion_ids),
+                "trainer_logprobs": list(seq.trainer),
+                "sampler_logprobs": list(seq.sampler),
+                "top1_disagree": None if seq.top1_disagree is None else list(seq.top1_disagree),
+                "log_ratio": math.fsum(deltas),
+                "max_abs_diff": max(map(abs, deltas)),
+            },
+            allow_nan=False,
+        )
+
+
+class RecordsFile:
+    """The records file, open for appending."""
+
+    def __init__(self, path: str, resume: bool) -> None:
+        self.path = path
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | (0 if resume else os.O_EXCL)
+        try:
+            self._fd = os.open(path, flags | getattr(os, "O_NOCTTY", 0), 0o644)
+        except FileExistsError:
+            raise InputError(f"records file {path} exists: --resume continues it (or give another path)") from None
+        except OSError as exc:
+            raise InputError(f"cannot write records file {path}: {exc.strerror or exc}") from None
+        if not stat.S_ISREG(os.fstat(self._fd).st_mode):
+            os.close(self._fd)
+            raise InputError(f"records file {path} is not a regular file")
+
+    def write(self, record: Record) -> None:
+        data = (record.as_json() + "\n").encode()
+        written = os.write(self._fd, data)
+        while written < len(data):  # (a short write on a full disk: the rest, or the error)
+            written += os.write(self._fd, data[written:])
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+def read_records(path: str) -> Iterator[Record]:
+    """The whole records of the file in order; a cut last line (a run stopped while writing it) is removed from the
+    file, so that appending goes on after the last whole one."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise InputError(f"cannot read records file {path}: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "r+b") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise InputError(f"records file {path} is not a regular file")
+        number, whole = 0, 0
+        while raw := handle.readline(MAX_LINE_BYTES + 1):
+            number += 1
+            if not raw.endswith(b"\n"):
+                if len(raw) > MAX_LINE_BYTES:
+                    raise InputError(f"records file {path} line {number}: longer than any record")
+                handle.truncate(whole)  # the line a stopped run was writing
+                return
+            whole += len(raw)
+            yield _record(raw, f"records file {path} line {number}")
+
+
+def _record(raw: bytes, where: str) -> Record:
+    try:
+        entry = json.loads(raw)
+        seq = SequenceLogprobs(
+            tuple(_floats(entry["trainer_logprobs"])),
+            tuple(_floats(entry["sampler_logprobs"])),
+            None if entry["top1_disagree"] is None else tuple(_bools(entry["top1_disagree"])),
+        )
+        record = Record(
+            _whole(entry["line"]),
+            str(entry["digest"]),
+            _whole(entry["batch"]),
+            tuple(_ids(entry["completion_ids"])),
+            seq,
+        )
+    except (UnicodeDecodeError, ValueError, RecursionError, KeyError, TypeError):
+        raise InputError(f"{where}: not a record of `batchtui rollouts`") from None
+    if len(record.completion_ids) != len(seq.trainer) or not isinstance(entry["digest"], str):
+        raise InputError(f"{where}: not a record of `batchtui rollouts`")
+    return record
+
+
+def _whole(value) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise TypeError
+    return value
+
+
+def _ids(values) -> list[int]:
+    return [_whole(v) for v in values]
+
+
+def _floats(values) -> list[float]:
+    if not isinstance(values, list) or not all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values
+    ):
+        raise TypeError
+    return [float(v) for v in values]
+
+
+def _bools(values) -> list[bool]:
+    if not isinstance(values, list) or not all(isinstance(v, bool) for v in values):
+        raise TypeError
+    return values

@@ -1,0 +1,200 @@
+"""`batchtui rollouts`: a sampler's rollouts scored as a trainer does, one batch of the plan at a time.
+
+Each batch is one forward of its prompts + completions in the trainer's layout (`run.trainer_forward`: training mode
+without dropout, autograd on, logprobs = log_softmax in float32 at the chosen tokens), set against the sampler's
+logprobs of the same tokens. Under torchrun the plan's batches go to the ranks in turn, a round of one batch per rank
+at a time; rank 0 gathers each round, writes its records in the plan's order and adds them to the summary, so the
+summary is the one a single process makes of the same batches.
+
+The file is read twice: once to check every line before any work (a fault ends the run, or is counted with
+`skip_bad`), once to score. Memory stays flat in the number of rollouts: a window of the file, a batch's forward,
+the summary's sums and worst few, every token's δ on disk.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import Cancelled, InputError
+from ..invariant.mode import invariant_if
+from ..models.loading import LoadedModel, load_model
+from ..numbers.importance import SequenceLogprobs
+from ..numbers.rollouts import RolloutsSummary
+from ..run.skeleton import resolved_config, run_guarded
+from ..run.trainer_forward import score_as_trainer
+from ..settings import Settings
+from .plan import DEFAULT_BATCH_TOKENS, Batch, batches
+from .ranks import Ranks, joined, rank_device
+from .records import Record, RecordsFile, read_records
+from .source import Rollout, RolloutFaults, Vocabulary, read_rollouts
+from .tally import RolloutsTally
+
+ProgressFn = Callable[[int, int], None]  # (sequences done, sequences in all)
+
+
+@dataclass(frozen=True)
+class RolloutsJob:
+    path: str
+    settings: Settings
+    batch_tokens: int = DEFAULT_BATCH_TOKENS
+    records: str | None = None  # `--records`
+    resume: bool = False
+    skip_bad: bool = False
+
+    def checked(self) -> RolloutsJob:
+        if self.batch_tokens < 1:
+            raise InputError(f"--batch-tokens must be at least 1, not {self.batch_tokens}")
+        if self.resume and not self.records:
+            raise InputError("--resume goes on from a records file: give it with --records")
+        return self
+
+
+def score_rollouts(
+    job: RolloutsJob, progress: ProgressFn | None = None, cancelled: Callable[[], bool] | None = None
+) -> RolloutsSummary | None:
+    """The summary (on rank 0; None on the other ranks of a torchrun)."""
+    started = time.perf_counter()
+    job = job.checked()
+    settings = job.settings.validated()
+    settings = Settings(**{**settings.as_dict(), "device": rank_device(settings.device)})
+    loaded = load_model(settings)
+    vocabulary = _vocabulary(loaded)
+    faults = RolloutFaults(job.skip_bad)
+    total = sum(1 for _ in read_rollouts(job.path, vocabulary, faults))  # every line checked before any work
+    if not total:
+        skipped = f" ({faults.count} faulty lines skipped)" if faults.count else ""
+        raise InputError(f"{job.path} holds no rollouts{skipped}")
+    with joined(settings.device) as ranks:
+        scored = _Scoring(job, loaded, vocabulary, ranks, progress, cancelled)
+        try:
+            run_guarded(loaded, lambda: scored.all(total, settings))
+            if not ranks.first:
+                return None
+            config = resolved_config(settings, loaded)
+            config.update(rollouts_file=job.path, batch_tokens=job.batch_tokens, records=job.records, ranks=ranks.size)
+            return scored.tally.summary(
+                loaded.tokenizer.decode,
+                lambda token: _label(loaded, token),
+                config=config,
+                skipped=faults.count,
+                faults=tuple(faults.kept),
+                resumed=scored.resumed,
+                elapsed_s=time.perf_counter() - started,
+            )
+        finally:
+            scored.close()
+
+
+def _vocabulary(loaded: LoadedModel) -> Vocabulary:
+    tokenizer = loaded.tokenizer
+
+    def encode(text: str, special: bool) -> list[int]:
+        return tokenizer(text, add_special_tokens=special).input_ids
+
+    return Vocabulary(loaded.vocab_size, loaded.max_tokens, encode if tokenizer is not None else None)
+
+
+class _Scoring:
+    def __init__(self, job, loaded, vocabulary, ranks: Ranks, progress, cancelled) -> None:
+        self.job, self.loaded, self.vocabulary, self.ranks = job, loaded, vocabulary, ranks
+        self.progress, self.cancelled = progress, cancelled
+        self.tally = RolloutsTally()
+        self.records = RecordsFile(job.records, job.resume) if job.records and ranks.first else None
+        self.resumed = 0
+
+    def close(self) -> None:
+        self.tally.close()
+        if self.records is not None:
+            self.records.close()
+
+    def _plan(self) -> Iterator[Batch]:
+        rollouts = read_rollouts(self.job.path, self.vocabulary, RolloutFaults(skip_bad=True))
+        return batches(rollouts, self.job.batch_tokens)
+
+    def all(self, total: int, settings: Settings) -> None:
+        done = self.ranks.from_first(self._read_back() if self.job.resume and self.ranks.first else 0)
+        self.resumed = self.done = done
+        self.total = total
+        self._report(done, total)
+        with invariant_if(settings.invariant, self.loaded.model, settings.kernel_classes):
+            round_: list[tuple[Batch, int]] = []
+            seen = 0  # rollouts of the plan before the batch at hand
+            for batch in self._plan():
+                if seen + len(batch.rollouts) > done:  # not all of it scored before: (it, how many of it were)
+                    round_.append((batch, max(0, done - seen)))
+                seen += len(batch.rollouts)
+                if len(round_) == self.ranks.size:
+                    self._round(round_)
+                    round_ = []
+            if round_:
+                self._round(round_)
+
+    def _round(self, round_: list[tuple[Batch, int]]) -> None:
+        """One batch per rank scored, then written by rank 0 in the plan's order. A batch a stopped run had begun
+        writing is scored whole again, as it was, and only the rest of it written."""
+        if self.cancelled is not None and self.cancelled():
+            raise Cancelled("the rollouts run was stopped")
+        mine = round_[self.ranks.rank][0] if self.ranks.rank < len(round_) else None
+        gathered = self.ranks.gathered(self._score(mine) if mine is not None else [])
+        if gathered is None:
+            return
+        for (_, written), records in zip(round_, gathered):
+            for record in records[written:]:
+                if self.records is not None:
+                    self.records.write(record)
+                self.tally.add(record)
+                self.done += 1
+        self._report(self.done, self.total)
+
+    def _score(self, batch: Batch) -> list[Record]:
+        rollouts = batch.rollouts
+        scores = score_as_trainer(
+            self.loaded.model,
+            [list(r.prompt_ids) for r in rollouts],
+            [list(r.completion_ids) for r in rollouts],
+            self.loaded.pad_token_id,
+        )
+        return [_record(batch, rollout, score) for rollout, score in zip(rollouts, scores)]
+
+    def _read_back(self) -> int:
+        """The records file's records checked against the plan's first rollouts and added to the summary; how many."""
+        plan = (rollout for batch in self._plan() for rollout in batch.rollouts)
+        count = 0
+        for record, expected in zip(read_records(self.job.records), _padded(plan)):
+            if expected is None or (record.line, record.digest) != (expected.line, expected.digest):
+                raise InputError(
+                    f"records file {self.job.records} does not go with {self.job.path} and --batch-tokens "
+                    f"{self.job.batch_tokens} (record {count + 1} is line {record.line}'s, the plan has "
+                    f"{'no more' if expected is None else f'line {expected.line}'} there)"
+                )
+            self.tally.add(record)
+            count += 1
+        return count
+
+    def _report(self, done: int, total: int) -> None:
+        if self.progress is not None and self.ranks.first:
+            self.progress(done, total)
+
+
+def _label(loaded: LoadedModel, token: int) -> str:
+    loaded.decode([token])
+    return loaded.token_texts[token]
+
+
+def _padded(plan: Iterator[Rollout]) -> Iterator[Rollout | None]:
+    yield from plan
+    while True:
+        yield None
+
+
+def _record(batch: Batch, rollout: Rollout, score) -> Record:
+    trainer = tuple(score.logprobs.tolist())
+    disagree = None
+    if rollout.top1_ids is not None:
+        disagree = tuple((score.top1 != torch.tensor(rollout.top1_ids, device=score.top1.device)).tolist())
+    logprobs = SequenceLogprobs(trainer, rollout.logprobs, disagree)
+    return Record(rollout.line, rollout.digest, batch.index, rollout.completion_ids, logprobs)

@@ -1,0 +1,171 @@
+"""A rollouts file: one JSON object a line, each a sequence a sampler made, read streaming and checked line by line.
+
+A line holds `prompt_ids` and `completion_ids` (lists of token ids; `prompt` and `completion` strings instead where the
+model's tokenizer is at hand: the prompt tokenized as the tokenizer does by default, special tokens included, the
+completion without them), `logprobs` (the sampler's logprob of each completion token) and optionally `top1_ids` (the
+sampler's own top-1 token at each step, where it gave it). Other keys are ignored. Blank lines are skipped.
+
+The file is someone else's: a line is read up to `MAX_LINE_BYTES`, every field is checked for its type, ids lie in the
+vocabulary, logprobs are finite and at most 0, one per completion token, and the sequence fits the model's context.
+A fault is an `InputError` naming the line; `RolloutFaults` with `skip_bad` counts faulty lines instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import stat
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from ..errors import InputError
+from ..untrusted import MiB
+
+# A line longer than this is refused unread (a 32k-token rollout with its logprobs is about 1 MiB of JSON).
+MAX_LINE_BYTES = 16 * MiB
+# The faults a report lists by line (all are counted).
+FAULTS_KEPT = 20
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """One sequence of the file: where it is, its tokens and the sampler's logprobs of the completion's."""
+
+    line: int  # 1-based, as an editor shows it
+    digest: str  # of the line's bytes: a records file is matched to its input by it
+    prompt_ids: tuple[int, ...]
+    completion_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    top1_ids: tuple[int, ...] | None
+
+    @property
+    def tokens(self) -> int:
+        return len(self.prompt_ids) + len(self.completion_ids)
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """What a line is checked against: the model's vocabulary size and context, and its tokenizer where a line
+    gives strings (`encode(text, special) -> ids`)."""
+
+    size: int
+    context: int
+    encode: Callable[[str, bool], list[int]] | None = None
+
+
+class RolloutFaults:
+    """Faulty lines: raised at the first (the default), or counted and the first `FAULTS_KEPT` kept (`--skip-bad`)."""
+
+    def __init__(self, skip_bad: bool) -> None:
+        self.skip_bad = skip_bad
+        self.count = 0
+        self.kept: list[str] = []
+
+    def __call__(self, fault: InputError) -> None:
+        if not self.skip_bad:
+            raise fault
+        self.count += 1
+        if len(self.kept) < FAULTS_KEPT:
+            self.kept.append(str(fault))
+
+
+def read_rollouts(path: str, vocabulary: Vocabulary, faults: RolloutFaults) -> Iterator[Rollout]:
+    """The file's rollouts in order, each line checked (`faults` decides what a faulty one does)."""
+    for number, raw in _lines(path):
+        if not raw.strip():
+            continue
+        try:
+            yield _rollout(number, raw, vocabulary)
+        except InputError as fault:
+            faults(fault)
+
+
+def _lines(path: str) -> Iterator[tuple[int, bytes]]:
+    """(1-based number, bytes without the line end) of each line of regular file `path`, none over the cap."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    except FileNotFoundError:
+        raise InputError(f"rollouts file {path}: no such file") from None
+    except OSError as exc:
+        raise InputError(f"cannot read rollouts file {path}: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise InputError(f"rollouts file {path} is not a regular file (a folder, FIFO, device or socket)")
+        number = 0
+        while raw := handle.readline(MAX_LINE_BYTES + 1):
+            number += 1
+            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                raise InputError(f"{path} line {number}: longer than {MAX_LINE_BYTES // MiB} MiB")
+            yield number, raw.rstrip(b"\r\n")
+
+
+def line_digest(raw: bytes) -> str:
+    return hashlib.sha256(raw).hexdigest()[:16]
+
+
+def _rollout(number: int, raw: bytes, vocabulary: Vocabulary) -> Rollout:
+    where = f"line {number}"
+    try:
+        entry = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise InputError(f"{where}: not a JSON object") from None
+    if not isinstance(entry, dict):
+        raise InputError(f"{where}: not a JSON object")
+    prompt = _tokens(entry, "prompt", where, vocabulary, special=True)
+    completion = _tokens(entry, "completion", where, vocabulary, special=False)
+    if not prompt:
+        raise InputError(f"{where}: the prompt has no tokens (the first completion token needs one before it)")
+    if not completion:
+        raise InputError(f"{where}: the completion has no tokens")
+    logprobs = _logprobs(entry.get("logprobs"), len(completion), where)
+    top1 = entry.get("top1_ids")
+    if top1 is not None:
+        top1 = _ids(top1, "top1_ids", where, vocabulary.size)
+        if len(top1) != len(completion):
+            raise InputError(f"{where}: top1_ids has {len(top1)} ids, the completion {len(completion)} tokens")
+    if len(prompt) + len(completion) > vocabulary.context:
+        raise InputError(
+            f"{where}: {len(prompt)} prompt + {len(completion)} completion tokens is more than the model's context "
+            f"of {vocabulary.context} positions"
+        )
+    return Rollout(number, line_digest(raw), prompt, completion, logprobs, top1)
+
+
+def _tokens(entry: dict, name: str, where: str, vocabulary: Vocabulary, special: bool) -> tuple[int, ...]:
+    ids, text = entry.get(f"{name}_ids"), entry.get(name)
+    if ids is not None:
+        return _ids(ids, f"{name}_ids", where, vocabulary.size)
+    if text is None:
+        raise InputError(f"{where}: no {name}_ids (nor a {name} string)")
+    if not isinstance(text, str):
+        raise InputError(f"{where}: {name} must be a string")
+    if vocabulary.encode is None:
+        raise InputError(f"{where}: {name} is a string and the model has no tokenizer here: give {name}_ids")
+    try:
+        return tuple(vocabulary.encode(text, special))
+    except (UnicodeEncodeError, ValueError) as exc:
+        raise InputError(f"{where}: {name} cannot be tokenized ({type(exc).__name__})") from None
+
+
+def _ids(value: object, name: str, where: str, size: int) -> tuple[int, ...]:
+    if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+        raise InputError(f"{where}: {name} must be a list of whole numbers")
+    outside = next((i for i in value if not 0 <= i < size), None)
+    if outside is not None:
+        raise InputError(f"{where}: {name} holds {outside}, outside the model's vocabulary of {size}")
+    return tuple(value)
+
+
+def _logprobs(value: object, tokens: int, where: str) -> tuple[float, ...]:
+    if value is None:
+        raise InputError(f"{where}: no logprobs (the sampler's logprob of each completion token)")
+    if not isinstance(value, list) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+        raise InputError(f"{where}: logprobs must be a list of numbers")
+    if len(value) != tokens:
+        raise InputError(f"{where}: logprobs has {len(value)} values, the completion {tokens} tokens")
+    for step, v in enumerate(value):
+        if not math.isfinite(v) or v > 0:
+            raise InputError(f"{where}: logprob {step} is {v}: a logprob is a finite number at most 0")
+    return tuple(float(v) for v in value)

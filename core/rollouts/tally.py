@@ -1,0 +1,88 @@
+"""The summary of the sequences scored so far, added one record at a time in the plan's order (a resumed run adds the
+records read back first, then the new ones: the same additions in the same order as an uninterrupted run)."""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+
+import torch
+
+from ..numbers.importance import ImportanceTally
+from ..numbers.rollouts import Histogram, RolloutsSummary, ScoredToken, WorstSequence, WorstToken
+from .deltas import DeltaSpill
+from .records import Record
+
+WORST = 10  # sequences and tokens listed
+
+
+class RolloutsTally:
+    def __init__(self) -> None:
+        self.importance = ImportanceTally()
+        self.deltas = DeltaSpill()
+        # min-heaps of the WORST largest: (key, -line, -step, what); ties go to the earlier line and step
+        self._sequences: list[tuple] = []
+        self._tokens: list[tuple] = []
+        self._low, self._high = math.inf, -math.inf  # the least and greatest δ
+
+    def add(self, record: Record) -> None:
+        seq = record.logprobs
+        self.importance.add(seq)
+        deltas = [t - s for t, s in zip(seq.trainer, seq.sampler)]
+        self.deltas.add(deltas)
+        self._low, self._high = min(self._low, *deltas), max(self._high, *deltas)
+        log_ratio = math.fsum(deltas)
+        _keep(self._sequences, (abs(log_ratio), -record.line, 0, record))
+        for step, delta in enumerate(deltas):
+            if len(self._tokens) < WORST or abs(delta) > self._tokens[0][0]:
+                _keep(self._tokens, (abs(delta), -record.line, -step, record))
+
+    def close(self) -> None:
+        self.deltas.close()
+
+    def summary(self, decode: Callable[[list[int]], str], label: Callable[[int], str], **rest) -> RolloutsSummary:
+        """The summary; `decode(ids)` gives a completion's text, `label(id)` a token's as the views show it; `rest`:
+        the summary's other fields."""
+        metrics = self.importance.metrics()
+        delta_hist = Histogram(*map(tuple, self.deltas.histogram(self._low, self._high, lambda d: d)))
+        ratio_hist = Histogram(*map(tuple, self.deltas.histogram(metrics.ratio_min, metrics.ratio_max, torch.exp)))
+
+        def token(record: Record, step: int) -> ScoredToken:
+            seq, token_id = record.logprobs, record.completion_ids[step]
+            return ScoredToken(step, token_id, label(token_id), seq.trainer[step], seq.sampler[step])
+
+        def scored(record: Record) -> tuple[ScoredToken, ...]:
+            return tuple(token(record, step) for step in range(len(record.completion_ids)))
+
+        sequences = tuple(
+            WorstSequence(
+                record.line,
+                math.fsum(t - s for t, s in zip(record.logprobs.trainer, record.logprobs.sampler)),
+                max(abs(t - s) for t, s in zip(record.logprobs.trainer, record.logprobs.sampler)),
+                decode(list(record.completion_ids)),
+                scored(record),
+            )
+            for *_, record in sorted(self._sequences, reverse=True)
+        )
+        tokens = tuple(
+            WorstToken(record.line, token(record, -minus_step))
+            for _, _, minus_step, record in sorted(self._tokens, reverse=True)
+        )
+        return RolloutsSummary(
+            metrics=metrics,
+            abs_diff_percentiles=self.deltas.abs_percentiles(),
+            delta_histogram=delta_hist,
+            ratio_histogram=ratio_hist,
+            worst_sequences=sequences,
+            worst_tokens=tokens,
+            **rest,
+        )
+
+
+def _keep(heap: list, item: tuple) -> None:
+    """`item` among the WORST largest of `heap`."""
+    if len(heap) < WORST:
+        heapq.heappush(heap, item)
+    elif item[:3] > heap[0][:3]:
+        heapq.heapreplace(heap, item)

@@ -1,0 +1,98 @@
+"""A `RolloutsSummary` on the terminal: the metrics, the percentiles of |δ|, histograms of δ and of the ratio
+(plotext's bars, where plotext is installed: core runs without it), the worst sequences and tokens, and a verdict."""
+
+from __future__ import annotations
+
+from ..numbers.rollouts import Histogram, RolloutsSummary
+from ..visible import literal
+from .plain import format_columns, format_float
+
+_METRICS = (
+    ("max_abs_diff", "max |δ|"),
+    ("mean_abs_diff", "mean |δ|"),
+    ("ratio_min", "ratio min"),
+    ("ratio_max", "ratio max"),
+    ("kl", "kl = mean(lr − lt)"),
+    ("k3_kl", "k3_kl = mean(ratio − 1 − δ)"),
+    ("chi2_token", "chi2_token = mean(ratio²) − 1"),
+    ("chi2_seq", "chi2_seq = mean(exp(2 Σδ)) − 1"),
+    ("training_ppl", "training_ppl"),
+    ("rollout_ppl", "rollout_ppl"),
+    ("log_ppl_diff", "log_ppl_diff"),
+    ("clip_fraction", "clip_fraction (|ratio − 1| > 0.2)"),
+    ("tis_fraction", "tis_fraction (ratio > 2)"),
+)
+
+
+def format_rollouts(summary: RolloutsSummary, color: bool = False, width: int = 72) -> str:
+    m = summary.metrics
+    rows = [(label, _number(getattr(m, name), name)) for name, label in _METRICS]
+    rows.append(("top1_disagree", "unknown (no top1_ids)" if m.top1_disagree is None else str(m.top1_disagree)))
+    rows += [(f"|δ| {name}", format_float(value)) for name, value in summary.abs_diff_percentiles.items()]
+    parts = [f"{m.sequences} sequences, {m.tokens} tokens scored", format_columns(("metric", "value"), rows, {0})]
+    for title, histogram in (("δ = lt − lr", summary.delta_histogram), ("ratio = exp(δ)", summary.ratio_histogram)):
+        chart = histogram_chart(histogram, title, color, width)
+        if chart:
+            parts.append(chart)
+    if summary.worst_sequences:
+        worst = [
+            (str(s.line), str(len(s.tokens)), format_float(s.log_ratio), format_float(s.max_abs_diff),
+             literal(s.completion, 40))
+            for s in summary.worst_sequences
+        ]  # fmt: skip
+        parts.append(
+            "worst sequences (by |Σ δ|)\n"
+            + format_columns(("line", "tokens", "Σ δ", "max|δ|", "completion"), worst, {4})
+        )
+    if summary.worst_tokens:
+        tokens = [
+            (str(w.line), str(w.token.step), literal(w.token.token, 16), f"{w.token.trainer:.6f}",
+             f"{w.token.sampler:.6f}", format_float(w.token.delta), f"{w.token.ratio:.6f}")
+            for w in summary.worst_tokens
+        ]  # fmt: skip
+        header = ("line", "step", "token", "trainer lt", "sampler lr", "δ", "ratio")
+        parts.append("worst tokens (by |δ|)\n" + format_columns(header, tokens, {2}))
+    if summary.faults:
+        parts.append(
+            f"{summary.skipped} faulty lines skipped; the first:\n" + "\n".join(f"  {f}" for f in summary.faults)
+        )
+    return "\n\n".join(parts)
+
+
+def _number(value: float | None, name: str) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.6f}" if name.startswith("ratio") or name.endswith("ppl") else format_float(value)
+
+
+def histogram_chart(histogram: Histogram, title: str, color: bool, width: int) -> str | None:
+    """`histogram`'s bars drawn by plotext (None without plotext or counts)."""
+    if not histogram.counts:
+        return None
+    try:
+        import plotext as plt
+    except ImportError:
+        return None
+    edges = histogram.edges
+    centers = [(a + b) / 2 for a, b in zip(edges, edges[1:])]
+    plt.clear_figure()
+    plt.bar(centers, list(histogram.counts), width=1)
+    plt.title(f"{title}: tokens per bin")
+    ticks = [edges[0], edges[len(edges) // 2], edges[-1]]
+    plt.xticks(ticks, [format_float(t) if not title.startswith("ratio") else f"{t:.6f}" for t in ticks])
+    plt.plotsize(width, 14)
+    chart = plt.build()
+    plt.clear_figure()
+    return chart if color else plt.uncolorize(chart)
+
+
+def rollouts_verdict(summary: RolloutsSummary) -> str:
+    m = summary.metrics
+    resumed = f" ({summary.resumed} read back from the records)" if summary.resumed else ""
+    if summary.bitwise:
+        return f"{m.sequences} sequences{resumed}: every logprob the same bits (every ratio exactly 1, every metric 0)"
+    return (
+        f"{m.sequences} sequences{resumed}, {m.tokens} tokens: max|δ| {format_float(m.max_abs_diff)}, kl "
+        f"{format_float(m.kl)}, ratio {m.ratio_min:.6f}-{m.ratio_max:.6f}, clipped {m.clip_fraction:.1%}, "
+        f"over the TIS cap {m.tis_fraction:.1%}"
+    )
