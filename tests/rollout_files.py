@@ -15,12 +15,16 @@ from batchtui.core.models.builtin import builtin_path
 PROMPTS = ["a", "The quick brown fox", "def f(x):\n    return x + 1", "Once upon a time", "1, 2, 3,", "Hello"]
 
 
-def sampled_rollouts(model_name: str, count: int, new_tokens: int = 8, seed: int = 0, batch: int = 4) -> list[dict]:
-    """`count` rollouts of the built-in `model_name` in float32: prompts cycled from PROMPTS, sampled `batch` at a
-    time (left-padded); each with its prompt and completion ids, the sampler's logprobs and top-1 ids."""
+def sampled_rollouts(
+    model_name: str, count: int, new_tokens: int = 8, seed: int = 0, batch: int = 4, model=None
+) -> list[dict]:
+    """`count` rollouts of the built-in `model_name` (float32, or `model` as it is): prompts cycled from PROMPTS,
+    sampled `batch` at a time (left-padded); each with its prompt and completion ids, the sampler's logprobs and
+    top-1 ids."""
     path = builtin_path(model_name)
     tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    if model is None:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     torch.manual_seed(seed)
     rollouts = []
     for start in range(0, count, batch):
@@ -29,10 +33,11 @@ def sampled_rollouts(model_name: str, count: int, new_tokens: int = 8, seed: int
         with torch.no_grad():
             out = model.generate(
                 **inputs, do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=new_tokens,
-                min_new_tokens=new_tokens, output_scores=True, return_dict_in_generate=True,
+                min_new_tokens=new_tokens, output_logits=True, return_dict_in_generate=True,
                 pad_token_id=tokenizer.pad_token_id,
             )  # fmt: skip
-        scores = torch.stack(out.scores, 1).float().log_softmax(-1)  # [rows, steps, V]
+        # the model's own logits (as a server reports logprobs), before `min_new_tokens` masks the end token
+        scores = torch.stack(out.logits, 1).float().log_softmax(-1)  # [rows, steps, V]
         chosen = out.sequences[:, inputs.input_ids.shape[1] :]
         for row, prompt in enumerate(prompts):
             rollouts.append(

@@ -6,7 +6,8 @@ import argparse
 import sys
 
 from ..settings import DTYPES, KERNEL_CLASSES
-from .exit_codes import EXIT_DIVERGED, EXIT_OK, parsed_and_guarded
+from ..visible import literal
+from .exit_codes import EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_OK, parsed_and_guarded
 from .options import (
     OneLineParser,
     add_threads_option,
@@ -81,8 +82,17 @@ def _rollouts(args: argparse.Namespace) -> int:
     from ..terminal.rollouts_text import format_rollouts, rollouts_verdict
 
     job = RolloutsJob(args.file, settings, args.batch_tokens, args.records, args.resume, args.skip_bad).checked()
-    with _progress_bar(args.quiet) as progress:
-        summary = score_rollouts(job, progress)
+    bar = _ProgressBar(args.quiet)
+    try:
+        with bar:
+            summary = score_rollouts(job, bar.progress)
+    except KeyboardInterrupt:
+        if args.records:
+            kept = f"{_whole_lines(args.records)} of {bar.total} sequences in {literal(args.records)}"
+            print(f"batchtui: interrupted; {kept}: --resume scores the rest", file=sys.stderr)
+        else:
+            print("batchtui: interrupted; nothing kept (--records keeps each sequence scored)", file=sys.stderr)
+        return EXIT_INTERRUPTED
     if summary is None:  # another rank than the first of a torchrun: rank 0 reports
         return EXIT_OK
     out = human_output(args.json)
@@ -93,25 +103,32 @@ def _rollouts(args: argparse.Namespace) -> int:
     return EXIT_OK if summary.bitwise else EXIT_DIVERGED
 
 
-class _progress_bar:
+def _whole_lines(path: str) -> int:
+    with open(path, "rb") as handle:
+        return sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 20), b""))
+
+
+class _ProgressBar:
     """tqdm's bar on stderr while scoring: off when stderr is not a terminal, with --quiet, or on a rank but the
     first of a torchrun (whose bar counts every rank's sequences)."""
 
     def __init__(self, quiet: bool) -> None:
-        self.quiet = quiet
+        self.shown = not quiet and sys.stderr.isatty()
         self.bar = None
+        self.total = 0
 
-    def __enter__(self):
-        if self.quiet or not sys.stderr.isatty():
-            return None
-        from tqdm import tqdm
+    def progress(self, done: int, total: int) -> None:
+        self.total = total
+        if not self.shown:
+            return
+        if self.bar is None:
+            from tqdm import tqdm
 
-        def progress(done: int, total: int) -> None:
-            if self.bar is None:
-                self.bar = tqdm(total=total, initial=done, unit="seq", file=sys.stderr, dynamic_ncols=True)
-            self.bar.update(done - self.bar.n)
+            self.bar = tqdm(total=total, initial=done, unit="seq", file=sys.stderr, dynamic_ncols=True)
+        self.bar.update(done - self.bar.n)
 
-        return progress
+    def __enter__(self) -> _ProgressBar:
+        return self
 
     def __exit__(self, *exc) -> None:
         if self.bar is not None:

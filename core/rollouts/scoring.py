@@ -148,7 +148,7 @@ class _Scoring:
                     self.records.write(record)
                 self.tally.add(record)
                 self.done += 1
-        self._report(self.done, self.total)
+                self._report(self.done, self.total)  # (after each record: a stop's message counts the file's lines)
 
     def _score(self, batch: Batch) -> list[Record]:
         rollouts = batch.rollouts
@@ -161,15 +161,18 @@ class _Scoring:
         return [_record(batch, rollout, score) for rollout, score in zip(rollouts, scores)]
 
     def _read_back(self) -> int:
-        """The records file's records checked against the plan's first rollouts and added to the summary; how many."""
-        plan = (rollout for batch in self._plan() for rollout in batch.rollouts)
+        """The records file's records checked against the plan's first rollouts (line, input digest and batch) and
+        added to the summary; how many."""
+        plan = ((rollout, batch.index) for batch in self._plan() for rollout in batch.rollouts)
         count = 0
-        for record, expected in zip(read_records(self.job.records), _padded(plan)):
-            if expected is None or (record.line, record.digest) != (expected.line, expected.digest):
+        for record, planned in zip(read_records(self.job.records), _padded(plan)):
+            expected = None if planned is None else (planned[0].line, planned[0].digest, planned[1])
+            if (record.line, record.digest, record.batch) != expected:
+                there = "no more" if expected is None else f"line {expected[0]} in batch {expected[2]}"
                 raise InputError(
                     f"records file {self.job.records} does not go with {self.job.path} and --batch-tokens "
-                    f"{self.job.batch_tokens} (record {count + 1} is line {record.line}'s, the plan has "
-                    f"{'no more' if expected is None else f'line {expected.line}'} there)"
+                    f"{self.job.batch_tokens} (record {count + 1} is line {record.line} in batch {record.batch}, the "
+                    f"plan has {there})"
                 )
             self.tally.add(record)
             count += 1
@@ -185,7 +188,7 @@ def _label(loaded: LoadedModel, token: int) -> str:
     return loaded.token_texts[token]
 
 
-def _padded(plan: Iterator[Rollout]) -> Iterator[Rollout | None]:
+def _padded(plan: Iterator) -> Iterator:
     yield from plan
     while True:
         yield None

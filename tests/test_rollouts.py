@@ -1,0 +1,136 @@
+"""`batchtui rollouts`: a sampler's rollouts scored as a trainer does. The trainer's logprobs are this test's own
+forward's; every metric, percentile and histogram is recomputed here from the records and the input; with the mode,
+rollouts the mode itself sampled score every ratio exactly 1."""
+
+import json
+import math
+
+import pytest
+import torch
+from rollout_files import sampled_rollouts, write_jsonl
+from transformers import AutoModelForCausalLM
+
+from batchtui.core import batch_invariant
+from batchtui.core.cli import main
+from batchtui.core.models.builtin import builtin_path
+from batchtui.core.rollouts import deltas as rollout_deltas
+from batchtui.core.rollouts.deltas import DeltaSpill
+
+METRICS = ("max_abs_diff", "mean_abs_diff", "ratio_min", "ratio_max", "kl", "k3_kl", "chi2_token", "chi2_seq",
+           "training_ppl", "rollout_ppl", "log_ppl_diff", "clip_fraction", "tis_fraction")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def sampled(tmp_path_factory):
+    rows = sampled_rollouts("tiny", 14, new_tokens=6)
+    return rows, write_jsonl(tmp_path_factory.mktemp("rollouts") / "sampled.jsonl", rows)
+
+
+def _run(path, tmp_path, *extra, name="r"):
+    report, records = tmp_path / f"{name}.json", tmp_path / f"{name}.records.jsonl"
+    code = main(["rollouts", str(path), "--model", "tiny", "--dtype", "float32", "--json", str(report),
+                 "--records", str(records), "--quiet", *extra])  # fmt: skip
+    return code, (json.loads(report.read_text()) if report.exists() else None), records
+
+
+def _records(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _expected_metrics(pairs: list[tuple[list[float], list[float]]]) -> dict:
+    """The definitions (issue's words), in float64, from each sequence's (trainer, sampler) logprobs."""
+    lt = [t for trainer, _ in pairs for t in trainer]
+    lr = [s for _, sampler in pairs for s in sampler]
+    delta = [t - s for t, s in zip(lt, lr)]
+    ratio = [math.exp(d) for d in delta]
+    n, seqs = len(delta), len(pairs)
+    return {
+        "max_abs_diff": max(map(abs, delta)),
+        "mean_abs_diff": math.fsum(map(abs, delta)) / n,
+        "ratio_min": min(ratio),
+        "ratio_max": max(ratio),
+        "kl": math.fsum(s - t for t, s in zip(lt, lr)) / n,
+        "k3_kl": math.fsum(r - 1 - d for r, d in zip(ratio, delta)) / n,
+        "chi2_token": math.fsum(r * r for r in ratio) / n - 1,
+        "chi2_seq": math.fsum(math.exp(2 * math.fsum(t - s for t, s in zip(*p))) for p in pairs) / seqs - 1,
+        "training_ppl": math.fsum(math.exp(-math.fsum(t) / len(t)) for t, _ in pairs) / seqs,
+        "rollout_ppl": math.fsum(math.exp(-math.fsum(s) / len(s)) for _, s in pairs) / seqs,
+        "log_ppl_diff": math.fsum(math.fsum(s) / len(s) - math.fsum(t) / len(t) for t, s in pairs) / seqs,
+        "clip_fraction": sum(abs(r - 1) > 0.2 for r in ratio) / n,
+        "tis_fraction": sum(r > 2 for r in ratio) / n,
+    }
+
+
+def _own_logprobs(model, row: dict) -> list[float]:
+    """This test's own trainer: the sequence alone, one forward, log_softmax in float32 at the chosen tokens."""
+    ids = torch.tensor([row["prompt_ids"] + row["completion_ids"]])
+    p = len(row["prompt_ids"])
+    logits = model(input_ids=ids).logits[0, p - 1 : -1].float()
+    return logits.log_softmax(-1).gather(-1, torch.tensor(row["completion_ids"])[:, None])[:, 0].tolist()
+
+
+def test_the_trainer_s_logprobs_and_every_number_are_recomputed_here(sampled, tmp_path):
+    rows, path = sampled
+    code, report, records_path = _run(path, tmp_path, "--batch-tokens", "60")
+    assert code == 1  # transformers' decode and a trainer's forward part in float32 on this model
+    summary = report["rollouts"]
+    records = _records(records_path)
+    assert sorted(r["line"] for r in records) == list(range(1, len(rows) + 1))  # each once
+    assert len({r["batch"] for r in records}) > 1  # cut by --batch-tokens
+    model = AutoModelForCausalLM.from_pretrained(builtin_path("tiny"), dtype=torch.float32).eval()
+    pairs = []
+    with torch.no_grad():
+        for record in records:
+            row = rows[record["line"] - 1]
+            assert record["sampler_logprobs"] == row["logprobs"] and record["completion_ids"] == row["completion_ids"]
+            own = _own_logprobs(model, row)
+            assert max(abs(a - b) for a, b in zip(record["trainer_logprobs"], own)) < 1e-4
+            pairs.append((record["trainer_logprobs"], record["sampler_logprobs"]))
+    expected = _expected_metrics(pairs)
+    assert summary["sequences"] == len(rows) and summary["tokens"] == sum(len(r["logprobs"]) for r in rows)
+    for name in METRICS:
+        assert summary[name] == pytest.approx(expected[name], rel=1e-9, abs=1e-15), name
+    disagree = sum(sum(r["top1_disagree"]) for r in records)
+    assert summary["top1_disagree"] == disagree
+    # percentiles: the nearest rank's |δ|, exactly
+    absolute = sorted(abs(t - s) for trainer, sampler in pairs for t, s in zip(trainer, sampler))
+    for name, p in (("p50", 50), ("p90", 90), ("p99", 99), ("p99.9", 99.9)):
+        assert summary["abs_diff_percentiles"][name] == absolute[math.ceil(p / 100 * len(absolute)) - 1]
+    counts = summary["delta_histogram"]["counts"]
+    assert sum(counts) == len(absolute) and len(summary["delta_histogram"]["edges"]) == len(counts) + 1
+    # the worst sequence has the largest |Σ δ|, the worst token the largest |δ|
+    sums = {r["line"]: math.fsum(t - s for t, s in zip(r["trainer_logprobs"], r["sampler_logprobs"])) for r in records}
+    worst = summary["worst_sequences"][0]
+    assert abs(worst["log_ratio"]) == max(map(abs, sums.values())) and sums[worst["line"]] == worst["log_ratio"]
+    assert abs(summary["worst_tokens"][0]["delta"]) == absolute[-1]
+
+
+def test_rollouts_the_mode_sampled_score_every_ratio_exactly_one_with_the_mode(tmp_path, capsys):
+    model = AutoModelForCausalLM.from_pretrained(builtin_path("tiny"), dtype=torch.float32).eval()
+    with batch_invariant(model):
+        rows = sampled_rollouts("tiny", 6, new_tokens=5, model=model)
+    path = write_jsonl(tmp_path / "mode.jsonl", rows)
+    code, report, _ = _run(path, tmp_path, "--invariant", "--batch-tokens", "40")
+    out = capsys.readouterr().out
+    summary = report["rollouts"]
+    assert code == 0 and summary["bitwise"]
+    assert summary["ratio_min"] == summary["ratio_max"] == 1.0
+    assert all(summary[k] == 0.0 for k in ("max_abs_diff", "kl", "k3_kl", "chi2_token", "chi2_seq", "log_ppl_diff"))
+    assert "every ratio exactly 1" in out.splitlines()[-1]
+
+
+def test_the_percentiles_are_the_nearest_rank_s_value_across_chunks(monkeypatch):
+    monkeypatch.setattr(rollout_deltas, "_CHUNK", 7)  # many chunks, a value's rank found across them
+    generator = torch.Generator().manual_seed(0)
+    values = (torch.randn(1000, generator=generator, dtype=torch.float64) * 1e-3).tolist()
+    values += [0.0, -0.0, 0.0] + values[:50]  # zeros and ties
+    spill = DeltaSpill()
+    for start in range(0, len(values), 13):
+        spill.add(values[start : start + 13])
+    absolute = sorted(abs(v) for v in values)
+    for name, p in spill.abs_percentiles((0.01, 50.0, 90.0, 99.9, 100.0)).items():
+        rank = max(1, math.ceil(float(name[1:]) / 100 * len(values)))
+        assert p == absolute[rank - 1], name
+    edges, counts = spill.histogram(min(values), max(values), lambda d: d)
+    assert sum(counts) == len(values) and edges[0] == min(values) and edges[-1] == max(values)
+    spill.close()

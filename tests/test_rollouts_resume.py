@@ -1,0 +1,129 @@
+"""`batchtui rollouts` stopped and resumed: a stop anywhere (between batches, inside one's writing, a real SIGINT)
+leaves whole records, and `--resume` scores only the rest: the records file and the summary come out as an
+uninterrupted run's, nothing twice, nothing lost."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from rollout_files import sampled_rollouts, write_jsonl
+
+from batchtui.core.cli import main
+from batchtui.core.cli.exit_codes import EXIT_INTERRUPTED
+from batchtui.core.rollouts import records as rollout_records
+
+ARGS = ["--model", "tiny", "--dtype", "float32", "--batch-tokens", "40", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def rollouts(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("resume")
+    path = write_jsonl(folder / "in.jsonl", sampled_rollouts("tiny", 16, new_tokens=4))
+    whole = folder / "whole.records.jsonl"
+    report = folder / "whole.json"
+    assert main(["rollouts", str(path), *ARGS, "--records", str(whole), "--json", str(report)]) == 1
+    return path, whole.read_bytes(), _summary(report)
+
+
+def _summary(report) -> dict:
+    summary = json.loads(report.read_text())["rollouts"]
+    summary.pop("elapsed_s")
+    summary.pop("resumed")
+    return summary
+
+
+@pytest.mark.parametrize("stop_at", [1, 3, 4, 9, 16])  # the first write, inside a batch, at a batch's end, the last
+def test_a_run_stopped_at_any_record_resumes_to_the_uninterrupted_run_s_records_and_summary(
+    rollouts, stop_at, tmp_path, monkeypatch
+):
+    path, whole, summary = rollouts
+    records, report = tmp_path / "records.jsonl", tmp_path / "r.json"
+    write = rollout_records.RecordsFile.write
+    writes = [0]
+
+    def stopping(self, record):
+        writes[0] += 1
+        if writes[0] == stop_at:
+            raise KeyboardInterrupt  # Ctrl+C while this record is being written
+        write(self, record)
+
+    monkeypatch.setattr(rollout_records.RecordsFile, "write", stopping)
+    assert main(["rollouts", str(path), *ARGS, "--records", str(records)]) == EXIT_INTERRUPTED
+    monkeypatch.setattr(rollout_records.RecordsFile, "write", write)
+    kept = records.read_bytes()
+    assert whole.startswith(kept) and kept.count(b"\n") == stop_at - 1  # whole lines only, the earlier ones
+    assert main(["rollouts", str(path), *ARGS, "--records", str(records), "--resume", "--json", str(report)]) == 1
+    assert records.read_bytes() == whole
+    assert _summary(report) == summary
+    assert json.loads(report.read_text())["rollouts"]["resumed"] == stop_at - 1
+
+
+def test_a_cut_last_line_is_dropped_and_scored_again(rollouts, tmp_path):
+    path, whole, summary = rollouts
+    records, report = tmp_path / "records.jsonl", tmp_path / "r.json"
+    lines = whole.splitlines(keepends=True)
+    records.write_bytes(b"".join(lines[:5]) + lines[5][:30])  # a process killed inside a write
+    assert main(["rollouts", str(path), *ARGS, "--records", str(records), "--resume", "--json", str(report)]) == 1
+    assert records.read_bytes() == whole and _summary(report) == summary
+
+
+def test_resuming_a_finished_run_scores_nothing_and_gives_the_same_summary(rollouts, tmp_path):
+    path, whole, summary = rollouts
+    records, report = tmp_path / "records.jsonl", tmp_path / "r.json"
+    records.write_bytes(whole)
+    assert main(["rollouts", str(path), *ARGS, "--records", str(records), "--resume", "--json", str(report)]) == 1
+    assert records.read_bytes() == whole and _summary(report) == summary
+
+
+def test_records_of_another_input_or_plan_are_refused(rollouts, tmp_path, capsys):
+    path, whole, _ = rollouts
+    records = tmp_path / "records.jsonl"
+    records.write_bytes(whole)
+    other = ["--model", "tiny", "--dtype", "float32", "--batch-tokens", "80", "--quiet"]  # another plan
+    assert main(["rollouts", str(path), *other, "--records", str(records), "--resume"]) == 2
+    assert "does not go with" in capsys.readouterr().err
+    records.write_bytes(b'{"line": 1}\n')
+    assert main(["rollouts", str(path), *ARGS, "--records", str(records), "--resume"]) == 2
+    assert "line 1: not a record of `batchtui rollouts`" in capsys.readouterr().err
+    assert records.read_bytes() == b'{"line": 1}\n'  # nothing appended
+
+
+def test_an_existing_records_file_is_never_overwritten_without_resume(rollouts, tmp_path, capsys):
+    path, *_ = rollouts
+    records = tmp_path / "records.jsonl"
+    records.write_text("mine\n")
+    assert main(["rollouts", str(path), *ARGS, "--records", str(records)]) == 2
+    assert "exists: --resume continues it" in capsys.readouterr().err and records.read_text() == "mine\n"
+
+
+def test_a_real_sigint_leaves_whole_records_and_resume_completes(tmp_path):
+    """The command in its own process, stopped by SIGINT once some records are written (bounded in time)."""
+    path = write_jsonl(tmp_path / "in.jsonl", sampled_rollouts("qwen2-english-4m", 48, new_tokens=16, batch=8))
+    records = tmp_path / "records.jsonl"
+    command = [sys.executable, "-m", "batchtui.core", "rollouts", str(path), "--model", "qwen2-english-4m",
+               "--dtype", "float32", "--batch-tokens", "24", "--records", str(records), "--quiet"]  # fmt: skip
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while process.poll() is None and time.monotonic() < deadline:
+            if records.exists() and records.stat().st_size:
+                process.send_signal(signal.SIGINT)
+                break
+            time.sleep(0.005)
+        _, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    lines = records.read_bytes().splitlines(keepends=True)
+    assert all(line.endswith(b"\n") for line in lines)
+    if process.returncode == EXIT_INTERRUPTED:
+        assert f"batchtui: interrupted; {len(lines)} of 48 sequences in".encode() in err and 0 < len(lines) < 48
+        assert err.rstrip().endswith(b"--resume scores the rest")
+    resumed = subprocess.run([*command, "--resume"], capture_output=True, timeout=300, env=os.environ)
+    assert resumed.returncode in (0, 1), resumed.stderr
+    done = [json.loads(line)["line"] for line in records.read_bytes().splitlines()]
+    assert sorted(done) == list(range(1, 49))  # every rollout once
