@@ -34,6 +34,9 @@ from .source import Rollout, RolloutFaults, Vocabulary, read_rollouts
 from .tally import RolloutsTally
 
 ProgressFn = Callable[[int, int], None]  # (sequences done, sequences in all)
+# What decides a rollouts run's numbers, of the settings a comparison's report gives
+_CONFIG = ("model", "device", "dtype", "dtype_requested", "attn", "invariant", "invariant_classes", "pad_token_id",
+           "vocab_size", "trust_remote_code")  # fmt: skip
 
 
 @dataclass(frozen=True)
