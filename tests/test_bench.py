@@ -18,10 +18,10 @@ def test_bench_json_has_ratios_and_targets(tmp_path, capsys):
     side = tokenizer.padding_side
     code = run_bench([*args, "--json", str(out), "--padding-side", "left" if side == "right" else "right"])
     assert tokenizer.padding_side == side  # the model the other commands share is left as it was
-    # Progress after every call the bench makes (10 methods warmed up and timed twice, 2 peaks), with an estimate.
+    # Progress after every call the bench makes (12 methods warmed up and timed twice, 2 peaks), with an estimate.
     printed = capsys.readouterr()
     progress = [line for line in printed.err.splitlines() if line.startswith("[")]
-    assert progress[-1].startswith("[########################] 32/32 peak memory compare")
+    assert progress[-1].startswith("[########################] 38/38 peak memory compare")
     assert any("s left" in line for line in progress)
     data = json.loads(out.read_text())
     assert set(data["ratios"]) >= {"compare_vs_floor", "modules_vs_floor", "compare_vs_seed", "generate_vs_floor"}
@@ -37,6 +37,7 @@ def test_bench_json_has_ratios_and_targets(tmp_path, capsys):
         ("invariant_vs_compare", "compare_invariant", "compare"),
         ("invariant_generate_vs_generate", "generate_invariant", "generate"),
         ("invariant_trainer_vs_trainer", "trainer_invariant", "trainer"),
+        ("rollouts_vs_forward", "rollouts", "rollouts_forward"),
     ):
         each = [a / b for a, b in zip(rounds[name], rounds[base])]
         assert data["ratios"][ratio] == pytest.approx(sum(each) / 2, rel=1e-12), ratio
@@ -67,9 +68,9 @@ def test_bench_json_has_ratios_and_targets(tmp_path, capsys):
     assert "computes itself): addmm, mean.dim, mm, rsqrt, silu, sum.dim_IntList" in printed.out
     names = ["compare_vs_floor", "compare_vs_seed", "generate_vs_floor", "invariant_vs_compare"]
     assert [t["name"] for t in data["targets"]] == [
-        *names, "invariant_generate_vs_generate", "invariant_trainer_vs_trainer"
+        *names, "invariant_generate_vs_generate", "invariant_trainer_vs_trainer", "rollouts_vs_forward"
     ]  # fmt: skip
-    assert [t["limit"] for t in data["targets"]] == [1.10, 1.0, 1.25, 1.05, 1.30, 1.10]  # the small models' limits
+    assert [t["limit"] for t in data["targets"]] == [1.10, 1.0, 1.25, 1.05, 1.30, 1.10, 1.2]  # the small models' limits
     for target in data["targets"]:
         assert {"name", "value", "limit", "pass"} <= target.keys()
         assert target["pass"] == (target["value"] <= target["limit"])

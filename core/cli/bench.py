@@ -97,12 +97,15 @@ def _bench(args: argparse.Namespace) -> int:
 
     texts = workload(load_model(settings).tokenizer, args.texts, args.min_tokens, args.max_tokens)
     out = human_output(args.json)
+    from ..rollouts.bench import rollouts_methods
+
     result = bench(
         texts,
         settings,
         args.rounds,
         progress=ProgressLine(),
         new_tokens=args.max_new_tokens,
+        more=rollouts_methods,
     )
     print(
         f"{result.model} · {result.dtype} on {result.device} · {result.texts} texts, {result.tokens} tokens, "

@@ -1,9 +1,10 @@
 """Every token's δ = lt − lr, kept on disk as it comes (8 bytes a token, memory flat), for what needs them all:
 exact percentiles of |δ| and histograms of δ and of the ratio exp(δ).
 
-A percentile is the nearest rank's value (the ⌈p·n⌉-th smallest |δ|, no interpolation), found without sorting: a
-non-negative float64's bits, read as an integer, sort as the float does, so four passes over the file, each counting
-the next 16 bits of the values that share the bits found so far, land on the exact value.
+A percentile is the nearest rank's value (the ⌈p·n⌉-th smallest |δ|, no interpolation). Up to a chunk of values they
+are sorted in memory; past it, found without sorting: a non-negative float64's bits, read as an integer, sort as the
+float does, so four passes over the file, each counting the next 16 bits of the values that share the bits found so
+far, land on the exact value.
 """
 
 from __future__ import annotations
@@ -48,6 +49,9 @@ class DeltaSpill:
         if not n:
             return {}
         ranks = [max(1, math.ceil(p / 100 * n)) - 1 for p in percents]  # 0-based
+        if n <= _CHUNK:  # one chunk: sorted in memory
+            ordered = next(self._chunks()).abs().sort().values
+            return {_name(p): ordered[rank].item() for p, rank in zip(percents, ranks)}
         found = [0] * len(ranks)  # the bits of each answer found so far, from the top
         for digit in range(64 // _DIGIT_BITS):
             shift = 64 - _DIGIT_BITS * (digit + 1)

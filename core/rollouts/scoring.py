@@ -25,7 +25,7 @@ from ..models.loading import LoadedModel, load_model
 from ..numbers.importance import SequenceLogprobs
 from ..numbers.rollouts import RolloutsSummary
 from ..run.skeleton import resolved_config, run_guarded
-from ..run.trainer_forward import score_as_trainer
+from ..run.trainer_forward import scored_in_training, trainer_modes
 from ..settings import Settings
 from .plan import DEFAULT_BATCH_TOKENS, Batch, batches
 from .ranks import Ranks, joined, rank_device
@@ -65,7 +65,7 @@ def score_rollouts(
     settings = job.settings.validated()
     settings = Settings(**{**settings.as_dict(), "device": rank_device(settings.device)})
     loaded = load_model(settings)
-    vocabulary = _vocabulary(loaded)
+    vocabulary = vocabulary_of(loaded)
     faults = RolloutFaults(job.skip_bad)
     total = sum(1 for _ in read_rollouts(job.path, vocabulary, faults))  # every line checked before any work
     if not total:
@@ -92,7 +92,8 @@ def score_rollouts(
             scored.close()
 
 
-def _vocabulary(loaded: LoadedModel) -> Vocabulary:
+def vocabulary_of(loaded: LoadedModel) -> Vocabulary:
+    """What a rollouts file's lines are checked against: the model's vocabulary, context and tokenizer."""
     tokenizer = loaded.tokenizer
 
     def encode(text: str, special: bool) -> list[int]:
@@ -123,7 +124,8 @@ class _Scoring:
         self.resumed = self.done = done
         self.total = total
         self._report(done, total)
-        with invariant_if(settings.invariant, self.loaded.model, settings.kernel_classes):
+        model = self.loaded.model
+        with invariant_if(settings.invariant, model, settings.kernel_classes), trainer_modes(model):
             round_: list[tuple[Batch, int]] = []
             seen = 0  # rollouts of the plan before the batch at hand
             for batch in self._plan():
@@ -155,7 +157,7 @@ class _Scoring:
 
     def _score(self, batch: Batch) -> list[Record]:
         rollouts = batch.rollouts
-        scores = score_as_trainer(
+        scores = scored_in_training(
             self.loaded.model,
             [list(r.prompt_ids) for r in rollouts],
             [list(r.completion_ids) for r in rollouts],

@@ -149,11 +149,12 @@ def _tokens(entry: dict, name: str, where: str, vocabulary: Vocabulary, special:
         raise InputError(f"{where}: {name} cannot be tokenized ({type(exc).__name__})") from None
 
 
+# (exact types, as JSON gives them: true and false are not numbers; a file's thousands of lines are checked twice)
 def _ids(value: object, name: str, where: str, size: int) -> tuple[int, ...]:
-    if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+    if type(value) is not list or not all(type(i) is int for i in value):
         raise InputError(f"{where}: {name} must be a list of whole numbers")
-    outside = next((i for i in value if not 0 <= i < size), None)
-    if outside is not None:
+    if value and (min(value) < 0 or max(value) >= size):
+        outside = next(i for i in value if not 0 <= i < size)
         raise InputError(f"{where}: {name} holds {outside}, outside the model's vocabulary of {size}")
     return tuple(value)
 
@@ -161,11 +162,11 @@ def _ids(value: object, name: str, where: str, size: int) -> tuple[int, ...]:
 def _logprobs(value: object, tokens: int, where: str) -> tuple[float, ...]:
     if value is None:
         raise InputError(f"{where}: no logprobs (the sampler's logprob of each completion token)")
-    if not isinstance(value, list) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+    if type(value) is not list or not all(type(v) is float or type(v) is int for v in value):
         raise InputError(f"{where}: logprobs must be a list of numbers")
     if len(value) != tokens:
         raise InputError(f"{where}: logprobs has {len(value)} values, the completion {tokens} tokens")
-    for step, v in enumerate(value):
-        if not math.isfinite(v) or v > 0:
-            raise InputError(f"{where}: logprob {step} is {v}: a logprob is a finite number at most 0")
-    return tuple(float(v) for v in value)
+    if not all(map(math.isfinite, value)) or (value and max(value) > 0):
+        step, v = next((step, v) for step, v in enumerate(value) if not math.isfinite(v) or v > 0)
+        raise InputError(f"{where}: logprob {step} is {v}: a logprob is a finite number at most 0")
+    return tuple(map(float, value))

@@ -237,8 +237,15 @@ LARGE_VOCABULARY = 100_000
 
 
 def bench(
-    texts: list[str], settings: Settings, rounds: int = 5, progress=None, new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+    texts: list[str],
+    settings: Settings,
+    rounds: int = 5,
+    progress=None,
+    new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+    more: Callable[[LoadedModel, list[tuple], Settings], MoreMethods] | None = None,
 ) -> BenchResult:
+    """Every method timed side by side; `more(loaded, pairs, settings)`: methods of a layer above this one (the
+    rollouts' scoring) timed with them, on the same sampled (prompt, completion) pairs the trainer scores."""
     loaded = load_model(settings)
     device = loaded.device
     module_settings = settings.with_changes(modules=True)
@@ -256,6 +263,8 @@ def bench(
         "trainer_invariant": lambda: trainer_passes(loaded, pairs, settings, invariant=True),
     }
     pairs = sampled_completions(loaded, texts, settings, new_tokens)
+    added = more(loaded, pairs, settings) if more is not None else MoreMethods({}, {})
+    methods.update(added.methods)
     peak_methods = ("floor", "compare")
     steps = len(methods) * (rounds + 1) + len(peak_methods)
     done = 0
@@ -342,8 +351,20 @@ def bench(
             if all(each[phase] > 0 for each in round_phases["generate"])
         },
     }
+    for name, (method, base, _) in added.ratios.items():
+        result.ratios[name] = paired(method, base)
     result.targets = _targets(result, texts, loaded)
+    result.targets += [_target(name, result.ratios[name], limit) for name, (_, _, limit) in added.ratios.items()]
     return result
+
+
+@dataclass(frozen=True)
+class MoreMethods:
+    """Methods `bench` times beside its own (timed one after the other in their order), and the ratios of two of them
+    with each one's limit: name -> (method, base, limit)."""
+
+    methods: dict[str, Callable[[], None]]
+    ratios: dict[str, tuple[str, str, float]]
 
 
 # Timed one after the other, in this order or its reverse, in every round: each ratio's two methods side by side
@@ -362,7 +383,8 @@ def round_order(names: list[str], round_: int) -> list[str]:
     one each round so that drift (heat, other load) falls on every method alike, and every other round each run
     reversed, so that neither of two neighbours is always first."""
     in_runs = {name for run in RUNS for name in run}
-    groups = [list(run) for run in RUNS] + [[name] for name in names if name not in in_runs]
+    others = [name for name in names if name not in in_runs]  # (`MoreMethods`': one run, in their order)
+    groups = [list(run) for run in RUNS] + ([others] if others else [])
     shift = round_ % len(groups)
     groups = groups[shift:] + groups[:shift]
     return [name for group in groups for name in (group if round_ % 2 == 0 else group[::-1])]

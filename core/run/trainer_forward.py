@@ -46,6 +46,14 @@ def training_without_dropout(model: torch.nn.Module) -> Iterator[None]:
         model.train(was_training)
 
 
+@contextlib.contextmanager
+def trainer_modes(model: torch.nn.Module) -> Iterator[None]:
+    """What `score_as_trainer` runs in (training mode without dropout, autograd on, outside inference mode), entered
+    once for `scored_in_training`'s calls."""
+    with torch.inference_mode(False), torch.enable_grad(), training_without_dropout(model):
+        yield
+
+
 def _rate(owner, name: str, value) -> bool:
     """Whether `owner.name` is a dropout rate above 0."""
     if not isinstance(value, float) or value <= 0:
@@ -68,9 +76,18 @@ def grpo_layout(prompts: list[list[int]], completions: list[list[int]], pad_id: 
 
 def score_as_trainer(model, prompts: list[list[int]], completions: list[list[int]], pad_id: int) -> list[TrainerScores]:
     """Each row's completion tokens scored in one training-mode forward of the batch with autograd on."""
+    with trainer_modes(model):
+        return scored_in_training(model, prompts, completions, pad_id)
+
+
+def scored_in_training(
+    model, prompts: list[list[int]], completions: list[list[int]], pad_id: int
+) -> list[TrainerScores]:
+    """`score_as_trainer` inside its modes, entered once by a caller that scores batch after batch (entering training
+    mode costs a walk over the model's modules and, where it uses hub kernels, transformers' kernelizing again)."""
     device = next(model.parameters()).device
-    # (the inputs made here too: a tensor made in inference mode cannot be saved for a backward)
-    with torch.inference_mode(False), torch.enable_grad(), training_without_dropout(model):
+    # (the inputs made here: a tensor made in inference mode cannot be saved for a backward)
+    with torch.inference_mode(False), torch.enable_grad():
         ids, mask, start = grpo_layout(prompts, completions, pad_id, device)
         logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask, "mask"), use_cache=False)
         logits = logits.logits.detach()
