@@ -119,8 +119,9 @@ def test_rollouts_the_mode_sampled_score_every_ratio_exactly_one_with_the_mode(t
     assert "every ratio exactly 1" in out.splitlines()[-1]
 
 
-def test_the_percentiles_are_the_nearest_rank_s_value_across_chunks(monkeypatch):
-    monkeypatch.setattr(rollout_deltas, "_CHUNK", 7)  # many chunks, a value's rank found across them
+@pytest.mark.parametrize("chunk", [7, 1 << 20], ids=["chunks", "in-memory"])
+def test_the_percentiles_are_the_nearest_rank_s_value_across_chunks(chunk, monkeypatch):
+    monkeypatch.setattr(rollout_deltas, "_CHUNK", chunk)  # many chunks (a value's rank found across them), or one
     generator = torch.Generator().manual_seed(0)
     values = (torch.randn(1000, generator=generator, dtype=torch.float64) * 1e-3).tolist()
     values += [0.0, -0.0, 0.0] + values[:50]  # zeros and ties
