@@ -5,6 +5,7 @@ temperature 1, a fixed seed), each with the logprobs its sampling step gave the 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import torch
@@ -12,6 +13,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from batchtui.core.models.builtin import builtin_path
 
+METRICS = ("max_abs_diff", "mean_abs_diff", "ratio_min", "ratio_max", "kl", "k3_kl", "chi2_token", "chi2_seq",
+           "training_ppl", "rollout_ppl", "log_ppl_diff", "clip_fraction", "tis_fraction")  # fmt: skip
 PROMPTS = ["a", "The quick brown fox", "def f(x):\n    return x + 1", "Once upon a time", "1, 2, 3,", "Hello"]
 
 
@@ -55,3 +58,35 @@ def sampled_rollouts(
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     return path
+
+
+def metrics_by_definition(pairs: list[tuple[list[float], list[float]]]) -> dict:
+    """The definitions (issue's words), in float64, from each sequence's (trainer, sampler) logprobs."""
+    lt = [t for trainer, _ in pairs for t in trainer]
+    lr = [s for _, sampler in pairs for s in sampler]
+    delta = [t - s for t, s in zip(lt, lr)]
+    ratio = [math.exp(d) for d in delta]
+    n, seqs = len(delta), len(pairs)
+    return {
+        "max_abs_diff": max(map(abs, delta)),
+        "mean_abs_diff": math.fsum(map(abs, delta)) / n,
+        "ratio_min": min(ratio),
+        "ratio_max": max(ratio),
+        "kl": math.fsum(s - t for t, s in zip(lt, lr)) / n,
+        "k3_kl": math.fsum(r - 1 - d for r, d in zip(ratio, delta)) / n,
+        "chi2_token": math.fsum(r * r for r in ratio) / n - 1,
+        "chi2_seq": math.fsum(math.exp(2 * math.fsum(t - s for t, s in zip(*p))) for p in pairs) / seqs - 1,
+        "training_ppl": math.fsum(math.exp(-math.fsum(t) / len(t)) for t, _ in pairs) / seqs,
+        "rollout_ppl": math.fsum(math.exp(-math.fsum(s) / len(s)) for _, s in pairs) / seqs,
+        "log_ppl_diff": math.fsum(math.fsum(s) / len(s) - math.fsum(t) / len(t) for t, s in pairs) / seqs,
+        "clip_fraction": sum(abs(r - 1) > 0.2 for r in ratio) / n,
+        "tis_fraction": sum(r > 2 for r in ratio) / n,
+    }
+
+
+def own_logprobs(model, row: dict) -> list[float]:
+    """This test's own trainer: the sequence alone, one forward, log_softmax in float32 at the chosen tokens."""
+    ids = torch.tensor([row["prompt_ids"] + row["completion_ids"]])
+    p = len(row["prompt_ids"])
+    logits = model(input_ids=ids).logits[0, p - 1 : -1].float()
+    return logits.log_softmax(-1).gather(-1, torch.tensor(row["completion_ids"])[:, None])[:, 0].tolist()

@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from rollout_files import sampled_rollouts, write_jsonl
+from rollout_files import METRICS, metrics_by_definition, own_logprobs, sampled_rollouts, write_jsonl
 from transformers import AutoModelForCausalLM
 
 from batchtui.core import batch_invariant
@@ -15,9 +15,6 @@ from batchtui.core.cli import main
 from batchtui.core.models.builtin import builtin_path
 from batchtui.core.rollouts import deltas as rollout_deltas
 from batchtui.core.rollouts.deltas import DeltaSpill
-
-METRICS = ("max_abs_diff", "mean_abs_diff", "ratio_min", "ratio_max", "kl", "k3_kl", "chi2_token", "chi2_seq",
-           "training_ppl", "rollout_ppl", "log_ppl_diff", "clip_fraction", "tis_fraction")  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -37,38 +34,6 @@ def _records(path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def _expected_metrics(pairs: list[tuple[list[float], list[float]]]) -> dict:
-    """The definitions (issue's words), in float64, from each sequence's (trainer, sampler) logprobs."""
-    lt = [t for trainer, _ in pairs for t in trainer]
-    lr = [s for _, sampler in pairs for s in sampler]
-    delta = [t - s for t, s in zip(lt, lr)]
-    ratio = [math.exp(d) for d in delta]
-    n, seqs = len(delta), len(pairs)
-    return {
-        "max_abs_diff": max(map(abs, delta)),
-        "mean_abs_diff": math.fsum(map(abs, delta)) / n,
-        "ratio_min": min(ratio),
-        "ratio_max": max(ratio),
-        "kl": math.fsum(s - t for t, s in zip(lt, lr)) / n,
-        "k3_kl": math.fsum(r - 1 - d for r, d in zip(ratio, delta)) / n,
-        "chi2_token": math.fsum(r * r for r in ratio) / n - 1,
-        "chi2_seq": math.fsum(math.exp(2 * math.fsum(t - s for t, s in zip(*p))) for p in pairs) / seqs - 1,
-        "training_ppl": math.fsum(math.exp(-math.fsum(t) / len(t)) for t, _ in pairs) / seqs,
-        "rollout_ppl": math.fsum(math.exp(-math.fsum(s) / len(s)) for _, s in pairs) / seqs,
-        "log_ppl_diff": math.fsum(math.fsum(s) / len(s) - math.fsum(t) / len(t) for t, s in pairs) / seqs,
-        "clip_fraction": sum(abs(r - 1) > 0.2 for r in ratio) / n,
-        "tis_fraction": sum(r > 2 for r in ratio) / n,
-    }
-
-
-def _own_logprobs(model, row: dict) -> list[float]:
-    """This test's own trainer: the sequence alone, one forward, log_softmax in float32 at the chosen tokens."""
-    ids = torch.tensor([row["prompt_ids"] + row["completion_ids"]])
-    p = len(row["prompt_ids"])
-    logits = model(input_ids=ids).logits[0, p - 1 : -1].float()
-    return logits.log_softmax(-1).gather(-1, torch.tensor(row["completion_ids"])[:, None])[:, 0].tolist()
-
-
 def test_the_trainer_s_logprobs_and_every_number_are_recomputed_here(sampled, tmp_path):
     rows, path = sampled
     code, report, records_path = _run(path, tmp_path, "--batch-tokens", "60")
@@ -83,10 +48,10 @@ def test_the_trainer_s_logprobs_and_every_number_are_recomputed_here(sampled, tm
         for record in records:
             row = rows[record["line"] - 1]
             assert record["sampler_logprobs"] == row["logprobs"] and record["completion_ids"] == row["completion_ids"]
-            own = _own_logprobs(model, row)
+            own = own_logprobs(model, row)
             assert max(abs(a - b) for a, b in zip(record["trainer_logprobs"], own)) < 1e-4
             pairs.append((record["trainer_logprobs"], record["sampler_logprobs"]))
-    expected = _expected_metrics(pairs)
+    expected = metrics_by_definition(pairs)
     assert summary["sequences"] == len(rows) and summary["tokens"] == sum(len(r["logprobs"]) for r in rows)
     for name in METRICS:
         assert summary[name] == pytest.approx(expected[name], rel=1e-9, abs=1e-15), name

@@ -156,3 +156,43 @@ async def test_the_app_on_a_real_vllm_charts_the_ladder_and_says_each_text_s_che
         await pilot.press("j")  # the next text: its own checks
         await pilot.pause()
         assert str(app.query_one("#gen-checks").render()).startswith("prefill vs decode: ")
+
+
+def test_rollouts_sampled_from_vllm_and_scored_here_give_the_definitions_numbers(vllm, tmp_path):
+    """`endpoint --save-rollouts` samples at temperature 1 (each sample's seed its own), `rollouts` scores them as a
+    trainer does; the saved ids and logprobs are the server's own answer to this test's request with the same seed,
+    the trainer's logprobs this test's own forward's, and every metric recomputed here from the two."""
+    import torch
+    from rollout_files import METRICS, metrics_by_definition, own_logprobs
+    from transformers import AutoModelForCausalLM
+
+    from batchtui.core.models.builtin import builtin_path
+
+    url, model = vllm
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": text}) + "\n" for text in TEXTS[:3]))
+    saved, records, report = tmp_path / "rollouts.jsonl", tmp_path / "records.jsonl", tmp_path / "r.json"
+    assert main(["endpoint", "--url", url, "--texts-file", str(prompts), "--save-rollouts", str(saved),
+                 "--samples-per-prompt", "2", "--max-new-tokens", "10", "--seed", "7"]) == 0  # fmt: skip
+    rows = [json.loads(line) for line in saved.read_text().splitlines()]
+    assert len(rows) == 6 and [r["seed"] for r in rows] == list(range(7, 13))
+    again = ask(url, {"model": model, "prompt": TEXTS[1], "max_tokens": 10, "temperature": 1.0, "seed": 9,
+                      "logprobs": 1, "return_token_ids": True})["choices"][0]  # fmt: skip
+    assert rows[2]["completion_ids"] == again["token_ids"]
+    assert rows[2]["logprobs"] == again["logprobs"]["token_logprobs"]
+    assert main(["rollouts", str(saved), "--model", "qwen2-english-4m", "--dtype", "float32", "--records",
+                 str(records), "--json", str(report), "--quiet"]) == 1  # fmt: skip
+    summary = json.loads(report.read_text())["rollouts"]
+    local = AutoModelForCausalLM.from_pretrained(builtin_path("qwen2-english-4m"), dtype=torch.float32).eval()
+    pairs = []
+    with torch.no_grad():
+        for record in (json.loads(line) for line in records.read_text().splitlines()):
+            row = rows[record["line"] - 1]
+            assert record["sampler_logprobs"] == row["logprobs"]
+            mine = own_logprobs(local, row)
+            assert max(abs(a - b) for a, b in zip(record["trainer_logprobs"], mine)) < 1e-4
+            pairs.append((record["trainer_logprobs"], record["sampler_logprobs"]))
+    expected = metrics_by_definition(pairs)
+    for name in METRICS:
+        assert summary[name] == pytest.approx(expected[name], rel=1e-9, abs=1e-15), name
+    assert summary["max_abs_diff"] > 1e-3  # vLLM's bfloat16 against a float32 trainer: not noise-free

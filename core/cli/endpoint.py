@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from ..endpoint.client import DEFAULT_TIMEOUT_S
@@ -11,10 +12,12 @@ from ..endpoint.transport import DEFAULT_MAX_ANSWER_MB
 from ..errors import InputError
 from ..numbers.generation import DEFAULT_MAX_NEW_TOKENS
 from ..settings import DTYPES, Settings
+from ..visible import literal
 from .exit_codes import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OK, error_line, parsed_and_guarded
 from .options import (
     OneLineParser,
     ProgressLine,
+    TqdmBar,
     add_threads_option,
     check_report_destination,
     human_output,
@@ -79,6 +82,20 @@ def endpoint_parser(prog: str) -> OneLineParser:
     )
     add_threads_option(parser)
     parser.add_argument("--json", metavar="PATH", help="write the full report to PATH ('-' for stdout)")
+    sampling = parser.add_argument_group(
+        "sampling rollouts", "with --save-rollouts, the server samples rollouts for `batchtui rollouts` instead"
+    )
+    sampling.add_argument(
+        "--save-rollouts",
+        metavar="OUT.jsonl",
+        help="sample each prompt (TEXT, or --texts-file: one a line, or .jsonl with prompt or prompt_ids a line) and "
+        "write the rollouts (prompt and completion ids, the server's logprobs and top-1) to a new file",
+    )
+    sampling.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
+    sampling.add_argument("--seed", type=int, default=0, help="sample k of prompt i is sampled with seed + i*N + k")
+    sampling.add_argument(
+        "--samples-per-prompt", type=int_at_least(1), default=1, metavar="N", help="rollouts sampled per prompt"
+    )
     return parser
 
 
@@ -91,6 +108,8 @@ def _endpoint(args: argparse.Namespace) -> int:
         raise InputError(f"--timeout must be more than 0 seconds, not {args.timeout:g}")
     if not args.max_answer_mb > 0:
         raise InputError(f"--max-answer-mb must be more than 0, not {args.max_answer_mb:g}")
+    if args.save_rollouts:
+        return _save_rollouts(args)
     numbered = texts_from_args(args)
     check_report_destination(args.json)
     local = None
@@ -135,3 +154,37 @@ def _endpoint(args: argparse.Namespace) -> int:
         print(error_line(InputError(result.failure)), file=sys.stderr)
         return EXIT_BAD_INPUT
     return EXIT_DIVERGED if result.any_differs else EXIT_OK
+
+
+def _save_rollouts(args: argparse.Namespace) -> int:
+    """`--save-rollouts`: sampled rollouts written, a line each, as they come; exit 0, 2 on bad input or a fault."""
+    import math
+
+    if not (math.isfinite(args.temperature) and args.temperature >= 0):
+        raise InputError(f"--temperature must be a number at least 0, not {args.temperature:g}")
+    if args.local or args.invariant:
+        raise InputError("--save-rollouts samples only: score the rollouts with `batchtui rollouts FILE --model M`")
+    from ..endpoint.client import Endpoint
+    from ..endpoint.rollouts import Prompt, read_prompts, save_rollouts
+
+    if args.texts_file and args.texts:
+        raise InputError("give texts or --texts-file, not both")
+    if args.texts_file:
+        prompts = read_prompts(args.texts_file)
+    else:
+        prompts = (Prompt(i, text, None) for i, text in enumerate(texts_from_args(args).texts, start=1))
+    if os.path.lexists(args.save_rollouts):
+        raise InputError(f"{args.save_rollouts} exists: rollouts are written to a new file")
+    endpoint = Endpoint(args.url, args.model, args.api_key_env, args.timeout, args.max_answer_mb)
+    bar = TqdmBar(quiet=False, unit="rollout")
+    try:
+        endpoint.resolve_model()
+        with bar:
+            count = save_rollouts(
+                endpoint, prompts, args.save_rollouts, args.max_new_tokens, args.temperature, args.seed,
+                args.samples_per_prompt, lambda done: bar.progress(done, None),
+            )  # fmt: skip
+    finally:
+        endpoint.close()
+    print(f"{count} rollouts of {endpoint.model} written to {literal(args.save_rollouts)}")
+    return EXIT_OK

@@ -60,6 +60,34 @@ class ProgressLine:
             print(line, file=sys.stderr)
 
 
+class TqdmBar:
+    """tqdm's bar on stderr while a long command works: off when stderr is not a terminal or with `quiet`. `progress(
+    done, total)`; a total of None counts without an end."""
+
+    def __init__(self, quiet: bool, unit: str) -> None:
+        self.shown = not quiet and sys.stderr.isatty()
+        self.unit = unit
+        self.bar = None
+        self.total: int | None = 0
+
+    def progress(self, done: int, total: int | None) -> None:
+        self.total = total
+        if not self.shown:
+            return
+        if self.bar is None:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, initial=done, unit=self.unit, file=sys.stderr, dynamic_ncols=True)
+        self.bar.update(done - self.bar.n)
+
+    def __enter__(self) -> TqdmBar:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
 class OneLineParser(argparse.ArgumentParser):
     """Usage errors as one line and exit code 2, never a traceback or a usage dump; --help shows every
     option's default."""

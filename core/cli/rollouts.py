@@ -10,6 +10,7 @@ from ..visible import literal
 from .exit_codes import EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_OK, parsed_and_guarded
 from .options import (
     OneLineParser,
+    TqdmBar,
     add_threads_option,
     check_report_destination,
     human_output,
@@ -82,7 +83,7 @@ def _rollouts(args: argparse.Namespace) -> int:
     from ..terminal.rollouts_text import format_rollouts, rollouts_verdict
 
     job = RolloutsJob(args.file, settings, args.batch_tokens, args.records, args.resume, args.skip_bad).checked()
-    bar = _ProgressBar(args.quiet)
+    bar = TqdmBar(args.quiet, unit="seq")
     try:
         with bar:
             summary = score_rollouts(job, bar.progress)
@@ -106,30 +107,3 @@ def _rollouts(args: argparse.Namespace) -> int:
 def _whole_lines(path: str) -> int:
     with open(path, "rb") as handle:
         return sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 20), b""))
-
-
-class _ProgressBar:
-    """tqdm's bar on stderr while scoring: off when stderr is not a terminal, with --quiet, or on a rank but the
-    first of a torchrun (whose bar counts every rank's sequences)."""
-
-    def __init__(self, quiet: bool) -> None:
-        self.shown = not quiet and sys.stderr.isatty()
-        self.bar = None
-        self.total = 0
-
-    def progress(self, done: int, total: int) -> None:
-        self.total = total
-        if not self.shown:
-            return
-        if self.bar is None:
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=total, initial=done, unit="seq", file=sys.stderr, dynamic_ncols=True)
-        self.bar.update(done - self.bar.n)
-
-    def __enter__(self) -> _ProgressBar:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.bar is not None:
-            self.bar.close()

@@ -124,19 +124,25 @@ class Endpoint:
         top_logprobs: int = 0,
         prompt_logprobs: int = 0,
         token_ids: bool = False,
+        temperature: float = 0.0,
+        seed: int = GREEDY_SEED,
+        tokens_as_ids: bool = False,
     ) -> ServedContinuation:
-        """A greedy completion of `text` (or of token ids). `prompt_logprobs` and `token_ids` are vLLM's
-        fields (`prompt_logprobs`, `return_token_ids`): a server that does not know them may refuse them."""
+        """A completion of `text` (or of token ids): greedy by default, else sampled at `temperature` with `seed`.
+        `prompt_logprobs` and `token_ids` are vLLM's fields (`prompt_logprobs`, `return_token_ids`, and with
+        `tokens_as_ids` the logprobs' tokens as `token_id:N`): a server that does not know them may refuse them."""
         extra = {"prompt_logprobs": prompt_logprobs} if prompt_logprobs else {}
         if token_ids:
             extra["return_token_ids"] = True
+        if tokens_as_ids:
+            extra["return_tokens_as_token_ids"] = True
         answer = self._call(
             self._client.completions.create,
             model=self.model,
             prompt=text,
             max_tokens=max_new_tokens,
-            temperature=0,
-            seed=GREEDY_SEED,
+            temperature=temperature,
+            seed=seed,
             logprobs=top_logprobs or None,
             extra_body=extra or None,
         )

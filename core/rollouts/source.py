@@ -73,7 +73,7 @@ class RolloutFaults:
 
 def read_rollouts(path: str, vocabulary: Vocabulary, faults: RolloutFaults) -> Iterator[Rollout]:
     """The file's rollouts in order, each line checked (`faults` decides what a faulty one does)."""
-    for number, raw in _lines(path):
+    for number, raw in json_lines(path, "rollouts file"):
         if not raw.strip():
             continue
         try:
@@ -82,17 +82,18 @@ def read_rollouts(path: str, vocabulary: Vocabulary, faults: RolloutFaults) -> I
             faults(fault)
 
 
-def _lines(path: str) -> Iterator[tuple[int, bytes]]:
-    """(1-based number, bytes without the line end) of each line of regular file `path`, none over the cap."""
+def json_lines(path: str, what: str) -> Iterator[tuple[int, bytes]]:
+    """(1-based number, bytes without the line end) of each line of regular file `path` (`what` names it in a fault),
+    read one at a time, none over `MAX_LINE_BYTES`."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
     except FileNotFoundError:
-        raise InputError(f"rollouts file {path}: no such file") from None
+        raise InputError(f"{what} {path}: no such file") from None
     except OSError as exc:
-        raise InputError(f"cannot read rollouts file {path}: {exc.strerror or exc}") from None
+        raise InputError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
     with os.fdopen(fd, "rb") as handle:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise InputError(f"rollouts file {path} is not a regular file (a folder, FIFO, device or socket)")
+            raise InputError(f"{what} {path} is not a regular file (a folder, FIFO, device or socket)")
         number = 0
         while raw := handle.readline(MAX_LINE_BYTES + 1):
             number += 1

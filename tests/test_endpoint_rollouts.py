@@ -1,0 +1,85 @@
+"""`endpoint --save-rollouts` against answers no real server gives (a real vLLM's are in test_vllm.py): no token ids,
+a logprob above 0, a token that is not its id. Each is one line and exit 2, and the lines written before stay whole;
+a rollouts file is never overwritten."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from servers import http_json, scripted_server
+from test_endpoint_faults import MODELS
+
+from batchtui.core.cli import main
+
+
+def _completion(ids, logprobs, tokens=None, with_ids=True) -> bytes:
+    tokens = tokens or [f"token_id:{i}" for i in ids]
+    choice = {
+        "index": 0, "text": "x", "finish_reason": "length",
+        "logprobs": {"tokens": tokens, "token_logprobs": logprobs,
+                     "top_logprobs": [{t: lp} for t, lp in zip(tokens, logprobs)], "text_offset": [0] * len(ids)},
+    }  # fmt: skip
+    if with_ids:
+        choice.update(prompt_token_ids=[1, 2], token_ids=ids)
+    return json.dumps(
+        {"id": "x", "object": "text_completion", "created": 0, "model": "m", "choices": [choice]}
+    ).encode()
+
+
+def _server(answers: list[bytes]):
+    """/models, then each completion request answered by the next of `answers` (the last one repeated)."""
+    served = [0]
+
+    def script(connection, request, stopped):
+        if request.startswith(b"GET /v1/models"):
+            connection.sendall(http_json(MODELS))
+            return
+        body = answers[min(served[0], len(answers) - 1)]
+        served[0] += 1
+        connection.sendall(http_json(body))
+
+    return scripted_server(script)
+
+
+GOOD = _completion([5, 6], [-0.5, -1.25])
+
+
+@pytest.mark.parametrize(
+    ("bad", "said"),
+    [
+        (_completion([5, 6], [-0.5, -1.0], with_ids=False), "has no token ids or logprobs (vLLM's return_token_ids)"),
+        (_completion([5, 6], [-0.5, 0.25]), "step 1's logprob is 0.25, not a logprob"),
+        (_completion([5, 6], [-0.5, -1.0], tokens=["token_id:5", "token_id:9"]), "step 1 names token 'token_id:9'"),
+    ],
+    ids=["no-ids", "positive-logprob", "another-token"],
+)
+def test_a_faulty_answer_is_one_line_exit_2_and_the_lines_before_stay(bad, said, tmp_path, capsys):
+    out = tmp_path / "rollouts.jsonl"
+    with _server([GOOD, bad]) as (url, received):
+        code = main(["endpoint", "--url", url, "--model", "m", "one", "two", "--save-rollouts", str(out),
+                     "--timeout", "5"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and said in err and err.count("batchtui: error") == 1 and "Traceback" not in err
+    lines = out.read_text().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["completion_ids"] == [5, 6]
+    assert json.loads(lines[0])["logprobs"] == [-0.5, -1.25] and json.loads(lines[0])["top1_ids"] == [5, 6]
+    requests = [r for r in received if r.startswith(b"POST")]
+    assert len(requests) == 2 and b'"return_token_ids": true' in requests[0].replace(b'":true', b'": true')
+
+
+def test_samples_get_their_own_seeds_and_an_existing_file_is_refused(tmp_path, capsys):
+    out = tmp_path / "rollouts.jsonl"
+    with _server([GOOD]) as (url, received):
+        assert main(["endpoint", "--url", url, "--model", "m", "one", "two", "--save-rollouts", str(out),
+                     "--samples-per-prompt", "3", "--seed", "40", "--temperature", "0.7"]) == 0  # fmt: skip
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["seed"] for r in rows] == list(range(40, 46)) and [r["prompt_line"] for r in rows] == [1, 1, 1, 2, 2, 2]
+    bodies = [json.loads(r.split(b"\r\n\r\n", 1)[1]) for r in received if r.startswith(b"POST")]
+    assert [b["seed"] for b in bodies] == list(range(40, 46)) and {b["temperature"] for b in bodies} == {0.7}
+    assert "6 rollouts of m written to" in capsys.readouterr().out
+    assert main(["endpoint", "--url", "http://127.0.0.1:9/v1", "one", "--save-rollouts", str(out)]) == 2
+    assert (
+        "exists: rollouts are written to a new file" in capsys.readouterr().err
+        and len(out.read_text().splitlines()) == 6
+    )
