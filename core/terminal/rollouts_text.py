@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from ..numbers.rollouts import Histogram, RolloutsSummary
+from ..numbers.rollouts import Histogram, RolloutsSummary, ScoredToken, WorstSequence
 from ..visible import literal
 from .plain import format_columns, format_float
 
@@ -26,37 +26,65 @@ _METRICS = (
 
 def format_rollouts(summary: RolloutsSummary, color: bool = False, width: int = 72) -> str:
     m = summary.metrics
-    rows = [(label, _number(getattr(m, name), name)) for name, label in _METRICS]
-    rows.append(("top1_disagree", "unknown (no top1_ids)" if m.top1_disagree is None else str(m.top1_disagree)))
-    rows += [(f"|δ| {name}", format_float(value)) for name, value in summary.abs_diff_percentiles.items()]
-    parts = [f"{m.sequences} sequences, {m.tokens} tokens scored", format_columns(("metric", "value"), rows, {0})]
-    for title, histogram in (("δ = lt − lr", summary.delta_histogram), ("ratio = exp(δ)", summary.ratio_histogram)):
+    parts = [
+        f"{m.sequences} sequences, {m.tokens} tokens scored",
+        format_columns(("metric", "value"), metric_rows(summary), {0}),
+    ]
+    for title, histogram in histograms(summary):
         chart = histogram_chart(histogram, title, color, width)
         if chart:
             parts.append(chart)
     if summary.worst_sequences:
-        worst = [
-            (str(s.line), str(len(s.tokens)), format_float(s.log_ratio), format_float(s.max_abs_diff),
-             literal(s.completion, 40))
-            for s in summary.worst_sequences
-        ]  # fmt: skip
         parts.append(
-            "worst sequences (by |Σ δ|)\n"
-            + format_columns(("line", "tokens", "Σ δ", "max|δ|", "completion"), worst, {4})
+            "worst sequences (by |Σ δ|)\n" + format_columns(SEQUENCE_HEADER, worst_sequence_rows(summary), {4})
         )
     if summary.worst_tokens:
-        tokens = [
-            (str(w.line), str(w.token.step), literal(w.token.token, 16), f"{w.token.trainer:.6f}",
-             f"{w.token.sampler:.6f}", format_float(w.token.delta), f"{w.token.ratio:.6f}")
-            for w in summary.worst_tokens
-        ]  # fmt: skip
-        header = ("line", "step", "token", "trainer lt", "sampler lr", "δ", "ratio")
-        parts.append("worst tokens (by |δ|)\n" + format_columns(header, tokens, {2}))
+        tokens = [(str(w.line), *token_row(w.token)) for w in summary.worst_tokens]
+        parts.append("worst tokens (by |δ|)\n" + format_columns(("line", *TOKEN_HEADER), tokens, {2}))
     if summary.faults:
-        parts.append(
-            f"{summary.skipped} faulty lines skipped; the first:\n" + "\n".join(f"  {f}" for f in summary.faults)
-        )
+        listed = "\n".join(f"  {literal(fault)}" for fault in summary.faults)
+        parts.append(f"{summary.skipped} faulty lines skipped; the first:\n{listed}")
     return "\n\n".join(parts)
+
+
+SEQUENCE_HEADER = ("line", "tokens", "Σ δ", "max|δ|", "completion")
+TOKEN_HEADER = ("step", "token", "trainer lt", "sampler lr", "δ", "ratio")
+
+
+def metric_rows(summary: RolloutsSummary) -> list[tuple[str, str]]:
+    """(name, value) of every metric and percentile, in words."""
+    m = summary.metrics
+    rows = [(label, _number(getattr(m, name), name)) for name, label in _METRICS]
+    rows.append(("top1_disagree", "unknown (no top1_ids)" if m.top1_disagree is None else str(m.top1_disagree)))
+    rows += [(f"|δ| {name}", format_float(value)) for name, value in summary.abs_diff_percentiles.items()]
+    return rows
+
+
+def histograms(summary: RolloutsSummary) -> list[tuple[str, Histogram]]:
+    return [("δ = lt − lr", summary.delta_histogram), ("ratio = exp(δ)", summary.ratio_histogram)]
+
+
+def worst_sequence_rows(summary: RolloutsSummary, width: int = 40) -> list[tuple[str, ...]]:
+    return [
+        (str(s.line), str(len(s.tokens)), format_float(s.log_ratio), format_float(s.max_abs_diff),
+         literal(s.completion, width))
+        for s in summary.worst_sequences
+    ]  # fmt: skip
+
+
+def token_row(token: ScoredToken) -> tuple[str, ...]:
+    """A token's step, text, both logprobs, δ and ratio, in words (`TOKEN_HEADER`)."""
+    return (str(token.step), literal(token.token, 16), f"{token.trainer:.6f}", f"{token.sampler:.6f}",
+            format_float(token.delta), f"{token.ratio:.6f}")  # fmt: skip
+
+
+def token_words(sequence: WorstSequence, step: int) -> str:
+    """One token of a sequence in a sentence (the app's line under its tokens)."""
+    t = sequence.tokens[step]
+    return (
+        f"line {sequence.line}, step {t.step} of {len(sequence.tokens)}: {literal(t.token, 24)!s} · trainer "
+        f"{t.trainer:.6f} · sampler {t.sampler:.6f} · δ {format_float(t.delta)} · ratio {t.ratio:.6f}"
+    )
 
 
 def _number(value: float | None, name: str) -> str:
