@@ -75,6 +75,14 @@ def app_parser() -> OneLineParser:
     parser.add_argument(
         "--output-dir", metavar="DIR", help="where ctrl+s reports and f8 screenshots go (default: the current folder)"
     )
+    parser.add_argument(
+        "--rollouts",
+        metavar="FILE.jsonl",
+        help="the rollouts view: score a sampler's rollouts with --model as a trainer does (see batchtui rollouts)",
+    )
+    parser.add_argument(
+        "--batch-tokens", type=int, default=None, metavar="N", help="with --rollouts: padded tokens per forward"
+    )
     return parser
 
 
@@ -83,15 +91,17 @@ def run_app(argv: list[str]) -> int:
     app = build_app(argv)
     if isinstance(app, int):
         return app
-    lock = session_file.SessionLock(app.session_path)
+    lock = session_file.SessionLock(app.session_path) if app.session_path is not None else None
     try:
-        lock.acquire()
+        if lock is not None:
+            lock.acquire()
     except BatchtuiError as exc:
         print(error_line(exc), file=sys.stderr)
         return EXIT_BAD_INPUT
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         # Without a terminal the app has no keys to read and would wait on them at full speed.
-        lock.release()
+        if lock is not None:
+            lock.release()
         print(
             "batchtui: error: the app needs a terminal (stdin and stdout); for scripts and CI use "
             "`batchtui check` (see batchtui --help)",
@@ -102,7 +112,8 @@ def run_app(argv: list[str]) -> int:
     try:
         app.run()
     finally:
-        lock.release()
+        if lock is not None:
+            lock.release()
     # The session is saved and the terminal restored: leave now. The interpreter's teardown (torch's and
     # transformers' modules, a pass abandoned on quit still running) takes over a second and saves nothing.
     sys.stdout.flush()
@@ -121,6 +132,8 @@ def build_app(argv: list[str]):
         args = parser.parse_args(argv)
     except SystemExit as exit_:
         return int(exit_.code or 0)
+    if args.rollouts:
+        return _rollouts_app(args)
     try:
         settings = settings_from_args(args)
         given = given_options(parser, argv)
@@ -163,6 +176,24 @@ def build_app(argv: list[str]):
     )
     app.runs.threads = args.threads
     return app
+
+
+def _rollouts_app(args):
+    """`--rollouts FILE`: the app on the rollouts view, its settings checked first (one line, exit 2)."""
+    try:
+        from ..core.rollouts.job import RolloutsJob
+        from ..core.rollouts.plan import DEFAULT_BATCH_TOKENS
+
+        settings = settings_from_args(args)
+        batch_tokens = DEFAULT_BATCH_TOKENS if args.batch_tokens is None else args.batch_tokens
+        job = RolloutsJob(args.rollouts, settings, batch_tokens).checked()
+        output_dir = check_output_dir(args.output_dir) if args.output_dir else None
+    except BatchtuiError as exc:
+        print(error_line(exc), file=sys.stderr)
+        return EXIT_BAD_INPUT
+    from .rollouts_app import RolloutsApp
+
+    return RolloutsApp(job, output_dir)
 
 
 def _checked_url(url: str | None) -> str | None:

@@ -79,7 +79,8 @@ def _rollouts(args: argparse.Namespace) -> int:
     start_torch(args)
     from ..reports.report import write_json
     from ..reports.rollouts import rollouts_json
-    from ..rollouts.scoring import RolloutsJob, score_rollouts
+    from ..rollouts.job import RolloutsJob
+    from ..rollouts.scoring import score_rollouts
     from ..terminal.rollouts_text import format_rollouts, rollouts_verdict
 
     job = RolloutsJob(args.file, settings, args.batch_tokens, args.records, args.resume, args.skip_bad).checked()

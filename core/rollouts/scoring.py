@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 import torch
 
@@ -27,7 +26,8 @@ from ..numbers.rollouts import RolloutsSummary
 from ..run.skeleton import resolved_config, run_guarded
 from ..run.trainer_forward import scored_in_training, trainer_modes
 from ..settings import Settings
-from .plan import DEFAULT_BATCH_TOKENS, Batch, batches
+from .job import RolloutsJob
+from .plan import Batch, batches
 from .ranks import Ranks, joined, rank_device
 from .records import Record, RecordsFile, read_records
 from .source import Rollout, RolloutFaults, Vocabulary, read_rollouts
@@ -37,23 +37,6 @@ ProgressFn = Callable[[int, int], None]  # (sequences done, sequences in all)
 # What decides a rollouts run's numbers, of the settings a comparison's report gives
 _CONFIG = ("model", "device", "dtype", "dtype_requested", "attn", "invariant", "invariant_classes", "pad_token_id",
            "vocab_size", "trust_remote_code")  # fmt: skip
-
-
-@dataclass(frozen=True)
-class RolloutsJob:
-    path: str
-    settings: Settings
-    batch_tokens: int = DEFAULT_BATCH_TOKENS
-    records: str | None = None  # `--records`
-    resume: bool = False
-    skip_bad: bool = False
-
-    def checked(self) -> RolloutsJob:
-        if self.batch_tokens < 1:
-            raise InputError(f"--batch-tokens must be at least 1, not {self.batch_tokens}")
-        if self.resume and not self.records:
-            raise InputError("--resume goes on from a records file: give it with --records")
-        return self
 
 
 def score_rollouts(

@@ -106,12 +106,18 @@ def histogram_chart(histogram: Histogram, title: str, color: bool, width: int) -
     plt.clear_figure()
     plt.bar(centers, list(histogram.counts), width=1)
     plt.title(f"{title}: tokens per bin")
-    ticks = [edges[0], edges[len(edges) // 2], edges[-1]]
-    plt.xticks(ticks, [format_float(t) if not title.startswith("ratio") else f"{t:.6f}" for t in ticks])
+    plt.xticks(*histogram_ticks(histogram, title.startswith("ratio")))
     plt.plotsize(width, 14)
     chart = plt.build()
     plt.clear_figure()
     return chart if color else plt.uncolorize(chart)
+
+
+def histogram_ticks(histogram: Histogram, ratio: bool) -> tuple[list[float], list[str]]:
+    """Ticks at a histogram's ends and middle, in words (a ratio to six decimals, as the tables give it)."""
+    edges = histogram.edges
+    ticks = [edges[0], edges[len(edges) // 2], edges[-1]] if edges else []
+    return ticks, [f"{t:.6f}" if ratio else format_float(t) for t in ticks]
 
 
 def rollouts_verdict(summary: RolloutsSummary) -> str:

@@ -1,0 +1,26 @@
+"""What a rollouts run is asked to do (the command's or the app's arguments), checked before torch loads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import InputError
+from ..settings import Settings
+from .plan import DEFAULT_BATCH_TOKENS
+
+
+@dataclass(frozen=True)
+class RolloutsJob:
+    path: str
+    settings: Settings
+    batch_tokens: int = DEFAULT_BATCH_TOKENS
+    records: str | None = None  # `--records`
+    resume: bool = False
+    skip_bad: bool = False
+
+    def checked(self) -> RolloutsJob:
+        if self.batch_tokens < 1:
+            raise InputError(f"--batch-tokens must be at least 1, not {self.batch_tokens}")
+        if self.resume and not self.records:
+            raise InputError("--resume goes on from a records file: give it with --records")
+        return self

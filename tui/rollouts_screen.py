@@ -1,0 +1,177 @@
+"""The rollouts view (`batchtui --rollouts FILE.jsonl --model M`): a sampler's rollouts scored by the local model as a
+trainer does, in a thread worker, with a progress bar; then the metrics, histograms of δ and of the ratio, and the
+worst sequences. Enter on a sequence opens its tokens (`RolloutTokensScreen`)."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import DataTable, ProgressBar, Static
+from textual.worker import get_current_worker
+from textual_plotext import PlotextPlot
+
+from ..core.numbers.rollouts import RolloutsSummary, WorstSequence
+from ..core.terminal.rollouts_text import (
+    SEQUENCE_HEADER,
+    TOKEN_HEADER,
+    histogram_ticks,
+    histograms,
+    metric_rows,
+    rollouts_verdict,
+    token_row,
+    token_words,
+    worst_sequence_rows,
+)
+from ..core.visible import literal
+from . import chart_colors
+from .engine_calls import call_engine, on_ui_thread
+from .move_keys import MOVE_BINDINGS
+from .steady_footer import SteadyFooter
+
+
+class RolloutsScreen(Screen[None]):
+    def __init__(self, job) -> None:
+        super().__init__()
+        self.job = job  # a `RolloutsJob`
+        self.summary: RolloutsSummary | None = None
+
+    def compose(self) -> ComposeResult:
+        settings = self.job.settings
+        title = f"Rollouts · {literal(self.job.path, 60)} · {literal(settings.model, 40)} · {settings.dtype}"
+        yield Static(title + (" · invariant mode" if settings.invariant else ""), id="rollouts-title", markup=False)
+        with Horizontal(id="rollouts-state"):
+            yield ProgressBar(id="rollouts-progress", show_eta=True)
+            yield Static("loading the model and checking every line…", id="rollouts-status", markup=False)
+        with Horizontal(id="rollouts-top"):
+            yield DataTable(id="rollouts-metrics", cursor_type="none", zebra_stripes=True)
+            with Vertical(id="rollouts-charts"):
+                yield PlotextPlot(id="rollouts-delta")
+                yield PlotextPlot(id="rollouts-ratio")
+        yield Static("worst sequences (by |Σ δ|) · enter: its tokens", id="rollouts-worst-title", markup=False)
+        yield DataTable(id="rollouts-worst", cursor_type="row")
+        yield SteadyFooter()
+
+    def on_mount(self) -> None:
+        self.query_one("#rollouts-metrics", DataTable).add_columns("metric", "value")
+        self.query_one("#rollouts-worst", DataTable).add_columns(*SEQUENCE_HEADER)
+        self._score()
+
+    @work(thread=True, exclusive=True)
+    def _score(self) -> None:
+        worker = get_current_worker()
+        from ..core.rollouts.scoring import score_rollouts
+
+        def progress(done: int, total: int) -> None:
+            on_ui_thread(self, self._progress, done, total)
+
+        call_engine(
+            self,
+            lambda: score_rollouts(self.job, progress, cancelled=lambda: worker.is_cancelled),
+            self._show,
+            self._failed,
+        )
+
+    def _progress(self, done: int, total: int) -> None:
+        self.query_one(ProgressBar).update(total=total, progress=done)
+        self.query_one("#rollouts-status", Static).update(Text(f"{done} of {total} sequences scored"))
+
+    def _failed(self, message: str) -> None:
+        self.query_one(ProgressBar).display = False
+        self.query_one("#rollouts-status", Static).update(Text(f"not scored: {message}", style="bold red"))
+        self.notify(message, title="rollouts not scored", severity="error", markup=False)
+
+    def _show(self, summary: RolloutsSummary) -> None:
+        self.summary = summary
+        self.query_one(ProgressBar).display = False
+        self.query_one("#rollouts-status", Static).update(Text(rollouts_verdict(summary), style="bold"))
+        metrics = self.query_one("#rollouts-metrics", DataTable)
+        for name, value in metric_rows(summary):
+            metrics.add_row(Text(name), Text(value, justify="right"))
+        worst = self.query_one("#rollouts-worst", DataTable)
+        for row in worst_sequence_rows(summary, width=60):
+            worst.add_row(*(Text(cell) for cell in row))
+        for chart, (title, histogram) in zip(self.query(PlotextPlot), histograms(summary)):
+            plt = chart.plt
+            plt.clear_figure()
+            if histogram.counts:
+                edges = histogram.edges
+                plt.bar([(a + b) / 2 for a, b in zip(edges, edges[1:])], list(histogram.counts), width=1,
+                        color=chart_colors.OTHER)  # fmt: skip
+                plt.xticks(*histogram_ticks(histogram, ratio=title.startswith("ratio")))
+            plt.title(f"{title}: tokens per bin")
+            chart.refresh()
+        worst.focus()
+
+    @on(DataTable.RowSelected, "#rollouts-worst")
+    def _open(self, event: DataTable.RowSelected) -> None:
+        if self.summary is not None and self.summary.worst_sequences:
+            self.app.push_screen(RolloutTokensScreen(self.summary.worst_sequences, event.cursor_row))
+
+
+class RolloutTokensScreen(Screen[None]):
+    """One sequence's tokens: both logprobs, δ and the ratio; the heatmap's keys move along its tokens (←/→, home,
+    end, page up/down) and to the previous or next of the worst sequences (↑/↓)."""
+
+    BINDINGS = [Binding("escape", "dismiss", "Back"), *MOVE_BINDINGS[:-1]]
+
+    def __init__(self, sequences: tuple[WorstSequence, ...], index: int) -> None:
+        super().__init__()
+        self.sequences = sequences
+        self.index = index
+        self.step = 0
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="tokens-title", markup=False)
+        table = DataTable(id="tokens-table", cursor_type="row", zebra_stripes=True)
+        table.can_focus = False  # its cursor follows the screen's keys (the heatmap's), not the table's own
+        yield table
+        yield Static(id="tokens-detail", markup=False)
+        yield SteadyFooter()
+
+    def on_mount(self) -> None:
+        self.query_one(DataTable).add_columns(*TOKEN_HEADER)
+        self._show_sequence()
+
+    @property
+    def sequence(self) -> WorstSequence:
+        return self.sequences[self.index]
+
+    def _show_sequence(self) -> None:
+        s = self.sequence
+        self.query_one("#tokens-title", Static).update(
+            Text(
+                f"sequence {self.index + 1} of {len(self.sequences)} worst · line {s.line} · Σ δ "
+                f"{s.log_ratio:.6g} · {literal(s.completion, 80)}"
+            )  # fmt: skip
+        )
+        table = self.query_one(DataTable)
+        table.clear()
+        for token in s.tokens:
+            table.add_row(*(Text(cell) for cell in token_row(token)))
+        self.step = min(self.step, len(s.tokens) - 1)
+        self._show_step()
+
+    def _show_step(self) -> None:
+        self.query_one(DataTable).move_cursor(row=self.step)
+        self.query_one("#tokens-detail", Static).update(Text(token_words(self.sequence, self.step)))
+
+    def action_move_selection(self, sequences: int, steps: int) -> None:
+        if sequences:
+            self.index = max(0, min(len(self.sequences) - 1, self.index + sequences))
+            self._show_sequence()
+            return
+        self.step = max(0, min(len(self.sequence.tokens) - 1, self.step + steps))
+        self._show_step()
+
+    def action_page_selection(self, pages: int) -> None:
+        self.action_move_selection(0, pages * max(1, self.query_one(DataTable).size.height - 1))
+
+    @on(DataTable.RowHighlighted)
+    def _highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.cursor_row != self.step:  # a click
+            self.step = event.cursor_row
+            self.query_one("#tokens-detail", Static).update(Text(token_words(self.sequence, self.step)))
