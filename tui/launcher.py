@@ -61,7 +61,8 @@ def app_parser() -> OneLineParser:
         epilog="subcommands: batchtui check (table, JSON, exit code for CI) · batchtui generate (does batching "
         "change the greedy continuation, and from which token) · batchtui sweep (a grid of settings) · "
         "batchtui probe (one Linear layer) · batchtui bench (cost against the bare passes) · batchtui endpoint "
-        "(does load change a served model's answer) · batchtui diff (two reports or repro packs); "
+        "(does load change a served model's answer) · batchtui rollouts (a sampler's rollouts scored as a trainer "
+        "does) · batchtui diff (two reports or repro packs); "
         "each has its own --help",
     )
     add_common_options(parser)
