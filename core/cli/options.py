@@ -167,10 +167,11 @@ def add_threads_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def start_torch(args: argparse.Namespace) -> None:
-    """Torch loaded and set up for the run: its kernel threads (`--threads`) and the allocator keeping freed blocks
-    for reuse. Each command calls it once its arguments are known good, so a bad value is refused without the
-    import (about two seconds). A cache folder that cannot be used is said here, once: the run goes on without it."""
+def start_torch(args: argparse.Namespace, keep_freed: bool = True) -> None:
+    """Torch loaded and set up for the run: its kernel threads (`--threads`) and, with `keep_freed`, the allocator
+    keeping freed blocks for reuse (a run of thousands of batches of other shapes would grow its heap with them).
+    Each command calls it once its arguments are known good, so a bad value is refused without the import (about two
+    seconds). A cache folder that cannot be used is said here, once: the run goes on without it."""
     from ..cache_folder import cache_notice
     from ..numbers.cpu_memory import keep_freed_memory
     from ..threads import use_threads
@@ -178,7 +179,8 @@ def start_torch(args: argparse.Namespace) -> None:
     if cache_notice():
         print(f"batchtui: notice: {literal(cache_notice())}", file=sys.stderr)
     use_threads(args.threads)
-    keep_freed_memory()
+    if keep_freed:
+        keep_freed_memory()
 
 
 def int_at_least(minimum: int):

@@ -76,7 +76,7 @@ def _rollouts(args: argparse.Namespace) -> int:
         invariant_classes=args.invariant_classes,
     ).validated()
     check_report_destination(args.json)
-    start_torch(args)
+    start_torch(args, keep_freed=False)  # (memory flat in the number of batches)
     from ..reports.report import write_json
     from ..reports.rollouts import rollouts_json
     from ..rollouts.job import RolloutsJob

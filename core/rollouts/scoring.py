@@ -21,6 +21,7 @@ import torch
 from ..errors import Cancelled, InputError
 from ..invariant.mode import invariant_if
 from ..models.loading import LoadedModel, load_model
+from ..numbers.cpu_memory import FlatHeap
 from ..numbers.importance import SequenceLogprobs
 from ..numbers.rollouts import RolloutsSummary
 from ..run.skeleton import resolved_config, run_guarded
@@ -90,6 +91,7 @@ class _Scoring:
         self.job, self.loaded, self.vocabulary, self.ranks = job, loaded, vocabulary, ranks
         self.progress, self.cancelled = progress, cancelled
         self.tally = RolloutsTally()
+        self.flat_heap = FlatHeap() if torch.device(loaded.device).type == "cpu" else None
         self.records = RecordsFile(job.records, job.resume) if job.records and ranks.first else None
         self.resumed = 0
 
@@ -127,7 +129,10 @@ class _Scoring:
         if self.cancelled is not None and self.cancelled():
             raise Cancelled("the rollouts run was stopped")
         mine = round_[self.ranks.rank][0] if self.ranks.rank < len(round_) else None
-        gathered = self.ranks.gathered(self._score(mine) if mine is not None else [])
+        scored = self._score(mine) if mine is not None else []
+        if self.flat_heap is not None:
+            self.flat_heap()  # (memory flat in the number of batches)
+        gathered = self.ranks.gathered(scored)
         if gathered is None:
             return
         for (_, written), records in zip(round_, gathered):
