@@ -18,18 +18,27 @@ from .errors import InputError
 MiB = 2**20
 
 
-def read_capped(path: str | Path, cap: int, what: str) -> bytes:
-    """The bytes of regular file `path`, at most `cap` of them; InputError for anything else."""
+def open_regular(path: str | Path, what: str, writable: bool = False):
+    """Regular file `path` opened for binary reading (and writing, with `writable`) without waiting: a FIFO or a
+    device is refused at once, never read; InputError for anything but a regular file (`what` names it)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+        flags = (os.O_RDWR if writable else os.O_RDONLY) | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0)
+        fd = os.open(path, flags)
     except FileNotFoundError:
         raise InputError(f"{what} {path}: no such file") from None
     except OSError as exc:
         raise InputError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
-    with os.fdopen(fd, "rb") as handle:
-        status = os.fstat(fd)
-        if not stat.S_ISREG(status.st_mode):
-            raise InputError(f"{what} {path} is not a regular file (a folder, FIFO, device or socket): not read")
+    handle = os.fdopen(fd, "r+b" if writable else "rb")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        handle.close()
+        raise InputError(f"{what} {path} is not a regular file (a folder, FIFO, device or socket): not read")
+    return handle
+
+
+def read_capped(path: str | Path, cap: int, what: str) -> bytes:
+    """The bytes of regular file `path`, at most `cap` of them; InputError for anything else."""
+    with open_regular(path, what) as handle:
+        status = os.fstat(handle.fileno())
         if status.st_size > cap:
             raise InputError(f"{what} {path} is {status.st_size / MiB:.1f} MiB, over the {_size(cap)} limit")
         data = handle.read(cap + 1)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from ..errors import InputError
 from ..numbers.importance import SequenceLogprobs
+from ..untrusted import open_regular
 from .source import MAX_LINE_BYTES
 
 
@@ -77,15 +78,9 @@ class RecordsFile:
 def read_records(path: str) -> Iterator[Record]:
     """The whole records of the file in order; a cut last line (a run stopped while writing it) is removed from the
     file, so that appending goes on after the last whole one."""
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         return
-    except OSError as exc:
-        raise InputError(f"cannot read records file {path}: {exc.strerror or exc}") from None
-    with os.fdopen(fd, "r+b") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise InputError(f"records file {path} is not a regular file")
+    with open_regular(path, "records file", writable=True) as handle:
         number, whole = 0, 0
         while raw := handle.readline(MAX_LINE_BYTES + 1):
             number += 1

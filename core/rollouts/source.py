@@ -15,13 +15,11 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
-import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from ..errors import InputError
-from ..untrusted import MiB
+from ..untrusted import MiB, open_regular
 
 # A line longer than this is refused unread (a 32k-token rollout with its logprobs is about 1 MiB of JSON).
 MAX_LINE_BYTES = 16 * MiB
@@ -85,15 +83,7 @@ def read_rollouts(path: str, vocabulary: Vocabulary, faults: RolloutFaults) -> I
 def json_lines(path: str, what: str) -> Iterator[tuple[int, bytes]]:
     """(1-based number, bytes without the line end) of each line of regular file `path` (`what` names it in a fault),
     read one at a time, none over `MAX_LINE_BYTES`."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
-    except FileNotFoundError:
-        raise InputError(f"{what} {path}: no such file") from None
-    except OSError as exc:
-        raise InputError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise InputError(f"{what} {path} is not a regular file (a folder, FIFO, device or socket)")
+    with open_regular(path, what) as handle:
         number = 0
         while raw := handle.readline(MAX_LINE_BYTES + 1):
             number += 1
