@@ -3,6 +3,7 @@ the one report; the records and the summary are a single process's (one thread a
 `--threads 1`), with and without the mode."""
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -18,8 +19,12 @@ def _summary(path) -> dict:
     return report
 
 
-@pytest.mark.parametrize("mode", [[], ["--invariant"]], ids=["library", "mode"])
-def test_two_ranks_give_the_single_process_s_records_and_summary(mode, tmp_path):
+@pytest.mark.parametrize(
+    ("mode", "program"),
+    [([], ["-m", "batchtui.core"]), (["--invariant"], ["-m", "batchtui.core"]), ([], [shutil.which("batchtui")])],
+    ids=["library", "mode", "entry-point"],
+)
+def test_two_ranks_give_the_single_process_s_records_and_summary(mode, program, tmp_path):
     path = write_jsonl(tmp_path / "in.jsonl", sampled_rollouts("tiny", 18, new_tokens=5))
     args = ["rollouts", str(path), "--model", "tiny", "--dtype", "float32", "--batch-tokens", "40", "--quiet", *mode]
     single = subprocess.run(
@@ -27,8 +32,7 @@ def test_two_ranks_give_the_single_process_s_records_and_summary(mode, tmp_path)
          "--json", str(tmp_path / "one.json")], capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     ranks = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "batchtui.core",
-         *args, "--records", str(tmp_path / "two.jsonl"), "--json", str(tmp_path / "two.json")],
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *program, *args, "--records", str(tmp_path / "two.jsonl"), "--json", str(tmp_path / "two.json")],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert single.returncode in (0, 1), single.stderr
