@@ -32,7 +32,8 @@ def test_two_ranks_give_the_single_process_s_records_and_summary(mode, program, 
          "--json", str(tmp_path / "one.json")], capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     ranks = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *program, *args, "--records", str(tmp_path / "two.jsonl"), "--json", str(tmp_path / "two.json")],
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *program, *args,
+         "--records", str(tmp_path / "two.jsonl"), "--json", str(tmp_path / "two.json")],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert single.returncode in (0, 1), single.stderr
