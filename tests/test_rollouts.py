@@ -100,3 +100,27 @@ def test_the_percentiles_are_the_nearest_rank_s_value_across_chunks(chunk, monke
     edges, counts = spill.histogram(min(values), max(values), lambda d: d)
     assert sum(counts) == len(values) and edges[0] == min(values) and edges[-1] == max(values)
     spill.close()
+
+
+def test_the_plan_holds_every_rollout_once_within_the_batch_tokens_the_same_every_time():
+    import random
+
+    from batchtui.core.rollouts.plan import WINDOW, batches
+    from batchtui.core.rollouts.source import Rollout
+
+    rng = random.Random(0)
+    rollouts = [
+        Rollout(line, str(line), (1,) * rng.randrange(1, 60), (2,) * rng.randrange(1, 40), (-1.0,), None)
+        for line in range(1, 2 * WINDOW + 300)
+    ]
+    plan = list(batches(rollouts, 256))
+    again = list(batches(iter(rollouts), 256))
+    assert plan == again and [b.index for b in plan] == list(range(len(plan)))
+    lines = [r.line for b in plan for r in b.rollouts]
+    assert sorted(lines) == [r.line for r in rollouts]
+    for batch in plan:
+        rows = batch.rollouts
+        padded = len(rows) * (max(len(r.prompt_ids) for r in rows) + max(len(r.completion_ids) for r in rows))
+        assert padded <= 256 or len(rows) == 1
+    # a window's rollouts stay in it: the plan reads the file a window at a time
+    assert {r.line for b in plan[: len(plan) // 4] for r in b.rollouts} <= set(range(1, WINDOW + 1))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from ..errors import InputError
@@ -23,4 +24,6 @@ class RolloutsJob:
             raise InputError(f"--batch-tokens must be at least 1, not {self.batch_tokens}")
         if self.resume and not self.records:
             raise InputError("--resume goes on from a records file: give it with --records")
+        if self.records and not self.resume and os.path.lexists(self.records):
+            raise InputError(f"records file {self.records} exists: --resume continues it (or give another path)")
         return self

@@ -25,19 +25,6 @@ class Batch:
     index: int  # in the plan, from 0
     rollouts: tuple[Rollout, ...]
 
-    @property
-    def padded_tokens(self) -> int:
-        return padded_size(self.rollouts)
-
-
-def padded_size(rollouts: Iterable[Rollout]) -> int:
-    rollouts = list(rollouts)
-    if not rollouts:
-        return 0
-    prompt = max(len(r.prompt_ids) for r in rollouts)
-    completion = max(len(r.completion_ids) for r in rollouts)
-    return len(rollouts) * (prompt + completion)
-
 
 def batches(rollouts: Iterable[Rollout], batch_tokens: int) -> Iterator[Batch]:
     """The plan's batches in order."""

@@ -38,10 +38,6 @@ class Rollout:
     logprobs: tuple[float, ...]
     top1_ids: tuple[int, ...] | None
 
-    @property
-    def tokens(self) -> int:
-        return len(self.prompt_ids) + len(self.completion_ids)
-
 
 @dataclass(frozen=True)
 class Vocabulary:
