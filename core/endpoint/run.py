@@ -57,6 +57,7 @@ def measure_endpoint(
         _positive(name, value)
     if not levels:
         raise InputError("the concurrency ladder needs at least one level")
+    levels = tuple(sorted(set(levels)))  # lowest first, once each: the first level that breaks is the lowest
     if isinstance(top_logprobs, bool) or not isinstance(top_logprobs, int) or top_logprobs < 0:
         raise InputError(f"top logprobs must be 0 or more, not {top_logprobs!r}")
     lines = list(range(1, len(texts) + 1)) if lines is None else lines
