@@ -30,7 +30,7 @@ def test_levels_in_any_order_are_measured_lowest_first_and_the_lowest_breaking_i
             return
         with lock:
             answered[0] += 1
-            alone = answered[0] <= 2  # the text alone, twice: the same; every request after it: another answer
+            alone = answered[0] <= 3  # the probe, the text alone and again (one round): the same; then another
         connection.sendall(http_json(_completion(" ok" if alone else " no")))
 
     report = tmp_path / "r.json"
@@ -43,5 +43,38 @@ def test_levels_in_any_order_are_measured_lowest_first_and_the_lowest_breaking_i
     assert [level["concurrency"] for level in data["levels"]] == [1, 2, 4, 8, 16]
     assert data["first_breaking_concurrency"] == 1
     posts = [r for r in received if r.startswith(b"POST")]
-    ladder = 2 + 1 + 2 + 4 + 8 + 16  # alone twice, then each level once (the level given twice: once)
+    ladder = 1 + 2 + 1 + 2 + 4 + 8 + 16  # the probe, alone twice, each level once (the level given twice: once)
     assert ladder <= len(posts) < ladder + 8  # (and the served checks' few requests)
+
+
+def test_a_server_that_answers_otherwise_by_itself_is_said_so_and_no_level_breaks_for_it(tmp_path, capsys):
+    """Every other request answers otherwise whatever is in flight: the server's own noise. Alone, asked again as
+    many times as a level is tried, it differs; the ladder counts only texts whose answers alone do not move, so no
+    level breaks, and the verdict says the server is nondeterministic by itself."""
+    answered = [0]
+    lock = threading.Lock()
+
+    def script(connection, request, stopped):
+        if request.startswith(b"GET /v1/models"):
+            connection.sendall(http_json(MODELS))
+            return
+        with lock:
+            answered[0] += 1
+            odd = answered[0] % 2
+        connection.sendall(http_json(_completion(" ok" if odd else " no")))
+
+    report = tmp_path / "r.json"
+    with scripted_server(script) as (url, received):
+        code = main(["endpoint", "--url", url, "--model", "m", "one", "--concurrency", "1,2,4", "--rounds", "2",
+                     "--top-logprobs", "0", "--json", str(report)])  # fmt: skip
+    out = capsys.readouterr().out
+    data = json.loads(report.read_text())
+    assert code == 1  # the answers do differ
+    assert data["summary"]["alone_differ"] == 1 and data["texts"][0]["noisy"]
+    assert len(data["texts"][0]["alone_more"]) == 1  # alone, then again twice (as a level's two rounds)
+    assert data["first_breaking_concurrency"] is None
+    assert [level["texts_noisy"] for level in data["levels"]] == [1, 1, 1]
+    assert all(level["texts_split"] == 0 for level in data["levels"])
+    verdict = out.splitlines()[-1]
+    assert "no level breaks" in verdict and "the server is nondeterministic by itself" in verdict
+    assert "(1 of them differ alone too)" in verdict

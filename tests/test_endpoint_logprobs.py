@@ -71,7 +71,7 @@ def test_measure_endpoint_reports_logprob_splits_in_the_json():
 
         def complete(self, text, max_new_tokens, top_logprobs=0, prompt_logprobs=0, token_ids=False):
             self.calls += 1
-            return moved if self.calls == 4 else steady  # probe, alone, alone again, then under load
+            return moved if self.calls == 5 else steady  # probe, alone, alone again (twice: 2 rounds), under load
 
     result = measure_endpoint(Answers(), ["t"], max_new_tokens=2, concurrency=1, rounds=2, top_logprobs=2)
     entry = endpoint_json(result)["texts"][0]
@@ -149,3 +149,33 @@ def test_a_check_the_server_refuses_is_a_note_and_the_run_stands():
     refused = [n for n in result.notes if n.startswith("the server refused a request of the prefix cache")]
     assert len(refused) == 1 and "maximum context length" in refused[0]
     assert all(t.prefix_cache is None for t in result.texts)
+
+
+def test_the_prefix_cache_line_says_splits_and_logprob_moves_apart():
+    """Three texts behind the cache's long prefix, the warm answer of the first split, of the second the same tokens
+    with a logprob moved, of the third the same: "1 split, 1 more keeps its tokens", never "2 differ"."""
+    from batchtui.core.endpoint.client import continuation_from
+    from batchtui.core.endpoint.report import served_checks_lines
+
+    def answer(second: str, first: float = -0.5):
+        return continuation_from(_choice(" a" + second, [" a", second], [first, -0.70],
+                                         [{" a": first, " c": -2.0}, {second: -0.70, " d": -0.71}]))  # fmt: skip
+
+    steady = answer(" b")
+    warm = {"split": answer(" d"), "moved": answer(" b", -0.5 + 2**-8), "same": steady}
+
+    class Answers:
+        seen: dict = {}
+
+        def complete(self, text, max_new_tokens, top_logprobs=0, prompt_logprobs=0, token_ids=False):
+            if not text.startswith("Note "):
+                return steady
+            self.seen[text] = self.seen.get(text, 0) + 1
+            return steady if self.seen[text] == 1 else warm[text.rsplit(" ", 1)[-1]]  # cold, then warm
+
+    result = measure_endpoint(Answers(), ["x split", "x moved", "x same"], max_new_tokens=2, concurrency=1, rounds=1,
+                              top_logprobs=2)  # fmt: skip
+    line = next(line for line in served_checks_lines(result) if line.startswith("prefix cache"))
+    assert line.endswith("1 of 3 continuations split, 1 more keep their tokens with logprobs apart by up to 0.00391"), (
+        line
+    )

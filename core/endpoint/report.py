@@ -72,6 +72,9 @@ def endpoint_verdict(comparison: EndpointComparison) -> str:
     levels = comparison.config.get("concurrency") or []
     at = f"concurrency {','.join(map(str, levels))}; " if levels else ""
     verdict = f"{s.differ} of {s.texts} continuations differ under load ({at}{rounds} round{'s' * (rounds != 1)})"
+    also_alone = sum(bool(t.differs or t.logprobs_differ) and t.noisy for t in comparison.texts)
+    if also_alone:
+        verdict += f" ({also_alone} of them differ alone too)"
     if s.near_ties:
         verdict += f", {s.near_ties} at a near-tie"
     if s.logprobs_differ:
@@ -81,6 +84,11 @@ def endpoint_verdict(comparison: EndpointComparison) -> str:
         first = comparison.first_breaking_concurrency
         verdict += "; no level breaks" if first is None else f"; first breaks at concurrency {first}"
     verdict += f"; alone vs alone: {s.alone_differ} of {s.texts} differ"
+    if s.alone_differ:
+        verdict += (
+            f" (the server is nondeterministic by itself: identical requests alone, {rounds + 1} of each, answered "
+            f"otherwise; the ladder counts only the other {s.texts - s.alone_differ})"
+        )
     if s.measured < s.texts:
         verdict += f"; {s.texts - s.measured} not measured"
     return verdict
@@ -112,11 +120,17 @@ def served_checks_lines(comparison: EndpointComparison) -> list[str]:
     if caches:
         cached = [c.cached_tokens for c in caches if c.cached_tokens is not None]
         hits = f"{min(cached)}-{max(cached)} prompt tokens cached" if cached else "cache hits unknown"
-        differ = [c for c in caches if c.differs]
-        lines.append(
-            f"prefix cache, miss vs hit ({hits}): {len(differ)} of {len(caches)} continuations differ"
-            + (f" (max|Δlp| {format_float(max(c.max_abs_diff for c in differ))})" if differ else "")
-        )
+        checked = [t for t in comparison.texts if t.prefix_cache is not None]
+        split = [t for t in checked if t.prefix_cache.split.differs]
+        moved = [t for t in checked if t.prefix_cache.split.logprobs_differ]
+        words = f"prefix cache, miss vs hit ({hits}): {len(split)} of {len(caches)} continuations split"
+        if moved:
+            top = max(t.prefix_cache.max_abs_diff for t in moved)
+            words += f", {len(moved)} more keep their tokens with logprobs apart by up to {format_float(top)}"
+        noisy = sum(t.noisy for t in (*split, *moved))
+        if noisy:
+            words += f" ({noisy} of them differ alone too: the server's own noise, not the cache's)"
+        lines.append(words)
     return lines
 
 
@@ -161,6 +175,8 @@ def _text(t: ServedText) -> dict:
         "under_load": None if shown is None else _continuation(t.under_load[shown]),
         "under_load_round": shown,
         "alone_vs_alone": _split(t.noise),
+        "alone_more": [_continuation(c) for c in t.alone_more],
+        "noisy": t.noisy,
         "split": _split(t.split),
         "logprobs_differ": t.logprobs_differ,
         "rounds": [
@@ -221,6 +237,7 @@ def endpoint_json(comparison: EndpointComparison) -> dict:
             "texts_split": level.texts_split,
             "texts_logprobs_differ": level.texts_logprobs_differ,
             "max_abs_logprob_diff": number(level.max_abs_logprob_diff),
+            "texts_noisy": level.texts_noisy,
         }
         for level in comparison.ladder
     ]

@@ -170,6 +170,7 @@ class ServedText:
     prefill_decode: PrefillDecode | None = None  # None: not measured (the notes say why)
     prefix_cache: PrefixCacheCheck | None = None
     served_vs_local: ServedVsLocal | None = None  # with a local model (`--local`)
+    alone_more: tuple[ServedContinuation, ...] = ()  # alone again after `alone_again`: a level's rounds in all
 
     @cached_property
     def under_load(self) -> tuple[ServedContinuation, ...]:
@@ -188,6 +189,15 @@ class ServedText:
         if self.alone is None or self.alone_again is None:
             return None
         return split_of(self.alone, self.alone_again)
+
+    @cached_property
+    def noisy(self) -> bool:
+        """Identical requests with nothing else in flight gave this text other answers (tokens or logprobs): the
+        server's own noise, not load's or the cache's."""
+        if self.alone is None:
+            return False
+        again = [a for a in (self.alone_again, *self.alone_more) if a is not None]
+        return any(not split_of(self.alone, a).bitwise for a in again)
 
     @cached_property
     def rounds(self) -> tuple[ContinuationSplit, ...]:
@@ -246,7 +256,7 @@ class EndpointSummary:
     measured: int  # texts with every run done
     differ: int  # continuations that differ under load (their tokens, or their text)
     logprobs_differ: int  # continuations that keep their tokens under load, with logprobs not bitwise the same
-    alone_differ: int  # continuations alone against alone that are not bitwise the same (tokens or logprobs)
+    alone_differ: int  # texts whose answers alone, asked again, are not bitwise the same (tokens or logprobs)
     near_ties: int
     max_abs_diff: float
 
@@ -257,9 +267,11 @@ class LadderLevel:
 
     concurrency: int
     rounds: int
+    # Of the texts whose answers alone do not move (the others' moves are the server's own noise, not load's):
     texts_split: int  # texts some continuation of which parts from the alone run's tokens
     texts_logprobs_differ: int  # texts that keep their tokens, with some logprob not bitwise the alone run's
     max_abs_logprob_diff: float  # over the steps both runs share
+    texts_noisy: int = 0  # texts left out: their answers alone move by themselves
 
     @property
     def breaks(self) -> bool:
@@ -281,7 +293,7 @@ class EndpointComparison(RunResult):
             measured=sum(t.measured for t in self.texts),
             differ=sum(bool(t.differs) for t in self.texts),
             logprobs_differ=sum(t.logprobs_differ for t in self.texts),
-            alone_differ=sum(t.noise is not None and not t.noise.bitwise for t in self.texts),
+            alone_differ=sum(t.noisy for t in self.texts),
             near_ties=sum(bool(t.near_tie) for t in self.texts),
             max_abs_diff=self.max_abs_diff,
         )
@@ -296,7 +308,7 @@ class EndpointComparison(RunResult):
         """Each level of the concurrency ladder, lowest first."""
         levels = []
         for number, concurrency in enumerate(self.config.get("concurrency") or ()):
-            splits = [t.level_splits(number) for t in self.texts]
+            splits = [t.level_splits(number) for t in self.texts if not t.noisy]
             measured = [s for s in splits if s]
             levels.append(
                 LadderLevel(
@@ -307,11 +319,13 @@ class EndpointComparison(RunResult):
                         not any(s.differs for s in text) and any(s.logprobs_differ for s in text) for text in measured
                     ),
                     max_abs_logprob_diff=max((s.max_abs_diff for text in measured for s in text), default=0.0),
+                    texts_noisy=sum(t.noisy and bool(t.level_splits(number)) for t in self.texts),
                 )
             )
         return tuple(levels)
 
     @property
     def first_breaking_concurrency(self) -> int | None:
-        """The lowest level at which some text parts or its logprobs move; None when none does."""
+        """The lowest level at which some text whose answers alone do not move parts or its logprobs move; None when
+        none does."""
         return next((level.concurrency for level in self.ladder if level.breaks), None)

@@ -61,7 +61,9 @@ def measure_endpoint(
     if isinstance(top_logprobs, bool) or not isinstance(top_logprobs, int) or top_logprobs < 0:
         raise InputError(f"top logprobs must be 0 or more, not {top_logprobs!r}")
     lines = list(range(1, len(texts) + 1)) if lines is None else lines
-    requests = 1 + 2 * len(texts) + rounds * sum(max(c, len(texts)) for c in levels) + 3 * len(texts)
+    # the probe; each text alone, then alone again `rounds` times (the server's own noise, as many tries as a level
+    # gets); the ladder; the served checks
+    requests = 1 + (1 + rounds) * len(texts) + rounds * sum(max(c, len(texts)) for c in levels) + 3 * len(texts)
     steps = PassSteps(requests, progress, cancelled, "endpoint run")
     run = _EndpointRun(completer, texts, max_new_tokens, top_logprobs, steps, len(levels))
     failure = run.all(rounds, levels, lines, local)
@@ -100,11 +102,12 @@ def measure_endpoint(
             line,
             text,
             run.alone[i],
-            run.again[i],
+            run.again[i][0] if run.again[i] else None,
             tuple(tuple(level[i]) for level in run.loaded),
             run.prefill[i],
             run.cache[i],
             run.vs_local[i],
+            tuple(run.again[i][1:]),
         )
         for i, (line, text) in enumerate(zip(lines, texts))
     )
@@ -125,7 +128,7 @@ class _EndpointRun:
         self.token_ids: bool | None = None
         n = len(texts)
         self.alone: list[ServedContinuation | None] = [None] * n
-        self.again: list[ServedContinuation | None] = [None] * n
+        self.again: list[list[ServedContinuation]] = [[] for _ in range(n)]  # alone again, every round
         # Per level of the ladder, per text: its answers under load, every round.
         self.loaded: list[list[list[ServedContinuation]]] = [[[] for _ in range(n)] for _ in range(levels)]
         self.prefill: list[PrefillDecode | None] = [None] * n
@@ -139,10 +142,14 @@ class _EndpointRun:
         model right after they are made: one with another tokenizer is refused (InputError) before the ladder."""
         try:
             self._probe()
-            for kept in (self.alone, self.again):
+            for number in range(1 + rounds):  # alone, then alone again as many times as a level is tried
                 for i in range(len(self.texts)):
                     self.steps.before()
-                    kept[i] = self._complete(i)
+                    answer = self._complete(i)
+                    if number == 0:
+                        self.alone[i] = answer
+                    else:
+                        self.again[i].append(answer)
                     self.steps.after()
             if local is not None:
                 from ..models.loading import load_model
