@@ -62,9 +62,10 @@ def test_measure_endpoint_reports_logprob_splits_in_the_json():
     from batchtui.core.endpoint.report import endpoint_json
 
     steady = continuation_from(_choice(" a b", [" a", " b"], [-0.5, -0.70],
-                                       [{" a": -0.5, " c": -2.0}, {" b": -0.70, " d": -0.71}]))  # fmt: skip
+                                       [{" a": -0.5, " c": -2.0}, {" b": -0.70, " d": -0.71, " e": -2.0}]))  # fmt: skip
+    # a margin of 0.01 swapped where a third token moved by 0.02: within what moved otherwise, a near-tie
     moved = continuation_from(_choice(" a d", [" a", " d"], [-0.5, -0.69],
-                                      [{" a": -0.5, " c": -2.0}, {" d": -0.69, " b": -0.72}]))  # fmt: skip
+                                      [{" a": -0.5, " c": -2.0}, {" d": -0.69, " b": -0.72, " e": -2.02}]))  # fmt: skip
 
     class Answers:
         calls = 0
@@ -179,3 +180,31 @@ def test_the_prefix_cache_line_says_splits_and_logprob_moves_apart():
     assert line.endswith("1 of 3 continuations split, 1 more keep their tokens with logprobs apart by up to 0.00391"), (
         line
     )
+
+
+def test_a_split_s_own_swap_is_neither_a_logprob_move_nor_a_near_tie():
+    """A swap of a 0.177 margin where the tokens both chose moved by 0.02 at most: the level's and the text's
+    max|Δlp| are 0.02 (the split step's Δ holds the swap), and it is no near-tie (0.177 > 2 x 0.02)."""
+    from batchtui.core.endpoint.client import continuation_from
+    from batchtui.core.endpoint.report import endpoint_json
+
+    alone = continuation_from(_choice(" a b", [" a", " b"], [-0.5, -0.40],
+                                      [{" a": -0.5, " c": -2.0}, {" b": -0.40, " d": -0.577, " e": -3.0}]))  # fmt: skip
+    tops = [{" a": -0.52, " c": -2.01}, {" d": -0.35, " b": -0.90, " e": -3.01}]
+    loaded = continuation_from(_choice(" a d", [" a", " d"], [-0.52, -0.35], tops))
+
+    class Answers:
+        calls = 0
+
+        def complete(self, text, max_new_tokens, top_logprobs=0, prompt_logprobs=0, token_ids=False):
+            self.calls += 1
+            return alone if self.calls <= 3 else loaded  # the probe, alone, alone again; then under load
+
+    result = measure_endpoint(Answers(), ["t"], max_new_tokens=2, concurrency=1, rounds=1, top_logprobs=3)
+    data = endpoint_json(result)
+    entry = data["texts"][0]
+    assert entry["split_step"] == 1 and entry["split"]["margin"] == pytest.approx(0.177)
+    assert entry["split"]["logprob_diffs"] == pytest.approx([-0.02, -0.5])  # the swap's own Δ kept, step by step
+    assert entry["max_abs_diff"] == pytest.approx(0.02) and entry["split"]["max_abs_diff"] == pytest.approx(0.02)
+    assert data["levels"][0]["max_abs_logprob_diff"] == pytest.approx(0.02)
+    assert entry["near_tie"] is False and entry["split"]["near_tie"] is False

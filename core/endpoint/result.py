@@ -48,15 +48,31 @@ class ContinuationSplit:
 
     @property
     def max_abs_diff(self) -> float:
-        return max((abs(d) for d in self.logprob_diffs if d is not None), default=0.0)
+        """The largest |Δ logprob| over the steps both runs chose alike (before the split, or all of them): the
+        split step's own Δ holds the swap it made, not a move of a token both chose."""
+        shared = self.logprob_diffs if self.step is None else self.logprob_diffs[: self.step]
+        return max((abs(d) for d in shared if d is not None), default=0.0)
+
+    @property
+    def others_moved(self) -> float:
+        """At the split: the largest |Δ logprob| of a token both runs' top-k list there, but for the two top-1s
+        (whose moves are the swap itself); 0 without a split or such a token."""
+        if not self.reference_top or not self.other_top:
+            return 0.0
+        swapped = {self.reference_top[0][0], self.other_top[0][0]}
+        theirs = dict(self.other_top)
+        return max(
+            (abs(theirs[t] - lp) for t, lp in self.reference_top if t in theirs and t not in swapped), default=0.0
+        )
 
     @property
     def near_tie(self) -> bool | None:
-        """At the split, the alone run's top-1 margin was within 2·max|Δ logprob|: rounding-sized differences
-        could change the choice. None without a split or without logprobs."""
+        """At the split, the alone run's top-1 margin was within twice what the logprobs moved otherwise (on the
+        steps before it, and at it on the tokens not swapped), as `check` sets a margin against max|Δ|: moves of
+        that size could change the choice. None without a split or without logprobs."""
         if self.step is None or self.margin is None:
             return None
-        return self.margin <= 2 * self.max_abs_diff
+        return self.margin <= 2 * max(self.max_abs_diff, self.others_moved)
 
 
 def split_of(reference: ServedContinuation, other: ServedContinuation) -> ContinuationSplit:
