@@ -154,7 +154,8 @@ def test_a_check_the_server_refuses_is_a_note_and_the_run_stands():
 
 def test_the_prefix_cache_line_says_splits_and_logprob_moves_apart():
     """Three texts behind the cache's long prefix, the warm answer of the first split, of the second the same tokens
-    with a logprob moved, of the third the same: "1 split, 1 more keeps its tokens", never "2 differ"."""
+    with a logprob moved, of the third the same: "1 split, 1 more keeps its tokens", never "2 differ". The check's
+    requests ask for no prompt logprobs, so that a vLLM can answer the second from its cache."""
     from batchtui.core.endpoint.client import continuation_from
     from batchtui.core.endpoint.report import served_checks_lines
 
@@ -171,6 +172,7 @@ def test_the_prefix_cache_line_says_splits_and_logprob_moves_apart():
         def complete(self, text, max_new_tokens, top_logprobs=0, prompt_logprobs=0, token_ids=False):
             if not text.startswith("Note "):
                 return steady
+            assert prompt_logprobs == 0  # vLLM skips its prefix cache for a request asking for prompt logprobs
             self.seen[text] = self.seen.get(text, 0) + 1
             return steady if self.seen[text] == 1 else warm[text.rsplit(" ", 1)[-1]]  # cold, then warm
 
