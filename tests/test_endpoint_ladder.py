@@ -78,3 +78,54 @@ def test_a_server_that_answers_otherwise_by_itself_is_said_so_and_no_level_break
     verdict = out.splitlines()[-1]
     assert "no level breaks" in verdict and "the server is nondeterministic by itself" in verdict
     assert "(1 of them differ alone too)" in verdict
+
+
+def test_a_ladder_past_the_bounds_is_refused_in_one_line_before_any_request(capsys):
+    with scripted_server(lambda connection, request, stopped: connection.sendall(http_json(MODELS))) as (url, seen):
+        assert main(["endpoint", "--url", url, "one", "--concurrency", "100000"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "concurrency 100000 is above --max-in-flight 256" in err
+        assert main(["endpoint", "--url", url, "one", "--concurrency", "300", "--max-in-flight", "300",
+                     "--rounds", "400"]) == 2  # fmt: skip
+        assert "more than 100000: give fewer levels, rounds or texts" in capsys.readouterr().err
+    assert seen == []  # refused before the first request
+
+
+def test_a_level_above_the_http_pool_s_default_is_in_flight_whole():
+    """150 requests in flight at once reach the server at once: the connection pool is sized to the ladder (its
+    default, 100, queued the other 50 behind them). The server holds each request until all 150 are in, or 20 s
+    (threads start slowly on a busy 2-core box: more than 100 at once is the pool's proof)."""
+    import time
+
+    from batchtui.core.endpoint.client import Endpoint
+    from batchtui.core.endpoint.run import measure_endpoint
+
+    inside, most, posts = [0], [0], [0]
+    lock = threading.Lock()
+    everyone = threading.Event()
+
+    def script(connection, request, stopped):
+        if request.startswith(b"GET /v1/models"):
+            connection.sendall(http_json(MODELS))
+            return
+        with lock:
+            posts[0] += 1
+            level = 3 < posts[0] <= 3 + 150  # after the probe, alone and alone again: the level's requests
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+            if inside[0] >= 150:
+                everyone.set()
+        if level:
+            everyone.wait(20)
+        time.sleep(0.01)
+        with lock:
+            inside[0] -= 1
+        connection.sendall(http_json(_completion(" ok")))
+
+    with scripted_server(script) as (url, _):
+        endpoint = Endpoint(url, "m", max_in_flight=150)
+        try:
+            measure_endpoint(endpoint, ["one"], concurrency=150, rounds=1, top_logprobs=0, max_in_flight=150)
+        finally:
+            endpoint.close()
+    assert most[0] > 100

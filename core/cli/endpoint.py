@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from ..endpoint.client import DEFAULT_TIMEOUT_S
+from ..endpoint.client import DEFAULT_MAX_IN_FLIGHT, DEFAULT_TIMEOUT_S
 from ..endpoint.result import DEFAULT_LADDER
 from ..endpoint.transport import DEFAULT_MAX_ANSWER_MB
 from ..errors import InputError
@@ -50,6 +50,13 @@ def endpoint_parser(prog: str) -> OneLineParser:
         help=f"the ladder: requests in flight under load at each level (default: {','.join(map(str, DEFAULT_LADDER))})",
     )
     parser.add_argument("--rounds", type=int_at_least(1), default=3, metavar="R", help="rounds under load")
+    parser.add_argument(
+        "--max-in-flight",
+        type=int_at_least(1),
+        default=DEFAULT_MAX_IN_FLIGHT,
+        metavar="N",
+        help="the most requests in flight at once (a thread and a connection each here): a higher level is refused",
+    )
     parser.add_argument(
         "--top-logprobs", type=int_at_least(0), default=5, metavar="K", help="logprobs asked per step (0: none)"
     )
@@ -112,6 +119,11 @@ def _endpoint(args: argparse.Namespace) -> int:
         return _save_rollouts(args)
     numbered = texts_from_args(args)
     check_report_destination(args.json)
+    from ..endpoint.result import DEFAULT_LADDER
+    from ..endpoint.run import check_ladder_bounds
+
+    levels = sorted(set(args.concurrency or DEFAULT_LADDER))
+    check_ladder_bounds(levels, len(numbered.texts), args.rounds, args.max_in_flight)  # before any request
     local = None
     if args.local:
         local = Settings(model=args.local, dtype=args.local_dtype, invariant=args.invariant).validated()
@@ -123,7 +135,9 @@ def _endpoint(args: argparse.Namespace) -> int:
     from ..endpoint.run import measure_endpoint
     from ..reports.report import write_json
 
-    endpoint = Endpoint(args.url, args.model, args.api_key_env, args.timeout, args.max_answer_mb)
+    endpoint = Endpoint(
+        args.url, args.model, args.api_key_env, args.timeout, args.max_answer_mb, max(levels)
+    )  # (its connection pool as large as the ladder's top)
     try:
         model = endpoint.resolve_model()
         bar = ProgressLine()
@@ -138,6 +152,7 @@ def _endpoint(args: argparse.Namespace) -> int:
             config={"url": endpoint.url, "model": model},
             progress=lambda done, total: bar(done, total, "requests"),
             local=local,
+            max_in_flight=args.max_in_flight,
         )
     finally:
         endpoint.close()

@@ -26,6 +26,8 @@ if TYPE_CHECKING:  # the backend's types bring torch: loaded with the run, not w
 
 DEFAULT_TIMEOUT_S = 120.0
 GREEDY_SEED = 0
+# Requests in flight at most: each is a thread here (and one for its deadline) and a connection of the pool.
+DEFAULT_MAX_IN_FLIGHT = 256
 
 
 class EndpointError(InputError):
@@ -75,6 +77,7 @@ class Endpoint:
         api_key_env: str | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         max_answer_mb: float = DEFAULT_MAX_ANSWER_MB,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
     ):  # fmt: skip
         try:
             import openai
@@ -85,7 +88,10 @@ class Endpoint:
         self.timeout_s = timeout_s
         key = api_key_from(api_key_env)
         self._secrets = [key] if key != "EMPTY" else []
-        inner = http_library(openai).HTTPTransport(trust_env=False, retries=0)
+        http_lib = http_library(openai)
+        # the pool as large as the most requests in flight (its default, 100, would queue the rest silently)
+        limits = http_lib.Limits(max_connections=max_in_flight, max_keepalive_connections=max_in_flight)
+        inner = http_lib.HTTPTransport(trust_env=False, retries=0, limits=limits)
         transport = BoundedTransport(inner, timeout_s, int(max_answer_mb * MiB))
         http = openai.DefaultHttpxClient(follow_redirects=False, timeout=timeout_s, transport=transport)
         self._client = openai.OpenAI(base_url=self.url, api_key=key, timeout=timeout_s, max_retries=0, http_client=http)

@@ -21,7 +21,7 @@ from ..run.backend import Completer, ServedContinuation
 from ..run.skeleton import CancelledFn, PassSteps, ProgressFn
 from ..settings import Settings
 from .checks import CACHE_UNKNOWN, NO_PREFILL, prefill_vs_decode, prefix_cache
-from .client import EndpointError
+from .client import DEFAULT_MAX_IN_FLIGHT, EndpointError
 from .result import DEFAULT_LADDER, EndpointComparison, PrefillDecode, PrefixCacheCheck, ServedText
 from .vs_local import ServedVsLocal, served_vs_local
 
@@ -32,6 +32,27 @@ NO_PROMPT_LOGPROBS = "this server returns no prompt logprobs (vLLM's prompt_logp
 def _positive(name: str, value) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise InputError(f"{name} must be a positive integer, not {value!r}")
+
+
+# Requests a run may send at most (levels x texts x rounds and the rest): a ladder past it is refused, not started.
+MAX_REQUESTS = 100_000
+
+
+def check_ladder_bounds(levels, texts: int, rounds: int, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT) -> None:
+    """InputError for a ladder past what this process may hold in flight (`max_in_flight`: a thread and a
+    connection each) or past `MAX_REQUESTS` requests in all, before any request is sent."""
+    top = max(levels, default=0)
+    if top > max_in_flight:
+        raise InputError(
+            f"concurrency {top} is above --max-in-flight {max_in_flight}: each request in flight is a thread and a "
+            "connection here; raise --max-in-flight to go higher"
+        )
+    total = (1 + rounds) * texts + rounds * sum(max(c, texts) for c in levels) + 3 * texts
+    if total > MAX_REQUESTS:
+        raise InputError(
+            f"the ladder would send {total} requests ({len(levels)} levels x {rounds} rounds over {texts} texts), "
+            f"more than {MAX_REQUESTS}: give fewer levels, rounds or texts"
+        )
 
 
 def measure_endpoint(
@@ -46,9 +67,11 @@ def measure_endpoint(
     progress: ProgressFn | None = None,
     cancelled: CancelledFn | None = None,
     local: Settings | None = None,
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
 ) -> EndpointComparison:
-    """Alone twice, then `rounds` rounds under load at each concurrency of the ladder (one level or several;
-    default `DEFAULT_LADDER`). `config`: what the run reports it ran on (URL, model)."""
+    """Alone, alone again `rounds` times, then `rounds` rounds under load at each concurrency of the ladder (one
+    level or several; default `DEFAULT_LADDER`, at most `max_in_flight`). `config`: what the run reports it ran on
+    (URL, model)."""
     started = time.perf_counter()
     levels = tuple(
         DEFAULT_LADDER if concurrency is None else [concurrency] if isinstance(concurrency, int) else concurrency
@@ -58,6 +81,7 @@ def measure_endpoint(
     if not levels:
         raise InputError("the concurrency ladder needs at least one level")
     levels = tuple(sorted(set(levels)))  # lowest first, once each: the first level that breaks is the lowest
+    check_ladder_bounds(levels, len(texts), rounds, max_in_flight)
     if isinstance(top_logprobs, bool) or not isinstance(top_logprobs, int) or top_logprobs < 0:
         raise InputError(f"top logprobs must be 0 or more, not {top_logprobs!r}")
     lines = list(range(1, len(texts) + 1)) if lines is None else lines
