@@ -83,11 +83,24 @@ def launch(state: Path, model: Path) -> None:
                     return
                 port = free_port()
                 command = [
-                    str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-                    "--host", "127.0.0.1", "--port", str(port), "--dtype", "bfloat16", "--max-model-len", "512",
-                    "--max-num-seqs", "16", "--enable-prompt-tokens-details", "--enable-prefix-caching",
-                    "--disable-log-stats",
-                ]  # fmt: skip
+                    str(python),
+                    "-m",
+                    "vllm.entrypoints.openai.api_server",
+                    "--model",
+                    str(model),
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--dtype",
+                    "bfloat16",
+                    "--max-model-len",
+                    "512",
+                    "--max-num-seqs",
+                    "16",
+                    "--enable-prompt-tokens-details",
+                    "--enable-prefix-caching",
+                ]  # fmt: skip (its stats on: /metrics then serves the batch gauges `endpoint` reads)
                 env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
                 env.pop("OMP_NUM_THREADS", None)  # vLLM sets its own threads
                 process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,

@@ -94,6 +94,7 @@ class Endpoint:
         inner = http_lib.HTTPTransport(trust_env=False, retries=0, limits=limits)
         transport = BoundedTransport(inner, timeout_s, int(max_answer_mb * MiB))
         http = openai.DefaultHttpxClient(follow_redirects=False, timeout=timeout_s, transport=transport)
+        self._http = http
         self._client = openai.OpenAI(base_url=self.url, api_key=key, timeout=timeout_s, max_retries=0, http_client=http)
 
     def scrubbed(self, text: str) -> str:
@@ -104,6 +105,18 @@ class Endpoint:
 
     def close(self) -> None:
         self._client.close()
+
+    def metrics_text(self) -> str | None:
+        """The server's Prometheus metrics (`/metrics` beside the API root, as vLLM serves them), or None where it
+        has none or answers otherwise: never a fault of the run. Bounded as every answer is."""
+        root = self.url.removesuffix("/v1")
+        try:
+            answer = self._http.get(f"{root}/metrics", timeout=min(self.timeout_s, 5.0))
+        except Exception:  # noqa: BLE001 - metrics are optional: any failure means none
+            return None
+        if answer.status_code != 200:
+            return None
+        return self.scrubbed(answer.text)
 
     def served_models(self) -> list[str]:
         page = self._call(self._client.models.list)

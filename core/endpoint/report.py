@@ -6,7 +6,7 @@ from ..reports.report import number, run_json
 from ..run.backend import ServedContinuation
 from ..terminal.plain import format_columns, format_float
 from ..visible import literal
-from .result import ContinuationSplit, EndpointComparison, ServedText
+from .result import ContinuationSplit, EndpointComparison, ServedText, batch_ceiling
 
 
 def _verdict_word(split: ContinuationSplit | None) -> str:
@@ -94,9 +94,27 @@ def endpoint_verdict(comparison: EndpointComparison) -> str:
     return verdict
 
 
+def server_batch_line(comparison: EndpointComparison) -> str | None:
+    """Per level, the most requests the server ran at once and kept waiting (its metrics); None where it said
+    nothing."""
+    ladder = [level for level in comparison.ladder if level.server is not None]
+    if not ladder:
+        return None
+    each = " · ".join(
+        f"{level.concurrency}: {level.server.running} running"
+        + (f", {level.server.waiting} waiting" if level.server.waiting else "")
+        for level in ladder
+    )
+    line = f"the server's own batch per level (its /metrics): {each}"
+    full = batch_ceiling(comparison.ladder)
+    if full is not None:
+        line += f"; from {full.concurrency} in flight it ran no more at once than at the level below: the rest waited"
+    return line
+
+
 def served_checks_lines(comparison: EndpointComparison) -> list[str]:
-    """One line per served check that was measured: prefill vs decode, the prefix cache."""
-    lines = []
+    """One line per served check that was measured: prefill vs decode, the prefix cache; the server's batch."""
+    lines = [line for line in (server_batch_line(comparison),) if line is not None]
     prefills = [t.prefill_decode for t in comparison.texts if t.prefill_decode is not None]
     if prefills:
         apart = [p for p in prefills if p.first_differing_step is not None]
@@ -238,6 +256,8 @@ def endpoint_json(comparison: EndpointComparison) -> dict:
             "texts_logprobs_differ": level.texts_logprobs_differ,
             "max_abs_logprob_diff": number(level.max_abs_logprob_diff),
             "texts_noisy": level.texts_noisy,
+            "server_running": None if level.server is None else level.server.running,
+            "server_waiting": None if level.server is None else level.server.waiting,
         }
         for level in comparison.ladder
     ]

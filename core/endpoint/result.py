@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from ..numbers.comparison import RunResult
 from ..run.backend import ServedContinuation
+from .server_batch import ServerBatch
 
 if TYPE_CHECKING:
     from .vs_local import ServedVsLocal
@@ -288,6 +289,7 @@ class LadderLevel:
     texts_logprobs_differ: int  # texts that keep their tokens, with some logprob not bitwise the alone run's
     max_abs_logprob_diff: float  # over the steps both runs share
     texts_noisy: int = 0  # texts left out: their answers alone move by themselves
+    server: ServerBatch | None = None  # the server's own batch meanwhile, where its metrics say
 
     @property
     def breaks(self) -> bool:
@@ -301,6 +303,8 @@ class EndpointComparison(RunResult):
 
     texts: tuple[ServedText, ...]
     failure: str | None = None
+    # Per level of the ladder, the server's own batch as its metrics said (None where it says nothing)
+    server_batches: tuple[ServerBatch | None, ...] = ()
 
     @property
     def summary(self) -> EndpointSummary:
@@ -336,6 +340,7 @@ class EndpointComparison(RunResult):
                     ),
                     max_abs_logprob_diff=max((s.max_abs_diff for text in measured for s in text), default=0.0),
                     texts_noisy=sum(t.noisy and bool(t.level_splits(number)) for t in self.texts),
+                    server=self.server_batches[number] if number < len(self.server_batches) else None,
                 )
             )
         return tuple(levels)
@@ -345,3 +350,12 @@ class EndpointComparison(RunResult):
         """The lowest level at which some text whose answers alone do not move parts or its logprobs move; None when
         none does."""
         return next((level.concurrency for level in self.ladder if level.breaks), None)
+
+
+def batch_ceiling(ladder: tuple[LadderLevel, ...]) -> LadderLevel | None:
+    """The first level at which the server ran no more requests at once than at the level below (the rest waited):
+    its batch is full there; None where every level ran more, or the metrics do not say."""
+    for below, level in zip(ladder, ladder[1:]):
+        if below.server is not None and level.server is not None and level.server.running <= below.server.running:
+            return level
+    return None

@@ -23,6 +23,7 @@ from ..settings import Settings
 from .checks import CACHE_UNKNOWN, NO_PREFILL, prefill_vs_decode, prefix_cache
 from .client import DEFAULT_MAX_IN_FLIGHT, EndpointError
 from .result import DEFAULT_LADDER, EndpointComparison, PrefillDecode, PrefixCacheCheck, ServedText
+from .server_batch import BatchPoller, ServerBatch
 from .vs_local import ServedVsLocal, served_vs_local
 
 NO_LOGPROBS = "this server returns no logprobs: continuations compared as text only, steps counted in characters"
@@ -135,7 +136,8 @@ def measure_endpoint(
         )
         for i, (line, text) in enumerate(zip(lines, texts))
     )
-    return EndpointComparison(config, results, tuple(notes), time.perf_counter() - started, failure)
+    elapsed = time.perf_counter() - started
+    return EndpointComparison(config, results, tuple(notes), elapsed, failure, tuple(run.server_batches))
 
 
 class _EndpointRun:
@@ -159,6 +161,9 @@ class _EndpointRun:
         self.cache: list[PrefixCacheCheck | None] = [None] * n
         self.vs_local: list[ServedVsLocal | None] = [None] * n
         self.check_notes: list[str] = []  # served checks the server refused
+        read = getattr(completer, "metrics_text", None)  # (a server's Prometheus metrics, where the client reads them)
+        self.batch_poller = BatchPoller(read) if read is not None else None
+        self.server_batches: list[ServerBatch | None] = [None] * levels  # per level: the server's own batch
         self.local_dtype: str | None = None
 
     def all(self, rounds: int, levels: tuple[int, ...], lines: list[int], local: Settings | None) -> str | None:
@@ -183,6 +188,8 @@ class _EndpointRun:
             for level, concurrency in enumerate(levels):
                 for number in range(rounds):
                     self._round(number, concurrency, self.loaded[level])
+                if self.batch_poller is not None:
+                    self.server_batches[level] = self.batch_poller.taken()
             self._served_checks()
         except EndpointError as exc:
             return str(exc)
@@ -266,7 +273,13 @@ class _EndpointRun:
                     finished.put((i, None, exc))
 
         self.steps.before()
-        for _ in range(min(concurrency, len(order))):
+        polling = self.batch_poller.polling() if self.batch_poller is not None else contextlib.nullcontext()
+        with polling:
+            self._in_flight(work, min(concurrency, len(order)), order, finished, jobs, kept)
+
+    def _in_flight(self, work, workers: int, order, finished, jobs, kept) -> None:
+        """The round's `workers` threads started and its answers collected into `kept`."""
+        for _ in range(workers):
             threading.Thread(target=work, name="batchtui-endpoint", daemon=True).start()
         answers: list[tuple[int, ServedContinuation]] = []
         try:
