@@ -4,7 +4,9 @@ For a text that is not bitwise, its chunk is run batched and the text alone agai
 first divergent module recorded (a dispatch mode, the module found by hooks). Each op's tensors are cut to this
 text's part (its row, its real positions; a weight is whole), the two runs' ops are paired in execution order, and
 the first op whose inputs for this text are bitwise equal and whose output is not is the one named: a difference that
-arrives with an op's inputs is not that op's.
+arrives with an op's inputs is not that op's. Where no op inside that module parts so, the difference reached it from
+a module the comparison does not record (a rotary embedding, a norm outside the layers): the whole pass is recorded
+and searched the same way.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ class _Recorder(TorchDispatchMode):
                 self.records.append(
                     _Record(
                         op=f"aten.{func.__name__.split('.')[0]}",
-                        module=self.module,
+                        module=self.module or "(the model's own forward)",
                         inputs=parts,
                         whole_inputs=[_whole(t) for t, part in zip(tensors, parts) if part is None],
                         output=None if output is None else self.cut(output),
@@ -119,7 +121,8 @@ def _cutter(batch: int, length: int, row: int, real: torch.Tensor):
 def _recorded(
     loaded: LoadedModel, module: str, run, cut, only_pass: int | None = None, in_parts: bool = False
 ) -> list[_Record]:
-    """The ops `run()` makes inside `module` (and its children), each cut by `cut`; with `only_pass`, those of the
+    """The ops `run()` makes inside `module` (and its children; "": the whole model), each cut by `cut`; with
+    `only_pass`, those of the
     model's pass of that number alone (counted from 0, as a decode's steps are); `in_parts`: see `_Recorder`."""
     recorder = _Recorder(cut, in_parts)
     stack: list[str] = []
@@ -130,7 +133,7 @@ def _recorded(
 
     handles = [loaded.model.register_forward_pre_hook(count)] if only_pass is not None else []
     for name, sub in loaded.model.named_modules():
-        if name == module or name.startswith(module + "."):
+        if not module or name == module or name.startswith(module + "."):  # ("": every module)
 
             def enter(mod, args, name=name):
                 stack.append(name)
@@ -258,8 +261,11 @@ def with_first_ops(comparison, texts: list[str], settings: Settings):
             start = index - index % size
             where = result.first_divergent_module
             module = where.name if where is not None and where.name in dict(loaded.model.named_modules()) else ""
-            op = first_op(
-                loaded, settings, list(texts[start : start + size]), index - start, list(result.token_ids), module
-            )
+            chunk, row, ids = list(texts[start : start + size]), index - start, list(result.token_ids)
+            op = first_op(loaded, settings, chunk, row, ids, module)
+            if op is None and module:
+                # No op inside the module parts on equal inputs: what parts reached it from a module the comparison
+                # does not record (a rotary embedding, a norm outside the layers): the whole pass, op by op.
+                op = first_op(loaded, settings, chunk, row, ids, "")
         found.append(replace(result, first_op=op))
     return replace(comparison, texts=tuple(found))
