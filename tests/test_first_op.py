@@ -141,3 +141,18 @@ def test_a_cause_in_a_module_the_comparison_does_not_record_is_found_there():
         assert not text.bitwise_equal
         op = text.first_op
         assert op is not None and op.op == "aten.cos" and op.module == "model.rotary_emb", op
+
+
+def test_the_cause_says_what_was_measured_and_words_a_reason_as_likely():
+    from batchtui.core.numbers.comparison import FirstOp
+
+    mul = FirstOp("aten.mul", "model.norm", ((1, 5, 64), (64,)), ((3, 9, 64), (64,)), 1e-7)
+    assert mul.cause() == (
+        "the same inputs for this text alone and batched, other output bits: likely the op's vector tail or its "
+        "threads' split falling elsewhere in the larger call"
+    )
+    same = FirstOp("aten.mul", "model.norm", ((3, 9, 64),), ((3, 9, 64),), 1e-7)
+    assert same.cause().endswith("in calls of the same shape: the op's own kernel, not the call's size, differs")
+    mm = FirstOp("aten.addmm", "q_proj", ((256,), (2, 128), (128, 256)), ((256,), (21, 128), (128, 256)), 1e-7)
+    assert mm.cause().startswith("a 2-row call alone, 21 rows batched: likely ")
+    assert all("likely" in op.cause() for op in (mul, mm)) and mm.kernel_class == "matmul"

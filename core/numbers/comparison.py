@@ -48,7 +48,8 @@ class FirstOp:
         return "elementwise"
 
     def cause(self) -> str:
-        """Why this op's result for a text can follow the batch, in words."""
+        """What was measured of this op (the calls' sizes; the same inputs for the text, other output bits), then a
+        likely reason by its kernel class, worded as likely: the tool sees shapes and bits, not the kernel's code."""
         kind, (first, second) = self.kernel_class, self.sides
         if kind == "matmul":
             operand = 1 if self.op.removeprefix("aten.") in _BIAS_FIRST else 0  # the rows, after a bias
@@ -56,18 +57,24 @@ class FirstOp:
                 _rows(shapes[operand]) if len(shapes) > operand else 0
                 for shapes in (self.shape_single, self.shape_batched)
             )
-            return f"a {alone}-row call {first}, {batched} rows {second}: the GEMM library blocks them differently"
+            return (
+                f"a {alone}-row call {first}, {batched} rows {second}: likely the GEMM library blocking (or "
+                "summing) them differently"
+            )
         if kind == "attention":
             alone, batched = (
                 shapes[1][-2] if len(shapes) > 1 else 0 for shapes in (self.shape_single, self.shape_batched)
             )
             return (
-                f"attention over {alone} keys {first}, {batched} {second} (padding included): another kernel, another "
-                "reduction order"
+                f"attention over {alone} keys {first}, {batched} {second} (padding included): likely another kernel "
+                "or another reduction order"
             )
+        measured = f"the same inputs for this text {first} and {second}, other output bits"
         if kind == "reduction":
-            return "a reduction along each row, split by the call's shape"
-        return "an element-wise op whose vector tail falls elsewhere in the batched shape"
+            return f"{measured}: likely a reduction along each row split by the call's shape"
+        if self.shape_single != self.shape_batched:
+            return f"{measured}: likely the op's vector tail or its threads' split falling elsewhere in the larger call"
+        return f"{measured} in calls of the same shape: the op's own kernel, not the call's size, differs"
 
 
 _MATMULS = frozenset({"linear", "mm", "addmm", "bmm", "baddbmm", "matmul", "_grouped_mm", "addmv", "mv"})
