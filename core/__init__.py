@@ -11,11 +11,12 @@ from .settings import Settings
 from .texts import DEFAULT_TEXTS
 
 
-def batch_invariant(model):
-    """See `batchtui.core.invariant.mode.batch_invariant`: `with batch_invariant(model): ...`."""
+def batch_invariant(model, classes=None):
+    """See `batchtui.core.invariant.mode.batch_invariant`: `with batch_invariant(model): ...`; `classes`: only these
+    of its parts (`check --explain kernels` names the fewest that do)."""
     from .invariant.mode import batch_invariant as _batch_invariant
 
-    return _batch_invariant(model)
+    return _batch_invariant(model) if classes is None else _batch_invariant(model, tuple(classes))
 
 
 def compare(*args, **kwargs):

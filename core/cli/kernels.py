@@ -24,7 +24,7 @@ def explain_kernels(args: argparse.Namespace) -> int:
     start_torch(args)
     from ..reports.report import run_environment, write_json
     from ..run.engine import compare
-    from ..run.kernel_classes import attribute_kernels, kernels_json, kernels_table, kernels_verdict
+    from ..run.kernel_classes import attribute_kernels, code_line, kernels_json, kernels_table, kernels_verdict
 
     bar = ProgressLine()
     runs = [0]
@@ -37,6 +37,8 @@ def explain_kernels(args: argparse.Namespace) -> int:
     out = human_output(args.json)
     print(format_columns(*kernels_table(found), left={0}), file=out)
     print(kernels_verdict(found), file=out)
+    if found.minimal:
+        print(code_line(found.minimal), file=out)
     if args.json:
         environment = run_environment(found.baseline.config, numbered.texts)
         write_json(

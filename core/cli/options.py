@@ -135,6 +135,11 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top-k", type=int, default=5, metavar="K", help="top tokens kept per position")
     parser.add_argument("--atol", type=float, default=DEFAULT_ATOL, help=f"default: {DEFAULT_ATOL:g}")
     parser.add_argument("--rtol", type=float, default=DEFAULT_RTOL, help=f"default: {DEFAULT_RTOL:g}")
+    parser.add_argument(
+        "--bitwise",
+        action="store_true",
+        help="judge bitwise: a text passes only where every logit is the same in both runs (--atol 0 --rtol 0)",
+    )
     parser.add_argument("--trust-remote-code", action="store_true", help="run the checkpoint's own Python code")
     add_threads_option(parser)
     parser.add_argument(
@@ -214,6 +219,10 @@ def settings_from_args(args: argparse.Namespace, ignored: tuple[str, ...] = ()) 
     """The settings the arguments name (each option's dest is its Settings field), checked. `ignored`: options
     of the same name that mean something else to the command."""
     given = {f.name: getattr(args, f.name) for f in fields(Settings) if hasattr(args, f.name) and f.name not in ignored}
+    if getattr(args, "bitwise", False):
+        if given.get("atol") not in (0, DEFAULT_ATOL) or given.get("rtol") not in (0, DEFAULT_RTOL):
+            raise InputError("--bitwise is --atol 0 --rtol 0: give it or other tolerances, not both")
+        given.update(atol=0.0, rtol=0.0)
     if given.get("invariant_classes"):
         given["invariant"] = True  # naming the mode's parts asks for the mode
     return Settings(**given).validated()

@@ -119,6 +119,12 @@ def finish_report(result, outcomes: list, settings: Settings, json_path: str | N
         print(f"invariant mode: {invariant_verdict(result)}", file=out)
     if outcomes:
         print(format_remedies(outcomes), file=out)
+        invariant = next((o for o in outcomes if o.name.startswith("invariant") and o.comparison is not None), None)
+        if invariant is not None:
+            from ..run.kernel_classes import code_line
+
+            classes = invariant.comparison.config.get("invariant_classes") or ""
+            print(code_line(tuple(classes.split(",")) if classes else None), file=out)
     if json_path:
         write_json(report, json_path)
     return next((o.comparison for o in reversed(outcomes) if o.comparison is not None), result)

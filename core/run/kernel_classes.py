@@ -105,6 +105,12 @@ def kernels_verdict(found: KernelAttribution) -> str:
     return line + f"the minimal set {'+'.join(found.minimal)} makes all {found.texts} bitwise{cost}"
 
 
+def code_line(classes: tuple[str, ...] | None) -> str:
+    """The line to put in one's own code for the mode (`classes`: only these of its parts; None: all)."""
+    chosen = "" if classes is None else f", classes={tuple(classes)!r}"
+    return f"in your code: from batchtui.core import batch_invariant; with batch_invariant(model{chosen}): ..."
+
+
 def kernels_json(found: KernelAttribution) -> dict:
     from ..reports.report import number
 

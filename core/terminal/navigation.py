@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..numbers.comparison import Comparison
 from .heatmap import divergent_cells
-from .plain import invariant_tally, invariant_verdict
+from .plain import invariant_tally, invariant_verdict, verdict_rule
 
 
 def describe_outcome(comparison: Comparison, batch_size: int) -> list[str]:
@@ -13,7 +13,8 @@ def describe_outcome(comparison: Comparison, batch_size: int) -> list[str]:
     invariant mode's verdict, the batch size actually used when there are fewer texts than it, and what
     usually reveals a divergence when none showed."""
     summary = comparison.summary
-    parts = [f"{summary.diverged}/{summary.texts} texts diverge · {summary.top1_flips} flips"]
+    judged = "bitwise" if verdict_rule(comparison.config) == "bitwise equal" else "allclose"  # (atol, rtol: the panel)
+    parts = [f"{summary.diverged}/{summary.texts} texts diverge ({judged}) · {summary.top1_flips} flips"]
     if comparison.config.get("invariant"):  # in the headline, which the line always shows; the details after
         parts[0] += f" · invariant mode: {invariant_tally(comparison)}"
         parts.append(f"invariant mode: {invariant_verdict(comparison)}")

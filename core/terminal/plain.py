@@ -123,12 +123,18 @@ def verdict(comparison: Comparison) -> str:
         f"batch size {c['batch_size']}, "
         f"{c['padding_side']} padding, {c['positions']} positions, atol {c['atol']:g} rtol {c['rtol']:g}"
     )
+    judged = verdict_rule(c)
     if s.diverged == 0:
-        return f"OK: all {s.texts} texts allclose (max|Δ| {format_float(s.max_abs_diff)}) [{setup}]"
+        return f"OK: all {s.texts} texts {judged} (max|Δ| {format_float(s.max_abs_diff)}) [{setup}]"
     return (
-        f"DIVERGED: {s.diverged} of {s.texts} texts not allclose, max|Δ| {format_float(s.max_abs_diff)}, "
+        f"DIVERGED: {s.diverged} of {s.texts} texts not {judged}, max|Δ| {format_float(s.max_abs_diff)}, "
         f"{s.top1_flips} top-1 flips [{setup}]"
     )
+
+
+def verdict_rule(config: dict) -> str:
+    """What a text must be to pass, in words: `bitwise equal` with atol and rtol 0 (`--bitwise`), else `allclose`."""
+    return "bitwise equal" if config.get("atol") == 0 and config.get("rtol") == 0 else "allclose"
 
 
 def format_remedies(outcomes) -> str:
