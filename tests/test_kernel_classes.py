@@ -46,6 +46,8 @@ def test_attribution_names_the_attention_class_for_a_leak_through_padded_keys(le
     assert found.minimal is not None and "attention" in found.minimal
     mended = compare(TEXTS, with_classes(settings, found.minimal))
     assert all(t.bitwise_equal for t in mended.texts) and found.minimal_cost_ratio > 0
+    low, high = found.minimal_cost_spread  # timed in paired rounds, as `bench` does: a median and its spread
+    assert low <= found.minimal_cost_ratio <= high
     for name in ("matmul", "reduction", "elementwise"):  # none of them alone touches attention over padded keys
         assert by_name[name].alone_bitwise_texts <= by_name["attention"].alone_bitwise_texts
         assert by_name[name].max_abs_diff_alone > 1e-3

@@ -10,6 +10,7 @@ Its cost is its run's time next to the baseline's, measured in the same process.
 from __future__ import annotations
 
 import itertools
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -32,8 +33,13 @@ class KernelAttribution:
     baseline_bitwise_texts: int
     classes: tuple[KernelClass, ...]
     minimal: tuple[str, ...] | None  # None: no set of classes makes every text bitwise
-    minimal_cost_ratio: float | None  # the minimal set's run time over the baseline's
+    # the minimal set's run time over the baseline's: the median of `COST_ROUNDS` paired timings, and their spread
+    minimal_cost_ratio: float | None
     baseline: Comparison
+    minimal_cost_spread: tuple[float, float] | None = None
+
+
+COST_ROUNDS = 3  # paired timings of the minimal set against the baseline
 
 
 def with_classes(settings: Settings, classes: tuple[str, ...]) -> Settings:
@@ -70,14 +76,18 @@ def attribute_kernels(
         ),
         None,
     )
-    ratio = None
-    if minimal is not None:  # timed afresh, side by side: the first runs also loaded the model
-        plain = compare_fn(texts, settings).elapsed_s
-        with_set = compare_fn(
-            texts, settings.with_changes(invariant=bool(minimal), invariant_classes=",".join(minimal))
-        )
-        ratio = with_set.elapsed_s / plain if plain > 0 else None
-    return KernelAttribution(len(texts), _bitwise(baseline), tuple(found), minimal, ratio, baseline)
+    ratio = spread = None
+    if minimal is not None:  # timed afresh, side by side in rounds (as `bench` does): the first runs loaded the model
+        ratios = []
+        for round_ in range(COST_ROUNDS):
+            pair = [settings, with_classes(settings, minimal)]
+            order = pair if round_ % 2 == 0 else pair[::-1]  # neither always first
+            seconds = {id(s): compare_fn(texts, s).elapsed_s for s in order}
+            if seconds[id(pair[0])] > 0:
+                ratios.append(seconds[id(pair[1])] / seconds[id(pair[0])])
+        if ratios:
+            ratio, spread = statistics.median(ratios), (min(ratios), max(ratios))
+    return KernelAttribution(len(texts), _bitwise(baseline), tuple(found), minimal, ratio, baseline, spread)
 
 
 def kernels_table(found: KernelAttribution) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
@@ -101,7 +111,13 @@ def kernels_verdict(found: KernelAttribution) -> str:
         return line + "no set of the mode's classes makes every text bitwise (the mode's own check says where it parts)"
     if not found.minimal:
         return line + "no class is needed"
-    cost = "" if found.minimal_cost_ratio is None else f", at {found.minimal_cost_ratio:.2f}x the time"
+    cost = ""
+    if found.minimal_cost_ratio is not None:
+        low, high = found.minimal_cost_spread or (found.minimal_cost_ratio,) * 2
+        cost = (
+            f", at about {found.minimal_cost_ratio:.2f}x the time (the median of {COST_ROUNDS} paired timings, "
+            f"{low:.2f}-{high:.2f}; `batchtui bench` measures it with care)"
+        )
     return line + f"the minimal set {'+'.join(found.minimal)} makes all {found.texts} bitwise{cost}"
 
 
@@ -128,4 +144,5 @@ def kernels_json(found: KernelAttribution) -> dict:
         ],
         "minimal": None if found.minimal is None else list(found.minimal),
         "minimal_cost_ratio": None if found.minimal_cost_ratio is None else number(found.minimal_cost_ratio),
+        "minimal_cost_spread": None if found.minimal_cost_spread is None else list(found.minimal_cost_spread),
     }
