@@ -40,24 +40,38 @@ class _DefaultsShown(argparse.HelpFormatter):
 
 
 class ProgressLine:
-    """Progress on stderr: a bar, done/total, what ran last, the time so far and an estimate of the time
-    left; redrawn in place on a terminal, about ten lines in a log file."""
+    """Progress on stderr: on a terminal tqdm's bar (done/total, what ran last, the time so far and left, fitted to
+    the terminal's width); in a log file about ten plain lines."""
 
     def __init__(self) -> None:
         self._started = time.monotonic()
+        self._bar = None
 
     def __call__(self, done: int, total: int, label: str) -> None:
-        width = 24
-        filled = width * done // max(total, 1)
-        elapsed = time.monotonic() - self._started
-        timing = f"{elapsed:.0f} s" + (
-            f", about {elapsed / done * (total - done):.0f} s left" if 0 < done < total else ""
-        )
-        line = f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {label} · {timing}"
         if sys.stderr.isatty():
-            print(f"\r{line[:110]:<110}", end="" if done < total else "\n", file=sys.stderr, flush=True)
-        elif done == total or done % max(1, total // 10) == 0:
-            print(line, file=sys.stderr)
+            self._drawn(done, total, label)
+            return
+        if done == total or done % max(1, total // 10) == 0:
+            width = 24
+            filled = width * done // max(total, 1)
+            elapsed = time.monotonic() - self._started
+            timing = f"{elapsed:.0f} s" + (
+                f", about {elapsed / done * (total - done):.0f} s left" if 0 < done < total else ""
+            )
+            print(f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {label} · {timing}", file=sys.stderr)
+
+    def _drawn(self, done: int, total: int, label: str) -> None:
+        from tqdm import tqdm
+
+        if self._bar is None or self._bar.total != total or done < self._bar.n:  # a new count: a bar of its own
+            if self._bar is not None:
+                self._bar.close()
+            self._bar = tqdm(total=total, file=sys.stderr, dynamic_ncols=True, leave=False)
+        self._bar.set_description_str(label, refresh=False)
+        self._bar.update(done - self._bar.n)
+        if done >= total:
+            self._bar.close()
+            self._bar = None
 
 
 class TqdmBar:
