@@ -74,7 +74,7 @@ def test_the_app_without_a_terminal_exits_with_a_message(tmp_path):
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=180,
     )
     assert done.returncode == 2
     assert done.stderr.strip() == (

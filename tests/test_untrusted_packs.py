@@ -154,14 +154,14 @@ def test_oversized_and_special_files_are_refused_without_reading_them(pack, tmp_
         "import sys; from batchtui.core.cli import main; "
         f"sys.exit(main(['check', '--from', {str(pack)!r}]) * 10 + main(['diff', {str(zero)!r}, {str(zero)!r}]))"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180)
     assert done.returncode == 22, done.stderr
     lines = done.stderr.splitlines()
     assert "over the 256 MiB limit" in lines[0]
     assert "/zero.json is not a regular file" in lines[1]
     (pack / "report.json").write_bytes(b"{}")
     done = subprocess.run([sys.executable, "-c", script.replace(" + main(['diff'", " + 0 * len(['diff'")],
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+                          capture_output=True, text=True, timeout=180)  # fmt: skip
     assert done.returncode == 20 and "no 'config'" in done.stderr
 
 

@@ -31,7 +31,7 @@ from servers import free_port
 REPOSITORY = Path(__file__).resolve().parent.parent
 VLLM_VERSION = "0.32.0"
 TORCH_VERSION = "2.13.0"
-INSTALL_S = 1200  # the venv's packages from the index, once
+INSTALL_S = 2400  # the venv's packages from the index, once (a busy 2-core box took more than 1,150 s)
 STARTUP_S = 900  # vLLM compiles the model at start: about 90 s on a quiet 2-core box, minutes on a busy one
 _STATE = "BATCHTUI_TEST_VLLM_STATE"  # the folder where the launcher leaves `url` or `failed`
 
@@ -44,6 +44,17 @@ def _run(command: list[str], log, timeout: float) -> None:
     log.write(f"$ {' '.join(command)}\n".encode())
     log.flush()
     subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, timeout=timeout, check=True)
+
+
+def _cause(exc: BaseException) -> str:
+    """Why vLLM could not be set up, in one line first (the log's end follows it)."""
+    if isinstance(exc, subprocess.TimeoutExpired):
+        step = " ".join(str(part) for part in exc.cmd[1:4]) if isinstance(exc.cmd, list) else str(exc.cmd)[:80]
+        return f"vLLM could not be set up: `{step} ...` ran past its {exc.timeout:.0f} s (INSTALL_S, STARTUP_S)"
+    if isinstance(exc, subprocess.CalledProcessError):
+        step = " ".join(str(part) for part in exc.cmd[1:4]) if isinstance(exc.cmd, list) else str(exc.cmd)[:80]
+        return f"vLLM could not be set up: `{step} ...` exited with {exc.returncode}"
+    return f"vLLM could not be set up: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
 
 def ensure_venv(log) -> Path:
@@ -109,7 +120,7 @@ def launch(state: Path, model: Path) -> None:
             (state / "url").write_text(f"http://127.0.0.1:{port}/v1")
         except Exception as exc:  # noqa: BLE001 - kept for every test that needs the server
             tail = log_path.read_text(errors="replace")[-3000:] if log_path.exists() else ""
-            (state / "failed").write_text(f"vLLM could not be set up ({type(exc).__name__}: {exc}):\n{tail}")
+            (state / "failed").write_text(f"{_cause(exc)}\n--- the end of {log_path}:\n{tail}")
 
     threading.Thread(target=start, name="vllm-launcher", daemon=True).start()
 
