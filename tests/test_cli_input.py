@@ -252,3 +252,15 @@ def test_a_text_with_no_token_is_bad_input(tokenizer_dropping_tildes, command, c
     assert run(["hello", "~~~", "--model", tokenizer_dropping_tildes, "--max-tokens", "64"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == "batchtui: error: text 2: the tokenizer gives no token for it, so there is nothing to compare"
+
+
+def test_a_mistyped_command_is_said_so_and_a_text_after_dashes_opens_the_app(capsys):
+    from batchtui.tui.launcher import build_app
+    from batchtui.tui.launcher import main as batchtui_main
+
+    assert batchtui_main(["chek"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no command 'chek': did you mean `batchtui check`?" in err
+    assert "batchtui -- chek" in err
+    app = build_app(["--", "chek"])  # the text itself, after --
+    assert not isinstance(app, int) and app.initial_texts == ["chek"]

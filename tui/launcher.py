@@ -51,7 +51,25 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in COMMANDS:
         return run_command(argv[0], argv[1:], prog=f"batchtui {argv[0]}")
+    mistyped = _mistyped_command(argv[0]) if argv else None
+    if mistyped is not None:
+        print(
+            f"batchtui: error: no command {literal(argv[0])!r}: did you mean `batchtui {mistyped}`? (to open the app "
+            f"on that text, put it after --: batchtui -- {literal(argv[0])})",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_INPUT
     return run_app(argv)
+
+
+def _mistyped_command(word: str) -> str | None:
+    """The command `word` is a slip of (`chek`: check), where it is one word that close to one; else None."""
+    import difflib
+
+    if not word.isalpha() or not word.islower():
+        return None
+    close = difflib.get_close_matches(word, COMMANDS, n=1, cutoff=0.75)
+    return close[0] if close else None
 
 
 def app_parser() -> OneLineParser:
