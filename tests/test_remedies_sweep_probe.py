@@ -95,7 +95,7 @@ def test_sweep_summary_counts_cells_and_names_the_clean_dtypes():
         SweepCell("float16", 4, "sdpa", "left", 2, None, None, None, error="no float16 here"),
     ]
     assert sweep_summary(cells) == (
-        "1 of 5 cells diverge · worst bfloat16 batch 4 sdpa left padding: max|Δ| 0.25 (1 texts, 1 flips)"
+        "1 of 5 cells diverge · worst bfloat16 batch 4 sdpa left padding: max|Δ| 0.25 (1 text, 1 flip)"
         " · float32 allclose in every cell · 1 could not run"
     )
 

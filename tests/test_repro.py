@@ -250,3 +250,15 @@ async def test_the_app_writes_a_pack_from_ctrl_s_and_shows_the_fingerprint_on_i(
 
     kept = read_pack(str(pack))
     assert sorted(kept.single) == [0, 1, 2] and kept.single[1].shape[0] == len(on_screen.texts[1].token_ids)
+
+
+def test_a_pack_s_files_share_one_mode(tmp_path):
+    """The logits file is written like the others (the umask's mode), not safetensors' private 0600."""
+    import stat as stat_module
+
+    from batchtui.core.cli import main
+
+    pack = tmp_path / "pack"
+    assert main(["check", "--model", "tiny", "--dtype", "float32", "ab", "--repro", str(pack)]) in (0, 1)
+    modes = {p.name: stat_module.S_IMODE(p.stat().st_mode) for p in pack.iterdir()}
+    assert len(set(modes.values())) == 1, modes

@@ -32,7 +32,7 @@ class _DefaultsShown(argparse.HelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        no_default = action.default in (None, False, argparse.SUPPRESS) or action.default == []
+        no_default = action.default in (None, False, argparse.SUPPRESS, "") or action.default == []
         if not action.option_strings or "default" in text or no_default:
             return text
         default = ",".join(map(str, action.default)) if isinstance(action.default, list) else action.default

@@ -137,7 +137,12 @@ def served_checks_lines(comparison: EndpointComparison) -> list[str]:
     caches = [t.prefix_cache for t in comparison.texts if t.prefix_cache is not None]
     if caches:
         cached = [c.cached_tokens for c in caches if c.cached_tokens is not None]
-        hits = f"{min(cached)}-{max(cached)} prompt tokens cached" if cached else "cache hits unknown"
+        span = (
+            f"{min(cached)}"
+            if cached and min(cached) == max(cached)
+            else f"{min(cached, default=0)}-{max(cached, default=0)}"
+        )
+        hits = f"{span} prompt tokens cached" if cached else "cache hits unknown"
         checked = [t for t in comparison.texts if t.prefix_cache is not None]
         split = [t for t in checked if t.prefix_cache.split.differs]
         moved = [t for t in checked if t.prefix_cache.split.logprobs_differ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -56,11 +57,12 @@ def write_pack(path: Path, report: dict, texts: list[str], lines: list[int], com
                kept: KeptLogits) -> None:  # fmt: skip
     from safetensors.torch import save_file
 
-    from ..safe_files import write_text
+    from ..safe_files import umask, write_text
 
     path.mkdir(exist_ok=True)
     tensors = {f"single/{i}": t for i, t in kept.single.items()} | {f"batched/{i}": t for i, t in kept.batched.items()}
     save_file(tensors, str(path / LOGITS))
+    os.chmod(path / LOGITS, 0o666 & ~umask())  # (safetensors writes it 0600: the pack's files alike, as umask says)
     write_text(path / TEXTS, json.dumps({"texts": texts, "lines": lines}, ensure_ascii=False, indent=1) + "\n")
     about = {"command": command, "settings": settings.as_dict(), "logits_left_out": kept.left_out}
     write_text(path / COMMAND, json.dumps(about, indent=1) + "\n")

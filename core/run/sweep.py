@@ -98,7 +98,12 @@ def sweep_summary(cells: list[SweepCell]) -> str:
     parts = [f"{len(bad)} of {len(cells)} cells {said}"]
     if bad:
         worst = max(bad, key=lambda c: c.max_abs_diff or 0.0)
-        figures = f"{worst.differ} differ" if generate else f"{worst.diverged} texts, {worst.top1_flips} flips"
+        texts, flips = worst.diverged, worst.top1_flips
+        figures = (
+            f"{worst.differ} differ"
+            if generate
+            else f"{texts} text{'s' * (texts != 1)}, {flips} flip{'s' * (flips != 1)}"
+        )
         parts.append(f"worst {describe_cell(worst)}: max|Δ| {worst.max_abs_diff:.3g} ({figures})")
     clean = [d for d in dict.fromkeys(c.dtype for c in ran) if not any(c.dtype == d for c in bad)]
     if clean and bad:
