@@ -76,3 +76,23 @@ def test_a_hostile_server_s_answers_are_escaped(capsys):
     with raw_socket_server(answer) as (url, _):
         assert main(["endpoint", "--url", url, "--model", "other", "a"]) == 2  # the served names in the message
     assert not _unsafe(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("control", ["\x1b]0;PWNED\x07", "\x1b[2J", "\x9b31m", "\u202e", "\x00\x7f"])
+def test_names_from_a_pack_or_a_report_are_escaped_too(hostile_model, tmp_path, capsys, control):
+    """Not only values: an environment's and a config's keys carrying each kind of control (OSC, CSI, C1, bidi,
+    NUL and DEL), printed by `check --from` and by `diff` (its lists and its verdict line)."""
+    pack = tmp_path / "pack"
+    assert main(["check", "--model", hostile_model, "ab", "--repro", str(pack)]) in (0, 1)
+    other = tmp_path / "other"
+    shutil.copytree(pack, other)
+    report = json.loads((other / "report.json").read_text())
+    report["environment"][f"variables.{control}x"] = "1"
+    report["config"][f"top{control}k"] = 3
+    (other / "report.json").write_text(json.dumps(report))
+    capsys.readouterr()
+    for command in (["check", "--from", str(other), "--model", hostile_model], ["diff", str(pack), str(other)]):
+        code = main(command)
+        out, err = capsys.readouterr()
+        assert code in (0, 1, 2), err
+        assert not _unsafe(out + err), (out + err)[-600:]

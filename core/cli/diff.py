@@ -53,10 +53,10 @@ def _diff(args: argparse.Namespace) -> int:
     out = human_output(args.json)
     print(f"environment: {len(found.environment)} differences" + (" (A → B)" if found.environment else ""), file=out)
     for name, va, vb in found.environment:
-        print(f"  {name}: {literal(str(va), 50)} → {literal(str(vb), 50)}", file=out)
+        print(f"  {literal(str(name), 80)}: {literal(str(va), 50)} → {literal(str(vb), 50)}", file=out)
     print(f"settings: {len(found.settings)} differences" + (" (A → B)" if found.settings else ""), file=out)
     for name, va, vb in found.settings:
-        print(f"  {name}: {literal(str(va), 50)} → {literal(str(vb), 50)}", file=out)
+        print(f"  {literal(str(name), 80)}: {literal(str(va), 50)} → {literal(str(vb), 50)}", file=out)
     header = ("#", "text", "A", "B", "max|Δ| A", "max|Δ| B", "flips A/B", "split A/B", "alone A↔B", "batched A↔B")
     rows = [
         (
@@ -76,7 +76,7 @@ def _diff(args: argparse.Namespace) -> int:
     print(format_columns(header, rows, left={1, 2, 3}), file=out)
     verdict = _verdict(found)
     if found.settings:
-        verdict += f"; settings differ ({', '.join(name for name, _, _ in found.settings)})"
+        verdict += f"; settings differ ({', '.join(literal(str(name), 40) for name, _, _ in found.settings)})"
     print(verdict, file=out)
     if args.json:
         write_json(_diff_json(found), args.json)

@@ -63,7 +63,7 @@ def check_from_pack(args: argparse.Namespace, given: set[str]) -> int:
     if changed:
         print(f"environment: {len(changed)} differences (the pack's → here)", file=out)
         for name, theirs, ours in changed:
-            print(f"  {name}: {literal(str(theirs), 60)} → {literal(str(ours), 60)}", file=out)
+            print(f"  {literal(str(name), 80)}: {literal(str(theirs), 60)} → {literal(str(ours), 60)}", file=out)
     else:
         print(f"environment: the same as the pack's (fingerprint {here['fingerprint']})", file=out)
     rows, entries, same, compared = [], [], 0, 0
