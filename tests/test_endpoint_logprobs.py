@@ -210,3 +210,45 @@ def test_a_split_s_own_swap_is_neither_a_logprob_move_nor_a_near_tie():
     assert entry["max_abs_diff"] == pytest.approx(0.02) and entry["split"]["max_abs_diff"] == pytest.approx(0.02)
     assert data["levels"][0]["max_abs_logprob_diff"] == pytest.approx(0.02)
     assert entry["near_tie"] is False and entry["split"]["near_tie"] is False
+
+
+def _served(ids, logprobs, prompt_ids=(97, 98)):
+    from batchtui.core.run.backend import ServedContinuation, ServedStep
+
+    steps = tuple(ServedStep(f"t{i}", lp, ()) for i, lp in zip(ids, logprobs))
+    return ServedContinuation("x", "length", steps, None, tuple(prompt_ids), tuple(ids))
+
+
+@pytest.mark.parametrize(
+    ("ids", "logprobs", "said"),
+    [
+        (list(range(40_004)), [-1.0] * 4, "40004 continuation token ids for 4 logprobs"),
+        ([99] * 3, [-1.0] * 3, "3 continuation token ids for 3 logprobs (at most 2 new tokens were asked)"),
+        ([10**9, 99], [-1.0, -1.0], "token id 1000000000 is outside the local model's vocabulary of 512"),
+        ([-5, 99], [-1.0, -1.0], "token id -5 is outside the local model's vocabulary"),
+    ],
+    ids=["ids-past-the-steps", "past-max-new-tokens", "id-too-large", "id-negative"],
+)
+def test_the_server_s_ids_do_not_set_the_local_work(ids, logprobs, said):
+    from batchtui.core.endpoint.vs_local import served_vs_local
+    from batchtui.core.errors import InputError
+    from batchtui.core.settings import Settings
+
+    with pytest.raises(InputError, match=said.replace("(", r"\(").replace(")", r"\)")):
+        served_vs_local(["ab"], [1], [_served(ids, logprobs)], Settings(model="tiny", dtype="float32"), 2)
+
+
+def test_a_check_with_nothing_compared_says_so():
+    """A server whose continuations hold no token (`token_ids: []`): the local check compared nothing and says so,
+    never "max|Δlp| 0 ... ratio 1..1"."""
+    from batchtui.core.endpoint.report import served_checks_lines
+    from batchtui.core.settings import Settings
+
+    class Empty:
+        def complete(self, text, max_new_tokens, top_logprobs=0, prompt_logprobs=0, token_ids=False):
+            return _served([], [], prompt_ids=[116])  # "t" in the tiny model's byte tokens
+
+    result = measure_endpoint(Empty(), ["t"], max_new_tokens=2, concurrency=1, rounds=1, top_logprobs=2,
+                              local=Settings(model="tiny", dtype="float32"))  # fmt: skip
+    assert result.texts[0].served_vs_local.steps == 0
+    assert "served vs local: nothing compared (the server's continuations hold no token)" in served_checks_lines(result)

@@ -124,7 +124,9 @@ def served_checks_lines(comparison: EndpointComparison) -> list[str]:
                if apart else "")
         )  # fmt: skip
     locals_ = [t.served_vs_local for t in comparison.texts if t.served_vs_local is not None]
-    if locals_:
+    if locals_ and not any(v.steps for v in locals_):
+        lines.append("served vs local: nothing compared (the server's continuations hold no token)")
+    elif locals_:
         side = comparison.config["local"]
         mode = ", invariant mode" if side["invariant"] else ""
         lines.append(

@@ -183,7 +183,7 @@ class _EndpointRun:
             if local is not None:
                 from ..models.loading import load_model
 
-                self.vs_local = served_vs_local(self.texts, lines, self.alone, local)
+                self.vs_local = served_vs_local(self.texts, lines, self.alone, local, self.max_new_tokens)
                 self.local_dtype = load_model(local).dtype
             for level, concurrency in enumerate(levels):
                 for number in range(rounds):

@@ -60,7 +60,9 @@ def checks_words(t: ServedText) -> str:
         cached = "hit unknown" if c.cached_tokens is None else f"{c.cached_tokens} tokens cached"
         outcome = "differs" if c.differs else "the same"
         words.append(f"prefix cache ({cached}): {outcome}")
-    if t.served_vs_local is not None:
+    if t.served_vs_local is not None and not t.served_vs_local.steps:
+        words.append("vs local: nothing compared (no continuation token)")
+    elif t.served_vs_local is not None:
         v = t.served_vs_local
         words.append(
             f"vs local: max|Δlp| {format_float(v.max_abs_diff)}, ratio {format_float(v.ratio_min)}.."

@@ -55,11 +55,17 @@ class ServedVsLocal:
 
 @one_run_at_a_time()
 def served_vs_local(
-    texts: list[str], lines: list[int], served: list[ServedContinuation | None], settings: Settings
+    texts: list[str],
+    lines: list[int],
+    served: list[ServedContinuation | None],
+    settings: Settings,
+    max_new_tokens: int,
 ) -> list[ServedVsLocal | None]:
     """Per text, the served continuation (with its token ids and logprobs) through the local model of `settings`
     (in the batch-invariant mode with `settings.invariant`); None where the server gave no ids or logprobs.
-    InputError when the local tokenizer makes other ids of a prompt than the server did: another tokenizer."""
+    InputError when the local tokenizer makes other ids of a prompt than the server did: another tokenizer; and when
+    the server's ids do not fit its own answer (more or fewer than its logprobs, more than `max_new_tokens`, outside
+    the local vocabulary): the server is not trusted to set the local work."""
     import torch
 
     from ..invariant.mode import invariant_if
@@ -78,6 +84,7 @@ def served_vs_local(
                 "does: another tokenizer, so its logprobs cannot be set against the served ones"
             )
         prompt, continuation = list(answer.prompt_token_ids), list(answer.token_ids)
+        _check_ids(line, continuation, len(answer.steps), max_new_tokens, prompt, loaded.vocab_size)
         ids = torch.tensor([prompt + continuation], device=loaded.device)
         with torch.inference_mode(), invariant_if(settings.invariant, model):
             logits = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False).logits[0]
@@ -92,3 +99,15 @@ def served_vs_local(
             continue
         results.append(ServedVsLocal(tuple(logprobs), tuple(local), tuple(differs)))
     return results
+
+
+def _check_ids(line: int, continuation: list[int], steps: int, max_new_tokens: int, prompt: list[int], vocab: int):
+    where = f"the server's answer for text {line}"
+    if len(continuation) != steps or len(continuation) > max_new_tokens:
+        raise InputError(
+            f"{where}: {len(continuation)} continuation token ids for {steps} logprobs (at most {max_new_tokens} "
+            "new tokens were asked): not compared with the local model"
+        )
+    outside = next((i for i in (*prompt, *continuation) if not 0 <= i < vocab), None)
+    if outside is not None:
+        raise InputError(f"{where}: token id {outside} is outside the local model's vocabulary of {vocab}")
