@@ -264,3 +264,25 @@ def test_a_mistyped_command_is_said_so_and_a_text_after_dashes_opens_the_app(cap
     assert "batchtui -- chek" in err
     app = build_app(["--", "chek"])  # the text itself, after --
     assert not isinstance(app, int) and app.initial_texts == ["chek"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["endpoint", "--url", "http://127.0.0.1:9/v1", "a", "--timeout", "inf"],
+        ["endpoint", "--url", "http://127.0.0.1:9/v1", "a", "--timeout", "1e10"],
+        ["endpoint", "--url", "http://127.0.0.1:9/v1", "a", "--max-answer-mb", "inf"],
+        ["endpoint", "--url", "http://127.0.0.1:9/v1", "a", "--max-answer-mb", "nan"],
+        ["check", "a", "--repro", "PACK", "--repro-max-mb", "inf"],
+        ["check", "a", "--repro", "PACK", "--repro-max-mb", "1e300"],
+        ["check", "--from", "PACK", "--repro-max-mb", "-1"],
+        ["check", "--from", "PACK", "--repro-max-mb", "0"],
+    ],
+)
+def test_limits_that_are_not_finite_or_out_of_range_are_one_line_and_exit_2(argv, tmp_path, capsys):
+    argv = [str(tmp_path / "pack") if a == "PACK" else a for a in argv]
+    from batchtui.core.cli import main as core_main
+
+    assert core_main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and " must be a number " in err and "Traceback" not in err

@@ -23,6 +23,7 @@ from .options import (
     human_output,
     int_at_least,
     levels_argument,
+    number_within,
     start_torch,
     texts_from_args,
 )
@@ -111,10 +112,8 @@ def run_endpoint(argv: list[str], prog: str = "batchtui endpoint") -> int:
 
 
 def _endpoint(args: argparse.Namespace) -> int:
-    if not args.timeout > 0:
-        raise InputError(f"--timeout must be more than 0 seconds, not {args.timeout:g}")
-    if not args.max_answer_mb > 0:
-        raise InputError(f"--max-answer-mb must be more than 0, not {args.max_answer_mb:g}")
+    number_within(args.timeout, "--timeout", 0, 86_400, " seconds")
+    number_within(args.max_answer_mb, "--max-answer-mb", 0, 4096)
     if args.save_rollouts:
         return _save_rollouts(args)
     numbered = texts_from_args(args)

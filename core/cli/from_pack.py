@@ -9,7 +9,7 @@ from ..reports.report import number
 from ..terminal.plain import format_columns, format_float
 from ..visible import literal
 from .exit_codes import EXIT_DIVERGED, EXIT_OK
-from .options import check_report_destination, human_output, start_torch
+from .options import check_report_destination, human_output, number_within, start_torch
 
 
 def _match_words(match) -> str:
@@ -39,6 +39,7 @@ def check_from_pack(args: argparse.Namespace, given: set[str]) -> int:
     from ..reports.report import run_environment, write_json
     from ..reports.repro import KeptLogits, match_logits
 
+    number_within(args.repro_max_mb, "--repro-max-mb", 0, 1_000_000)  # (the largest logits file read)
     pack = read_pack(args.from_pack, args.repro_max_mb)
     chosen = choose_model(pack, args.model if "model" in given else None, args.trust_remote_code)
     check_report_destination(args.json)

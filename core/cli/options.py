@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import math
 import sys
 import time
 from dataclasses import fields
@@ -200,6 +201,15 @@ def start_torch(args: argparse.Namespace, keep_freed: bool = True) -> None:
     use_threads(args.threads)
     if keep_freed:
         keep_freed_memory()
+
+
+def number_within(value: float, option: str, low: float, high: float, unit: str = "", low_too: bool = False) -> float:
+    """`value` where it is a finite number above `low` (or `low` itself, with `low_too`) and at most `high`; else
+    InputError naming `option` (an infinite timeout or a NaN limit would otherwise reach the code that uses it)."""
+    if not (math.isfinite(value) and (low <= value if low_too else low < value) and value <= high):
+        bound = "at least" if low_too else "above"
+        raise InputError(f"{option} must be a number {bound} {low:g} and at most {high:g}{unit}, not {value:g}")
+    return value
 
 
 def int_at_least(minimum: int):

@@ -7,10 +7,16 @@ import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..errors import InputError
 from ..settings import Settings
 from .exit_codes import EXIT_DIVERGED, EXIT_OK
-from .options import check_report_destination, human_output, settings_from_args, start_torch, texts_from_args
+from .options import (
+    check_report_destination,
+    human_output,
+    number_within,
+    settings_from_args,
+    start_torch,
+    texts_from_args,
+)
 
 
 @dataclass(frozen=True)
@@ -81,8 +87,7 @@ def _pack_destination(args: argparse.Namespace):
         return None
     from ..reports.repro import check_pack_destination
 
-    if not args.repro_max_mb >= 0:
-        raise InputError(f"--repro-max-mb must be 0 or more, not {args.repro_max_mb:g}")
+    number_within(args.repro_max_mb, "--repro-max-mb", 0, 1_000_000, low_too=True)  # (0: the pack keeps no logits)
     return check_pack_destination(args.repro)
 
 
