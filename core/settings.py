@@ -74,9 +74,15 @@ class Settings:
             )
         for name in ("atol", "rtol"):
             value = getattr(self, name)
-            # inf would make every text allclose and nan none: neither measures anything.
-            if not math.isfinite(value) or value < 0:
-                raise InputError(f"{name} must be a finite number >= 0, not {value}")
+            # inf would make every text allclose and nan none: neither measures anything (and an integer past a
+            # float's range is neither: it overflows where it is used).
+            try:
+                finite = math.isfinite(float(value))
+            except OverflowError:
+                finite = False
+            if not finite or value < 0:
+                shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:37]}..."
+                raise InputError(f"{name} must be a finite number >= 0, not {shown}")
         return self
 
     @property

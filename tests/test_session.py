@@ -175,3 +175,18 @@ async def test_switching_model_in_the_app_never_carries_the_trust_over(tmp_path,
         await pilot.press("enter")
         await settle(pilot, app)
         assert app.state.settings.model == "qwen2-english-4m" and app.state.settings.trust_remote_code is False
+
+
+def test_a_400_digit_number_in_a_session_is_set_aside_and_the_app_starts(tmp_path):
+    """A number no float holds (an integer of 400 digits as `atol`) is dropped like any unusable setting: the
+    defaults stand in, a notice says so, and nothing raises."""
+    import json as json_module
+
+    from batchtui.core.reports import session as session_file
+
+    path = tmp_path / "session.json"
+    path.write_text('{"version": 1, "text": "a", "settings": {"atol": ' + "9" * 400 + ', "batch_size": 4}}')
+    loaded = session_file.load(path)
+    assert loaded.session.settings.atol == 1e-05 and loaded.session.settings.batch_size == 4
+    assert "atol=9999" in loaded.notice and loaded.notice.endswith("…")  # (cut)
+    assert json_module.loads(path.read_text())["settings"]["batch_size"] == 4  # the file as it was

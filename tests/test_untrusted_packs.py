@@ -244,3 +244,21 @@ def test_a_pack_s_own_model_runs_only_when_built_in_or_already_in_the_hub_cache(
         else:  # not cached, or a folder here ("hub" is one, in the working folder)
             with pytest.raises(InputError, match="name the model to run it on with --model"):
                 choose_model(loaded, None, False)
+
+
+def test_a_number_no_float_holds_in_a_report_is_one_line_and_exit_2(tmp_path, capsys):
+    """`diff` reading a report whose text's max_abs_diff is a 400-digit integer: the schema's number refuses it."""
+    from batchtui.core.cli import main
+
+    report = tmp_path / "a.json"
+    assert main(["check", "--model", "tiny", "--dtype", "float32", "ab", "--json", str(report)]) in (0, 1)
+    text = report.read_text()
+    data = json.loads(text)
+    data["texts"][0]["max_abs_diff"] = 0.5
+    hostile = json.dumps(data).replace('"max_abs_diff": 0.5', '"max_abs_diff": ' + "9" * 400, 1)
+    other = tmp_path / "b.json"
+    other.write_text(hostile)
+    capsys.readouterr()
+    assert main(["diff", str(report), str(other)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'max_abs_diff' must be a number or null, not a number no float holds" in err
