@@ -89,8 +89,10 @@ class Endpoint:
         key = api_key_from(api_key_env)
         self._secrets = [key] if key != "EMPTY" else []
         http_lib = http_library(openai)
-        # the pool as large as the most requests in flight (its default, 100, would queue the rest silently)
-        limits = http_lib.Limits(max_connections=max_in_flight, max_keepalive_connections=max_in_flight)
+        # the pool as large as the most requests in flight (its default, 100, would queue the rest silently), and one
+        # more: the server's metrics are read while a level holds every other connection (`endpoint.server_batch`)
+        pool = max_in_flight + 1
+        limits = http_lib.Limits(max_connections=pool, max_keepalive_connections=pool)
         inner = http_lib.HTTPTransport(trust_env=False, retries=0, limits=limits)
         transport = BoundedTransport(inner, timeout_s, int(max_answer_mb * MiB))
         http = openai.DefaultHttpxClient(follow_redirects=False, timeout=timeout_s, transport=transport)
