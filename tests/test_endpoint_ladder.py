@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 
 from servers import http_json, scripted_server
 from test_endpoint_faults import MODELS
@@ -20,7 +21,8 @@ def _completion(text: str) -> bytes:
     ).encode()
 
 
-def test_levels_in_any_order_are_measured_lowest_first_and_the_lowest_breaking_is_named(tmp_path, capsys):
+def _counting_server(answer: Callable[[int], str]):
+    """A server whose n-th completion request (from 1) is answered with the text `answer(n)`."""
     answered = [0]
     lock = threading.Lock()
 
@@ -30,11 +32,16 @@ def test_levels_in_any_order_are_measured_lowest_first_and_the_lowest_breaking_i
             return
         with lock:
             answered[0] += 1
-            alone = answered[0] <= 3  # the probe, the text alone and again (one round): the same; then another
-        connection.sendall(http_json(_completion(" ok" if alone else " no")))
+            text = answer(answered[0])
+        connection.sendall(http_json(_completion(text)))
 
+    return scripted_server(script)
+
+
+def test_levels_in_any_order_are_measured_lowest_first_and_the_lowest_breaking_is_named(tmp_path, capsys):
     report = tmp_path / "r.json"
-    with scripted_server(script) as (url, received):
+    # the probe, the text alone and again (one round): the same answer; every request after them: another
+    with _counting_server(lambda n: " ok" if n <= 3 else " no") as (url, received):
         code = main(["endpoint", "--url", url, "--model", "m", "one", "--concurrency", "16,8,4,8,2,1", "--rounds", "1",
                      "--top-logprobs", "0", "--json", str(report)])  # fmt: skip
     data = json.loads(report.read_text())
@@ -51,20 +58,8 @@ def test_a_server_that_answers_otherwise_by_itself_is_said_so_and_no_level_break
     """Every other request answers otherwise whatever is in flight: the server's own noise. Alone, asked again as
     many times as a level is tried, it differs; the ladder counts only texts whose answers alone do not move, so no
     level breaks, and the verdict says the server is nondeterministic by itself."""
-    answered = [0]
-    lock = threading.Lock()
-
-    def script(connection, request, stopped):
-        if request.startswith(b"GET /v1/models"):
-            connection.sendall(http_json(MODELS))
-            return
-        with lock:
-            answered[0] += 1
-            odd = answered[0] % 2
-        connection.sendall(http_json(_completion(" ok" if odd else " no")))
-
     report = tmp_path / "r.json"
-    with scripted_server(script) as (url, received):
+    with _counting_server(lambda n: " ok" if n % 2 else " no") as (url, received):
         code = main(["endpoint", "--url", url, "--model", "m", "one", "--concurrency", "1,2,4", "--rounds", "2",
                      "--top-logprobs", "0", "--json", str(report)])  # fmt: skip
     out = capsys.readouterr().out
