@@ -286,3 +286,17 @@ def test_limits_that_are_not_finite_or_out_of_range_are_one_line_and_exit_2(argv
     assert core_main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and " must be a number " in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["check", "--invariant=", "a"], "--invariant= names none of the mode's classes"),
+        (["check", "--remedy", "invariant:", "a"], "remedy 'invariant:' names none of the mode's classes"),
+    ],
+)
+def test_an_empty_class_list_is_refused_not_run_as_something_else(argv, said, capsys):
+    from batchtui.core.cli import main as core_main
+
+    assert core_main(argv) == 2
+    assert said in capsys.readouterr().err

@@ -118,6 +118,8 @@ class OneLineParser(argparse.ArgumentParser):
         # `--invariant=CLASSES` is `--invariant-classes CLASSES`: `--invariant` itself stays a flag, so that the text
         # after it is never read as its value.
         if args is not None and any(a.startswith("--invariant-classes") for a in self._option_string_actions):
+            if "--invariant=" in args:  # (empty: it would run without the mode and pass)
+                self.error("--invariant= names none of the mode's classes: give them, or --invariant alone")
             args = [f"--invariant-classes={a.split('=', 1)[1]}" if a.startswith("--invariant=") else a for a in args]
         return super().parse_known_args(args, namespace)
 

@@ -167,6 +167,8 @@ def remedies_named(names: list[str]) -> list[Remedy]:
 
 def _invariant_part(name: str) -> Remedy:
     classes = name.split(":", 1)[1].replace("+", ",")
+    if not classes.strip(","):
+        raise InputError(f"remedy {name!r} names none of the mode's classes ({'/'.join(KERNEL_CLASSES)}) after the ':'")
     Settings(invariant=True, invariant_classes=classes).validated()  # names only the mode's classes
     whole = REMEDIES["invariant"]
     change = {**whole.settings_change, "invariant_classes": classes}
