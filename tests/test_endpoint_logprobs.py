@@ -252,3 +252,16 @@ def test_a_check_with_nothing_compared_says_so():
                               local=Settings(model="tiny", dtype="float32"))  # fmt: skip
     assert result.texts[0].served_vs_local.steps == 0
     assert "served vs local: nothing compared (the server's continuations hold no token)" in served_checks_lines(result)
+
+
+def test_a_cache_count_past_any_prompt_is_not_believed():
+    from types import SimpleNamespace
+
+    from batchtui.core.endpoint.client import _cached_tokens
+
+    def usage(cached, prompt=300):
+        return SimpleNamespace(prompt_tokens=prompt, prompt_tokens_details=SimpleNamespace(cached_tokens=cached))
+
+    assert _cached_tokens(usage(256)) == 256
+    assert _cached_tokens(usage(10**30)) is None and _cached_tokens(usage(301)) is None
+    assert _cached_tokens(usage(-1)) is None and _cached_tokens(usage(True)) is None

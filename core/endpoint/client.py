@@ -269,9 +269,19 @@ def _by_id(position: dict | None) -> dict[int, float] | None:
 
 
 def _cached_tokens(usage) -> int | None:
+    """The prompt tokens the server says it took from its cache; None where it says nothing believable (a count
+    past any prompt, 10**30, is not a count)."""
     details = getattr(usage, "prompt_tokens_details", None)
     cached = getattr(details, "cached_tokens", None)
-    return cached if isinstance(cached, int) and not isinstance(cached, bool) and cached >= 0 else None
+    prompt = getattr(usage, "prompt_tokens", None)
+    if not isinstance(cached, int) or isinstance(cached, bool) or not 0 <= cached < _MOST_TOKENS:
+        return None
+    if isinstance(prompt, int) and not isinstance(prompt, bool) and cached > prompt:
+        return None
+    return cached
+
+
+_MOST_TOKENS = 10**9  # more tokens than any prompt a server takes
 
 
 def _ranked(top: dict | None, scrubbed) -> tuple[tuple[str, float], ...]:
