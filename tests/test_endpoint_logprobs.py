@@ -265,3 +265,15 @@ def test_a_cache_count_past_any_prompt_is_not_believed():
     assert _cached_tokens(usage(256)) == 256
     assert _cached_tokens(usage(10**30)) is None and _cached_tokens(usage(301)) is None
     assert _cached_tokens(usage(-1)) is None and _cached_tokens(usage(True)) is None
+
+
+def test_an_answer_s_top_logprobs_are_kept_to_what_was_asked():
+    """A server sending 100,000 alternatives a step (and at a prompt position) for a top-5 request: the continuation
+    keeps the 6 most likely (5 and the chosen token), in order."""
+    from batchtui.core.endpoint.client import continuation_from
+
+    many = {f" t{i}": -1.0 - i / 1000 for i in range(100_000)}
+    choice = _choice(" t0", [" t0"], [-1.0], [many], prompt=[None, {str(i): -1.0 - i for i in range(100_000)}])
+    kept = continuation_from(choice, keep=6)
+    assert [t for t, _ in kept.steps[0].top] == [f" t{i}" for i in range(6)]
+    assert len(kept.prompt[1]) == 6 and sorted(kept.prompt_by_id[1]) == list(range(6))

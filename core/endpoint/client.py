@@ -10,6 +10,7 @@ and scrubbed from everything the server says before it is shown or kept.
 
 from __future__ import annotations
 
+import heapq
 import os
 import ssl
 import threading
@@ -168,7 +169,8 @@ class Endpoint:
             extra_body=extra or None,
         )
         try:
-            return continuation_from(answer.choices[0], self.scrubbed, getattr(answer, "usage", None))
+            keep = max(top_logprobs, prompt_logprobs) + 1  # what was asked (and the chosen token), never more
+            return continuation_from(answer.choices[0], self.scrubbed, getattr(answer, "usage", None), keep)
         except (AttributeError, IndexError, KeyError, TypeError, ValueError):
             raise EndpointError(f"{self.url}/completions: the answer is not a completion") from None
 
@@ -217,7 +219,7 @@ def _cause(exc: BaseException, kind: type) -> BaseException | None:
     return exc
 
 
-def continuation_from(choice, scrubbed=str, usage=None) -> ServedContinuation:
+def continuation_from(choice, scrubbed=str, usage=None, keep: int | None = None) -> ServedContinuation:
     """A `CompletionChoice` (the openai package's type, or vLLM's with `prompt_logprobs` and token ids) as a
     continuation, every string the server sent passed through `scrubbed`; `usage` gives the cached tokens."""
     from ..run.backend import ServedContinuation, ServedStep
@@ -230,12 +232,12 @@ def continuation_from(choice, scrubbed=str, usage=None) -> ServedContinuation:
         chosen = logprobs.token_logprobs or [None] * len(logprobs.tokens)
         tops = logprobs.top_logprobs or [None] * len(logprobs.tokens)
         steps = tuple(
-            ServedStep(scrubbed(str(token)), None if lp is None else float(lp), _ranked(top, scrubbed))
+            ServedStep(scrubbed(str(token)), None if lp is None else float(lp), _ranked(top, scrubbed, keep))
             for token, lp, top in zip(logprobs.tokens, chosen, tops, strict=True)
         )
     extra = getattr(choice, "model_extra", None) or {}
     prompt = extra.get("prompt_logprobs")
-    prompt_steps = None if prompt is None else tuple(_prompt_position(p, scrubbed) for p in prompt)
+    prompt_steps = None if prompt is None else tuple(_prompt_position(p, scrubbed, keep) for p in prompt)
     reason = None if choice.finish_reason is None else scrubbed(str(choice.finish_reason))
     return ServedContinuation(
         scrubbed(choice.text),
@@ -244,7 +246,7 @@ def continuation_from(choice, scrubbed=str, usage=None) -> ServedContinuation:
         prompt_steps,
         _ids(extra.get("prompt_token_ids")),
         _ids(extra.get("token_ids")),
-        None if prompt is None else tuple(_by_id(p) for p in prompt),
+        None if prompt is None else tuple(_by_id(p, keep) for p in prompt),
         _cached_tokens(usage),
     )
 
@@ -257,15 +259,24 @@ def _ids(value) -> tuple[int, ...] | None:
     return tuple(value)
 
 
-def _by_id(position: dict | None) -> dict[int, float] | None:
-    """vLLM's prompt logprobs at one position by token id (positions keyed otherwise give none)."""
+def _by_id(position: dict | None, keep: int | None = None) -> dict[int, float] | None:
+    """vLLM's prompt logprobs at one position by token id (positions keyed otherwise give none), the `keep` most
+    likely at most."""
     if position is None:
         return None
     found = {}
     for key, entry in position.items():
         if str(key).isdigit():
             found[int(key)] = float(entry["logprob"] if isinstance(entry, dict) else entry)
-    return found
+    return found if keep is None else dict(_most_likely(found.items(), keep))
+
+
+def _most_likely(pairs, keep: int | None) -> list:
+    """(token, logprob) pairs, most likely first, the `keep` most likely at most (None: all): a server may send a
+    million per step; the checks need what they asked for."""
+    if keep is None:
+        return sorted(pairs, key=lambda pair: -pair[1])
+    return heapq.nlargest(keep, pairs, key=lambda pair: pair[1])
 
 
 def _cached_tokens(usage) -> int | None:
@@ -284,23 +295,23 @@ def _cached_tokens(usage) -> int | None:
 _MOST_TOKENS = 10**9  # more tokens than any prompt a server takes
 
 
-def _ranked(top: dict | None, scrubbed) -> tuple[tuple[str, float], ...]:
+def _ranked(top: dict | None, scrubbed, keep: int | None = None) -> tuple[tuple[str, float], ...]:
     if not top:
         return ()
-    return tuple(sorted(((scrubbed(str(t)), float(lp)) for t, lp in top.items()), key=lambda pair: -pair[1]))
+    return tuple((scrubbed(str(t)), lp) for t, lp in _most_likely(((t, float(lp)) for t, lp in top.items()), keep))
 
 
-def _prompt_position(position: dict | None, scrubbed) -> tuple[tuple[str, float], ...] | None:
+def _prompt_position(position: dict | None, scrubbed, keep: int | None = None) -> tuple[tuple[str, float], ...] | None:
     """vLLM's prompt logprobs at one position: {token id: {logprob, rank, decoded_token}} (None at the first)."""
     if position is None:
         return None
     pairs = []
     for token_id, entry in position.items():
         if isinstance(entry, dict):
-            pairs.append((scrubbed(str(entry.get("decoded_token") or token_id)), float(entry["logprob"])))
+            pairs.append((entry.get("decoded_token") or token_id, float(entry["logprob"])))
         else:
-            pairs.append((scrubbed(str(token_id)), float(entry)))
-    return tuple(sorted(pairs, key=lambda pair: -pair[1]))
+            pairs.append((token_id, float(entry)))
+    return tuple((scrubbed(str(token)), lp) for token, lp in _most_likely(pairs, keep))
 
 
 def _connection_fault(exc: BaseException) -> str:
