@@ -55,10 +55,11 @@ def test_the_ladder_on_a_real_vllm_with_logprobs(vllm, tmp_path, capsys):
     s = data["summary"]
     assert code == (1 if s["differ"] or s["logprobs_differ"] or s["alone_differ"] else 0)
     assert "concurrency 1,4,16; 2 rounds" in out
-    # its own batch, from its /metrics: never more running than in flight, nor than its --max-num-seqs 16
+    # its own batch, from its /metrics: read at every level, never more running than in flight, nor than its
+    # --max-num-seqs 16 (how many it catches at once depends on how fast this box is: a level can end between reads)
     running = [lv["server_running"] for lv in levels]
     assert all(r is not None and 0 <= r <= min(16, lv["concurrency"]) for r, lv in zip(running, levels))
-    assert running[-1] >= 2 and "the server's own batch per level (its /metrics): 1: " in out
+    assert "the server's own batch per level (its /metrics): 1: " in out
     assert all(not entry["noisy"] for entry in data["texts"])  # greedy alone is deterministic on vLLM's CPU build
 
 
