@@ -155,7 +155,8 @@ def test_diff_of_two_dtypes_exits_1_naming_the_dtype(tmp_path, capsys):
     capsys.readouterr()
     assert main(["diff", str(a), str(b)]) == 1
     out = capsys.readouterr().out
-    assert "  dtype: bfloat16 → float64" in out and "settings differ (dtype" in out
+    assert "  dtype: bfloat16 → float64" in out and "settings differ (dtype)" in out
+    assert "dtype_requested" not in out  # the dtype asked for is said only where it alone differs
     assert main(["diff", str(a), str(a)]) == 0
     assert capsys.readouterr().out.rstrip().endswith("the results agree: every verdict of 3 texts")
 

@@ -123,11 +123,10 @@ def not_comparable(a: RunOf, b: RunOf) -> str | None:
 def diff_runs(a: RunOf, b: RunOf) -> RunDiff:
     environment = differences(a.report.get("environment") or {}, b.report.get("environment") or {}, _NOT_ENVIRONMENT)
     ca, cb = a.report["config"], b.report["config"]
-    settings = [
-        (k, ca.get(k), cb.get(k))
-        for k in sorted(ca.keys() | cb.keys())
-        if k not in _NOT_SETTINGS and ca.get(k) != cb.get(k)
-    ]
+    differ = {k for k in ca.keys() | cb.keys() if k not in _NOT_SETTINGS and ca.get(k) != cb.get(k)}
+    if "dtype" in differ:  # the dtype run says it; the one asked for (`auto`...) only where it alone differs
+        differ.discard("dtype_requested")
+    settings = [(k, ca.get(k), cb.get(k)) for k in sorted(differ)]
     texts = []
     for index, (ta, tb) in enumerate(zip(a.report["texts"], b.report["texts"])):
         single = batched = None
