@@ -40,6 +40,16 @@ class SequenceLogprobs:
             raise ValueError("a sequence's trainer and sampler logprobs must cover the same tokens")
 
     @cached_property
+    def deltas(self) -> tuple[float, ...]:
+        """δ = lt − lr of each token."""
+        return tuple(t - s for t, s in zip(self.trainer, self.sampler))
+
+    @cached_property
+    def log_ratio(self) -> float:
+        """Σ δ, exactly rounded: the log of the sequence's importance ratio."""
+        return math.fsum(self.deltas)
+
+    @cached_property
     def metrics(self) -> ImportanceMetrics:
         """The metrics over this sequence's tokens."""
         return importance_metrics([self])
@@ -100,7 +110,7 @@ class ImportanceTally:
             return
         self.measured_sequences += 1
         self.tokens += n
-        deltas = [t - s for t, s in zip(seq.trainer, seq.sampler)]
+        deltas = seq.deltas
         ratios = [math.exp(d) for d in deltas]
         self.abs_sum += sum(abs(d) for d in deltas)
         self.kl_sum += sum(-d for d in deltas)

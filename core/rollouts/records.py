@@ -32,7 +32,6 @@ class Record:
 
     def as_json(self) -> str:
         seq = self.logprobs
-        deltas = [t - s for t, s in zip(seq.trainer, seq.sampler)]
         return json.dumps(
             {
                 "line": self.line,
@@ -42,8 +41,8 @@ class Record:
                 "trainer_logprobs": list(seq.trainer),
                 "sampler_logprobs": list(seq.sampler),
                 "top1_disagree": None if seq.top1_disagree is None else list(seq.top1_disagree),
-                "log_ratio": math.fsum(deltas),
-                "max_abs_diff": max(map(abs, deltas)),
+                "log_ratio": seq.log_ratio,
+                "max_abs_diff": max(map(abs, seq.deltas)),
             },
             allow_nan=False,
         )

@@ -29,11 +29,10 @@ class RolloutsTally:
     def add(self, record: Record) -> None:
         seq = record.logprobs
         self.importance.add(seq)
-        deltas = [t - s for t, s in zip(seq.trainer, seq.sampler)]
+        deltas = seq.deltas
         self.deltas.add(deltas)
         self._low, self._high = min(self._low, *deltas), max(self._high, *deltas)
-        log_ratio = math.fsum(deltas)
-        _keep(self._sequences, (abs(log_ratio), -record.line, 0, record))
+        _keep(self._sequences, (abs(seq.log_ratio), -record.line, 0, record))
         for step, delta in enumerate(deltas):
             if len(self._tokens) < WORST or abs(delta) > self._tokens[0][0]:
                 _keep(self._tokens, (abs(delta), -record.line, -step, record))
@@ -58,8 +57,8 @@ class RolloutsTally:
         sequences = tuple(
             WorstSequence(
                 record.line,
-                math.fsum(t - s for t, s in zip(record.logprobs.trainer, record.logprobs.sampler)),
-                max(abs(t - s) for t, s in zip(record.logprobs.trainer, record.logprobs.sampler)),
+                record.logprobs.log_ratio,
+                max(map(abs, record.logprobs.deltas)),
                 decode(list(record.completion_ids)),
                 scored(record),
             )
