@@ -328,8 +328,8 @@ class EndpointComparison(RunResult):
         """Each level of the concurrency ladder, lowest first."""
         levels = []
         for number, concurrency in enumerate(self.config.get("concurrency") or ()):
-            splits = [t.level_splits(number) for t in self.texts if not t.noisy]
-            measured = [s for s in splits if s]
+            splits = [(t.noisy, t.level_splits(number)) for t in self.texts]
+            measured = [s for noisy, s in splits if s and not noisy]
             levels.append(
                 LadderLevel(
                     concurrency=concurrency,
@@ -339,7 +339,7 @@ class EndpointComparison(RunResult):
                         not any(s.differs for s in text) and any(s.logprobs_differ for s in text) for text in measured
                     ),
                     max_abs_logprob_diff=max((s.max_abs_diff for text in measured for s in text), default=0.0),
-                    texts_noisy=sum(t.noisy and bool(t.level_splits(number)) for t in self.texts),
+                    texts_noisy=sum(noisy and bool(s) for noisy, s in splits),
                     server=self.server_batches[number] if number < len(self.server_batches) else None,
                 )
             )
