@@ -41,16 +41,18 @@ class _DefaultsShown(argparse.HelpFormatter):
 
 
 class ProgressLine:
-    """Progress on stderr: on a terminal tqdm's bar (done/total, what ran last, the time so far and left, fitted to
-    the terminal's width); in a log file about ten plain lines."""
+    """Progress on stderr: on a terminal tqdm's bar (`TqdmBar`: done/total, what ran last, the time so far and left,
+    fitted to the terminal's width); in a log file about ten plain lines."""
 
     def __init__(self) -> None:
         self._started = time.monotonic()
-        self._bar = None
+        self._bar = TqdmBar(quiet=False, unit="it", leave=False)
 
     def __call__(self, done: int, total: int, label: str) -> None:
-        if sys.stderr.isatty():
-            self._drawn(done, total, label)
+        if self._bar.shown:
+            self._bar.progress(done, total, label)
+            if done >= total:
+                self._bar.close()
             return
         if done == total or done % max(1, total // 10) == 0:
             width = 24
@@ -61,46 +63,44 @@ class ProgressLine:
             )
             print(f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {label} · {timing}", file=sys.stderr)
 
-    def _drawn(self, done: int, total: int, label: str) -> None:
-        from tqdm import tqdm
-
-        if self._bar is None or self._bar.total != total or done < self._bar.n:  # a new count: a bar of its own
-            if self._bar is not None:
-                self._bar.close()
-            self._bar = tqdm(total=total, file=sys.stderr, dynamic_ncols=True, leave=False)
-        self._bar.set_description_str(label, refresh=False)
-        self._bar.update(done - self._bar.n)
-        if done >= total:
-            self._bar.close()
-            self._bar = None
-
 
 class TqdmBar:
-    """tqdm's bar on stderr while a long command works: off when stderr is not a terminal or with `quiet`. `progress(
-    done, total)`; a total of None counts without an end."""
+    """tqdm's bar on stderr while a long command works: off when stderr is not a terminal or with `quiet`.
+    `progress(done, total, label)`: a total of None counts without an end; a new total, or a count that goes back,
+    starts a bar of its own."""
 
-    def __init__(self, quiet: bool, unit: str) -> None:
+    def __init__(self, quiet: bool, unit: str, leave: bool = True) -> None:
         self.shown = not quiet and sys.stderr.isatty()
         self.unit = unit
+        self.leave = leave
         self.bar = None
         self.total: int | None = 0
 
-    def progress(self, done: int, total: int | None) -> None:
+    def progress(self, done: int, total: int | None, label: str | None = None) -> None:
         self.total = total
         if not self.shown:
             return
-        if self.bar is None:
+        if self.bar is None or self.bar.total != total or done < self.bar.n:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total, initial=done, unit=self.unit, file=sys.stderr, dynamic_ncols=True)
+            self.close()
+            self.bar = tqdm(
+                total=total, initial=done, unit=self.unit, file=sys.stderr, dynamic_ncols=True, leave=self.leave
+            )
+        if label is not None:
+            self.bar.set_description_str(label, refresh=False)
         self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
 
     def __enter__(self) -> TqdmBar:
         return self
 
     def __exit__(self, *exc) -> None:
-        if self.bar is not None:
-            self.bar.close()
+        self.close()
 
 
 class OneLineParser(argparse.ArgumentParser):
