@@ -39,6 +39,12 @@ def _positive(name: str, value) -> None:
 MAX_REQUESTS = 100_000
 
 
+def request_count(levels, texts: int, rounds: int) -> int:
+    """The requests a run sends: the probe; each text alone, then alone again `rounds` times (the server's own
+    noise, as many tries as a level gets); the ladder; the served checks (prefill vs decode, the cache's two)."""
+    return 1 + (1 + rounds) * texts + rounds * sum(max(c, texts) for c in levels) + 3 * texts
+
+
 def check_ladder_bounds(levels, texts: int, rounds: int, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT) -> None:
     """InputError for a ladder past what this process may hold in flight (`max_in_flight`: a thread and a
     connection each) or past `MAX_REQUESTS` requests in all, before any request is sent."""
@@ -48,7 +54,7 @@ def check_ladder_bounds(levels, texts: int, rounds: int, max_in_flight: int = DE
             f"concurrency {top} is above --max-in-flight {max_in_flight}: each request in flight is a thread and a "
             "connection here; raise --max-in-flight to go higher"
         )
-    total = (1 + rounds) * texts + rounds * sum(max(c, texts) for c in levels) + 3 * texts
+    total = request_count(levels, texts, rounds)
     if total > MAX_REQUESTS:
         raise InputError(
             f"the ladder would send {total} requests ({len(levels)} levels x {rounds} rounds over {texts} texts), "
@@ -86,9 +92,7 @@ def measure_endpoint(
     if isinstance(top_logprobs, bool) or not isinstance(top_logprobs, int) or top_logprobs < 0:
         raise InputError(f"top logprobs must be 0 or more, not {top_logprobs!r}")
     lines = list(range(1, len(texts) + 1)) if lines is None else lines
-    # the probe; each text alone, then alone again `rounds` times (the server's own noise, as many tries as a level
-    # gets); the ladder; the served checks
-    requests = 1 + (1 + rounds) * len(texts) + rounds * sum(max(c, len(texts)) for c in levels) + 3 * len(texts)
+    requests = request_count(levels, len(texts), rounds)
     steps = PassSteps(requests, progress, cancelled, "endpoint run")
     run = _EndpointRun(completer, texts, max_new_tokens, top_logprobs, steps, len(levels))
     failure = run.all(rounds, levels, lines, local)

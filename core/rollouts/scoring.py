@@ -47,7 +47,7 @@ def score_rollouts(
     started = time.perf_counter()
     job = job.checked()
     settings = job.settings.validated()
-    settings = Settings(**{**settings.as_dict(), "device": rank_device(settings.device)})
+    settings = settings.with_changes(device=rank_device(settings.device))
     loaded = load_model(settings)
     vocabulary = vocabulary_of(loaded)
     faults = RolloutFaults(job.skip_bad)
