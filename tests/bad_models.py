@@ -24,3 +24,18 @@ def tokenizer_without_pad_or_eos(tiny_path: Path, folder: Path) -> Path:
     tokenizer.eos_token = None
     tokenizer.save_pretrained(folder)
     return folder
+
+
+def embedding_shorter_than_tokenizer(tiny_path: Path, folder: Path) -> Path:
+    """The built-in model cut to 100 embedding rows while its tokenizer keeps its 259 tokens."""
+    import json
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_path)
+    model.config.pad_token_id = model.config.eos_token_id = None  # (ids past the rows: transformers refuses them)
+    model.resize_token_embeddings(100)
+    model.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(tiny_path).save_pretrained(folder)
+    assert json.loads((folder / "config.json").read_text())["vocab_size"] == 100
+    return folder

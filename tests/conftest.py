@@ -113,12 +113,14 @@ def checkpoints(tmp_path_factory, tiny_path, worker_id):
 
 @pytest.fixture
 def broken(tmp_path, tiny_path):
-    """Checkpoints a run must refuse, by the name a test gives them: an encoder, a tokenizer without pad or eos."""
-    from bad_models import not_a_causal_lm, tokenizer_without_pad_or_eos
+    """Checkpoints a run must refuse, by the name a test gives them: an encoder, a tokenizer without pad or eos,
+    a tokenizer with more tokens than the embedding has rows."""
+    from bad_models import embedding_shorter_than_tokenizer, not_a_causal_lm, tokenizer_without_pad_or_eos
 
     return {
         "not-causal": str(not_a_causal_lm(tmp_path / "bert")),
         "no-pad-no-eos": str(tokenizer_without_pad_or_eos(tiny_path, tmp_path / "nopad")),
+        "short-embedding": str(embedding_shorter_than_tokenizer(tiny_path, tmp_path / "short")),
     }
 
 

@@ -26,6 +26,9 @@ CLI_CASES = [
     (["--batch-size", "0", "ok"], "batch size must be at least 1"),
     (["--model", "not-causal", "ok"], "has a config.json but no weights"),
     (["--model", "no-pad-no-eos", "ok"], "has neither a pad nor an eos token"),
+    (["--model", "short-embedding", "ok"], "its tokenizer has 259 tokens but its embedding only 100 rows"),
+    (["--model", "short-embedding", "--ops", "ok"], "its tokenizer has 259 tokens but its embedding only 100 rows"),
+    (["--model", "short-embedding", "--explain", "kernels", "ok"], "its embedding only 100 rows"),
     (["--model", "nobody/nothing", "ok"], "'nobody/nothing' is not in the local cache and HF_HUB_OFFLINE is set"),
     # The attention is what failed, not the built-in model's folder (which is no hub id).
     (["--model", "tiny", "--attn", "flash", "ok"], "error: attention 'flash' cannot be used with model 'tiny' here:"),

@@ -126,3 +126,51 @@ def test_a_url_with_credentials_or_unparseable_is_one_line_and_exit_2(url, said,
     assert main(["endpoint", "--url", url, "a"]) == 2
     err = capsys.readouterr().err
     assert said in err and err.count("\n") == 1 and "secret" not in err
+
+
+def _completion_with(logprob: str, token_ids: str = "[97]", prompt_ids: str = "[116]") -> bytes:
+    """One step " a" with `logprob` written as given (any JSON number), vLLM's token ids beside it."""
+    logprobs = f'{{"tokens":[" a"],"token_logprobs":[{logprob}],"top_logprobs":[{{" a":{logprob}}}],"text_offset":[0]}}'
+    choice = (
+        f'{{"index":0,"text":" a","finish_reason":"length","logprobs":{logprobs},"token_ids":{token_ids},'
+        f'"prompt_token_ids":{prompt_ids}}}'
+    )
+    return f'{{"id":"x","object":"text_completion","created":0,"model":"m","choices":[{choice}]}}'.encode()
+
+
+def _serving(body: bytes):
+    return raw_socket_server(lambda request: http_json(MODELS if request.startswith(b"GET") else body))
+
+
+@pytest.mark.parametrize(
+    ("body", "local", "said"),
+    [
+        (_completion_with("1" + "0" * 400), [], "/completions: the answer is not a completion"),
+        (b'{"a":' * 100_000 + b"1" + b"}" * 100_000, [], "the answer is nested too deep to be JSON of the OpenAI API"),
+        (_completion_with("-1.0", f"[{2**70}]"), ["--local", "tiny"], f"token id {2**70} is outside the local model"),
+        (_completion_with("-1.0", "[97]", "[-5]"), ["--local", "tiny"], "tokenizes it otherwise than the server"),
+    ],
+    ids=["400-digit-logprob", "nested-100k", "id-2^70", "prompt-id-negative"],
+)
+def test_hostile_numbers_and_ids_are_one_line_exit_2_and_the_report_kept(body, local, said, tmp_path, capsys):
+    report = tmp_path / "r.json"
+    with _serving(body) as (url, _):
+        code = main(["endpoint", "--url", url, "t", "--rounds", "1", "--concurrency", "1", "--max-new-tokens", "1",
+                     "--json", str(report), *local])  # fmt: skip
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if not line.startswith("[")]  # (the progress lines of a log)
+    assert code == 2 and len(errors) == 1 and said in errors[0] and "Traceback" not in err, err
+    data = json.loads(report.read_text())
+    assert said in data["failure"] and data["texts"][0]["line"] == 1
+
+
+def test_a_served_logprob_of_minus_800_makes_an_infinite_ratio_not_a_crash(tmp_path, capsys):
+    """The local model's logprob of the token is near 0: exp(local - served) is past any float."""
+    report = tmp_path / "r.json"
+    with _serving(_completion_with("-800")) as (url, _):
+        code = main(["endpoint", "--url", url, "t", "--rounds", "1", "--concurrency", "1", "--max-new-tokens", "1",
+                     "--local", "tiny", "--json", str(report)])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0 and "importance ratio inf..inf" in out and "1 top-1 disagreement," in out
+    local = json.loads(report.read_text())["texts"][0]["served_vs_local"]  # (valid JSON: no Infinity in it)
+    assert local["ratio_max"] is None and 700 < local["max_abs_diff"] < 800

@@ -200,7 +200,7 @@ def test_a_split_s_own_swap_is_neither_a_logprob_move_nor_a_near_tie():
 
         def complete(self, text, max_new_tokens, top_logprobs=0, prompt_logprobs=0, token_ids=False):
             self.calls += 1
-            return alone if self.calls <= 3 else loaded  # the probe, alone, alone again; then under load
+            return alone if self.calls <= 3 else loaded  # the probe, alone, alone again (the two kept); then under load
 
     result = measure_endpoint(Answers(), ["t"], max_new_tokens=2, concurrency=1, rounds=1, top_logprobs=3)
     data = endpoint_json(result)
@@ -277,3 +277,83 @@ def test_an_answer_s_top_logprobs_are_kept_to_what_was_asked():
     kept = continuation_from(choice, keep=6)
     assert [t for t, _ in kept.steps[0].top] == [f" t{i}" for i in range(6)]
     assert len(kept.prompt[1]) == 6 and sorted(kept.prompt_by_id[1]) == list(range(6))
+
+
+@pytest.mark.parametrize("odd", [math.nan, -math.inf], ids=["nan", "-inf"])
+def test_the_same_odd_logprob_alone_twice_is_the_same_and_a_move_to_it_under_load_is_infinite(odd):
+    """NaN or -inf in both alone runs: the same answer (no "2 of 2 differ"); the same only under load: a move of
+    infinite size, never hidden as Δlp 0 by max(); and a note says the server sent such values."""
+    from batchtui.core.endpoint.client import continuation_from
+    from batchtui.core.endpoint.report import endpoint_json
+
+    def answer(lp):
+        return continuation_from(_choice(" a b", [" a", " b"], [-0.5, lp], [{" a": -0.5}, {" b": lp}]))
+
+    odd_alone, finite = answer(odd), answer(-0.25)
+
+    class Answers:
+        calls = 0
+
+        def complete(self, text, max_new_tokens, top_logprobs=0, prompt_logprobs=0, token_ids=False):
+            self.calls += 1  # the probe, alone, alone again (the two kept); then under load
+            return odd_alone if self.calls <= 3 else finite
+
+    result = measure_endpoint(Answers(), ["t"], max_new_tokens=2, concurrency=1, rounds=1, top_logprobs=1)
+    entry = endpoint_json(result)["texts"][0]
+    assert entry["alone_vs_alone"]["differs"] is False and entry["differs"] is False
+    assert result.texts[0].max_abs_diff == math.inf and entry["logprobs_differ"] is True
+    assert entry["max_abs_diff"] is None  # JSON's null for the infinite move: the report stays JSON
+    assert any(n.startswith("the server sent 2 chosen-token logprobs that are not finite") for n in result.notes)
+
+
+def test_chosen_tokens_without_a_logprob_are_said():
+    from batchtui.core.endpoint.client import continuation_from
+
+    blank = continuation_from(_choice(" a", [" a"], None, [{" a": -0.5}]))
+
+    class Answers:
+        def complete(self, text, max_new_tokens, top_logprobs=0, prompt_logprobs=0, token_ids=False):
+            return blank
+
+    result = measure_endpoint(Answers(), ["t"], max_new_tokens=1, concurrency=1, rounds=1, top_logprobs=1)
+    said = [n for n in result.notes if "no logprob for" in n]
+    assert said == ["the server gave no logprob for 3 chosen tokens (token_logprobs null): those steps are compared "
+                    "by their tokens only"]  # fmt: skip
+
+
+def test_prompt_logprobs_shorter_than_the_prompt_are_said_as_such():
+    """The prefill's prompt logprobs cover 2 of its 3 tokens: the note says so, not "returns no prompt logprobs"."""
+    from batchtui.core.endpoint.checks import NO_PREFILL
+    from batchtui.core.endpoint.run import NO_PROMPT_LOGPROBS
+
+    class Short:
+        def complete(self, text, max_new_tokens, top_logprobs=0, prompt_logprobs=0, token_ids=False):
+            prompt = [None, {"98": -1.0}]  # two positions, for a prefill of three tokens
+            return _served_with_prompt([99], [-1.0], prompt)
+
+    result = measure_endpoint(Short(), ["t"], max_new_tokens=1, concurrency=1, rounds=1, top_logprobs=1)
+    assert NO_PROMPT_LOGPROBS not in result.notes and NO_PREFILL not in result.notes
+    assert (
+        "prefill vs decode: the server's prompt logprobs cover 2 of the 3 prompt tokens sent: not compared there"
+        in (result.notes)
+    )
+
+
+def _served_with_prompt(ids, logprobs, prompt, prompt_ids=(97, 98)):
+    from batchtui.core.run.backend import ServedContinuation, ServedStep
+
+    steps = tuple(ServedStep(f"t{i}", lp, ((f"t{i}", lp),)) for i, lp in zip(ids, logprobs))
+    named = tuple(None if p is None else tuple(p.items()) for p in prompt)
+    by_id = tuple(None if p is None else {int(k): v for k, v in p.items()} for p in prompt)
+    return ServedContinuation("x", "length", steps, named, tuple(prompt_ids), tuple(ids), by_id)
+
+
+@pytest.mark.parametrize("choices", [[1], [0, 1]], ids=["index-1", "two-choices"])
+def test_an_answer_that_is_not_one_choice_of_index_0_is_no_completion(choices):
+    from types import SimpleNamespace
+
+    from batchtui.core.endpoint.client import _only_choice
+
+    with pytest.raises(ValueError, match="not one choice of index 0"):
+        _only_choice([SimpleNamespace(index=i) for i in choices])
+    assert _only_choice([SimpleNamespace(index=0)]).index == 0

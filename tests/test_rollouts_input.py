@@ -87,3 +87,18 @@ def test_an_empty_file_a_missing_one_and_resume_without_records_are_refused(tmp_
     assert "no such file" in capsys.readouterr().err
     assert main(["rollouts", str(empty), "--model", "tiny", "--resume"]) == 2
     assert "--resume goes on from a records file: give it with --records" in capsys.readouterr().err
+
+
+def test_a_ratio_past_the_largest_float_is_infinite_and_every_view_draws(tmp_path, capsys):
+    """A sampler logprob of -1000 (finite, at most 0: valid) against the trainer's few nats: exp(δ) overflows a
+    float. The ratio is inf, the metrics that hold it too, the histograms still draw and the report is JSON."""
+    path = tmp_path / "in.jsonl"
+    rows = [{"prompt_ids": [104, 105], "completion_ids": [106, 107], "logprobs": [-1000.0, -1.0]},
+            {"prompt_ids": [104, 105], "completion_ids": [106, 108], "logprobs": [-5.0, -1.0]}]  # fmt: skip
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    report = tmp_path / "r.json"
+    assert main(["rollouts", str(path), "--model", "tiny", "--json", str(report), "--quiet"]) == 1
+    out = capsys.readouterr().out
+    assert "ratio = exp(δ): tokens per bin" in out and "δ = lt − lr: tokens per bin" in out
+    metrics = json.loads(report.read_text())["rollouts"]
+    assert metrics["ratio_max"] is None and metrics["chi2_token"] is None and 990 < metrics["max_abs_diff"] < 1000

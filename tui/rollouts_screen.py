@@ -18,6 +18,7 @@ from ..core.numbers.rollouts import RolloutsSummary, WorstSequence
 from ..core.terminal.rollouts_text import (
     SEQUENCE_HEADER,
     TOKEN_HEADER,
+    bar_places,
     histogram_ticks,
     histograms,
     metric_rows,
@@ -98,9 +99,7 @@ class RolloutsScreen(Screen[None]):
             plt = chart.plt
             plt.clear_figure()
             if histogram.counts:
-                edges = histogram.edges
-                plt.bar([(a + b) / 2 for a, b in zip(edges, edges[1:])], list(histogram.counts), width=1,
-                        color=chart_colors.OTHER)  # fmt: skip
+                plt.bar(bar_places(histogram), list(histogram.counts), width=1, color=chart_colors.OTHER)
                 plt.xticks(*histogram_ticks(histogram, ratio=title.startswith("ratio")))
             plt.title(f"{title}: tokens per bin")
             chart.refresh()

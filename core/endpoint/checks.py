@@ -12,7 +12,7 @@ from __future__ import annotations
 import secrets
 
 from ..run.backend import Completer, ServedContinuation
-from .result import PrefillDecode, PrefixCacheCheck, split_of
+from .result import PrefillDecode, PrefixCacheCheck, logprob_move, split_of
 
 NO_PREFILL = (
     "this server returns no token ids or prompt logprobs (vLLM's return_token_ids, prompt_logprobs): prefill vs "
@@ -42,22 +42,32 @@ SHARED_PREFIX = (
 )
 
 
+class NotCompared(Exception):
+    """The server answered a check's request, but with too little to compare: the message says what lacked."""
+
+
 def prefill_vs_decode(completer: Completer, alone: ServedContinuation) -> PrefillDecode | None:
-    """None where the continuation lacks what it takes (token ids and logprobs) or the server lists no prompt
-    logprob for one of its tokens."""
+    """None where the continuation lacks what it takes (token ids and logprobs); NotCompared where the prefill's
+    prompt logprobs are fewer than its tokens or lack one of the continuation's."""
     if alone.token_ids is None or alone.prompt_token_ids is None or alone.steps is None:
         return None
     prompt = list(alone.prompt_token_ids)
     prefill = completer.complete(prompt + list(alone.token_ids), 1, 0, 1, True)
     positions = prefill.prompt_by_id
-    if positions is None or len(positions) < len(prompt) + len(alone.token_ids):
-        return None
+    sent = len(prompt) + len(alone.token_ids)
+    if positions is None or len(positions) < sent:
+        raise NotCompared(
+            f"the server's prompt logprobs cover {0 if positions is None else len(positions)} of the {sent} prompt "
+            "tokens sent"
+        )
     diffs = []
     for step, (token, decoded) in enumerate(zip(alone.token_ids, alone.steps)):
         listed = positions[len(prompt) + step] or {}
-        if token not in listed or decoded.logprob is None:
+        if decoded.logprob is None:
             return None
-        diffs.append(listed[token] - decoded.logprob)
+        if token not in listed:
+            raise NotCompared(f"the server's prompt logprobs lack continuation token {step} (id {token})")
+        diffs.append(logprob_move(decoded.logprob, listed[token]))
     return PrefillDecode(tuple(diffs))
 
 

@@ -170,7 +170,7 @@ class Endpoint:
         )
         try:
             keep = max(top_logprobs, prompt_logprobs) + 1  # what was asked (and the chosen token), never more
-            return continuation_from(answer.choices[0], self.scrubbed, getattr(answer, "usage", None), keep)
+            return continuation_from(_only_choice(answer.choices), self.scrubbed, getattr(answer, "usage", None), keep)
         except (AttributeError, IndexError, KeyError, TypeError, ValueError):
             raise EndpointError(f"{self.url}/completions: the answer is not a completion") from None
 
@@ -209,6 +209,8 @@ class Endpoint:
             return EndpointError(f"{self.url} answered HTTP {exc.status_code}: {detail}", exc.status_code)
         if isinstance(exc, (openai.APIResponseValidationError, ValueError)):  # ValueError: a body that is not JSON
             return EndpointError(f"{self.url}: the answer is not valid JSON of the OpenAI API")
+        if isinstance(exc, RecursionError):  # JSON nested deeper than the parser's stack
+            return EndpointError(f"{self.url}: the answer is nested too deep to be JSON of the OpenAI API")
         return exc
 
 
@@ -232,7 +234,7 @@ def continuation_from(choice, scrubbed=str, usage=None, keep: int | None = None)
         chosen = logprobs.token_logprobs or [None] * len(logprobs.tokens)
         tops = logprobs.top_logprobs or [None] * len(logprobs.tokens)
         steps = tuple(
-            ServedStep(scrubbed(str(token)), None if lp is None else float(lp), _ranked(top, scrubbed, keep))
+            ServedStep(scrubbed(str(token)), None if lp is None else _logprob(lp), _ranked(top, scrubbed, keep))
             for token, lp, top in zip(logprobs.tokens, chosen, tops, strict=True)
         )
     extra = getattr(choice, "model_extra", None) or {}
@@ -251,6 +253,24 @@ def continuation_from(choice, scrubbed=str, usage=None, keep: int | None = None)
     )
 
 
+def _only_choice(choices):
+    """The one choice asked for (index 0): an answer with more, or with another index, is not its answer."""
+    if len(choices) != 1 or choices[0].index != 0:
+        raise ValueError("not one choice of index 0")
+    return choices[0]
+
+
+def _logprob(value) -> float:
+    """A number the server sent as a logprob, as a float (NaN and infinities kept: the comparisons say them); a
+    400-digit integer or anything but a number is not a logprob."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError("a logprob that is not a number")
+    try:
+        return float(value)
+    except OverflowError:
+        raise ValueError("a logprob past any float") from None
+
+
 def _ids(value) -> tuple[int, ...] | None:
     if value is None:
         return None
@@ -267,7 +287,7 @@ def _by_id(position: dict | None, keep: int | None = None) -> dict[int, float] |
     found = {}
     for key, entry in position.items():
         if str(key).isdigit():
-            found[int(key)] = float(entry["logprob"] if isinstance(entry, dict) else entry)
+            found[int(key)] = _logprob(entry["logprob"] if isinstance(entry, dict) else entry)
     return found if keep is None else dict(_most_likely(found.items(), keep))
 
 
@@ -298,7 +318,7 @@ _MOST_TOKENS = 10**9  # more tokens than any prompt a server takes
 def _ranked(top: dict | None, scrubbed, keep: int | None = None) -> tuple[tuple[str, float], ...]:
     if not top:
         return ()
-    return tuple((scrubbed(str(t)), lp) for t, lp in _most_likely(((t, float(lp)) for t, lp in top.items()), keep))
+    return tuple((scrubbed(str(t)), lp) for t, lp in _most_likely(((t, _logprob(lp)) for t, lp in top.items()), keep))
 
 
 def _prompt_position(position: dict | None, scrubbed, keep: int | None = None) -> tuple[tuple[str, float], ...] | None:
@@ -308,9 +328,9 @@ def _prompt_position(position: dict | None, scrubbed, keep: int | None = None) -
     pairs = []
     for token_id, entry in position.items():
         if isinstance(entry, dict):
-            pairs.append((entry.get("decoded_token") or token_id, float(entry["logprob"])))
+            pairs.append((entry.get("decoded_token") or token_id, _logprob(entry["logprob"])))
         else:
-            pairs.append((token_id, float(entry)))
+            pairs.append((token_id, _logprob(entry)))
     return tuple((scrubbed(str(token)), lp) for token, lp in _most_likely(pairs, keep))
 
 

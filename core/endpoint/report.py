@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..reports.report import number, run_json
 from ..run.backend import ServedContinuation
-from ..terminal.plain import format_columns, format_float
+from ..terminal.plain import counted, format_columns, format_float
 from ..visible import literal
 from .result import ContinuationSplit, EndpointComparison, ServedText, batch_ceiling
 
@@ -133,7 +133,7 @@ def served_checks_lines(comparison: EndpointComparison) -> list[str]:
             f"served vs local ({literal(side['model'], 40)}, {side['dtype']}{mode}): max|Δlp| "
             f"{format_float(max(v.max_abs_diff for v in locals_))}, mean "
             f"{format_float(sum(v.mean_abs_diff * v.steps for v in locals_) / max(1, sum(v.steps for v in locals_)))}"
-            f" per token, {sum(v.top1_disagree for v in locals_)} top-1 disagreements, importance ratio "
+            f" per token, {counted(sum(v.top1_disagree for v in locals_), 'top-1 disagreement')}, importance ratio "
             f"{format_float(min(v.ratio_min for v in locals_))}..{format_float(max(v.ratio_max for v in locals_))}"
         )
     caches = [t.prefix_cache for t in comparison.texts if t.prefix_cache is not None]

@@ -22,6 +22,16 @@ if TYPE_CHECKING:
 DEFAULT_LADDER = (1, 2, 4, 8, 16, 32)  # `endpoint`'s concurrency levels unless given
 
 
+def logprob_move(before: float, after: float) -> float:
+    """after − before: 0 for the same value (two NaNs or two −infs alike), infinite where they differ and one is
+    not a finite number, so that no max() hides a NaN and −inf − −inf is no NaN."""
+    if before == after or (math.isnan(before) and math.isnan(after)):
+        return 0.0
+    if not (math.isfinite(before) and math.isfinite(after)):
+        return math.inf
+    return after - before
+
+
 @dataclass(frozen=True)
 class ContinuationSplit:
     """Where a continuation departs from the alone run (`reference`)."""
@@ -63,7 +73,8 @@ class ContinuationSplit:
         swapped = {self.reference_top[0][0], self.other_top[0][0]}
         theirs = dict(self.other_top)
         return max(
-            (abs(theirs[t] - lp) for t, lp in self.reference_top if t in theirs and t not in swapped), default=0.0
+            (abs(logprob_move(lp, theirs[t])) for t, lp in self.reference_top if t in theirs and t not in swapped),
+            default=0.0,
         )
 
     @property
@@ -105,9 +116,9 @@ def _logprob_diff(ours, theirs) -> float | None:
     if theirs is None or ours.logprob is None:
         return None
     if theirs.token == ours.token and theirs.logprob is not None:
-        return theirs.logprob - ours.logprob
+        return logprob_move(ours.logprob, theirs.logprob)
     found = dict(theirs.top).get(ours.token)
-    return None if found is None else found - ours.logprob
+    return None if found is None else logprob_move(ours.logprob, found)
 
 
 @dataclass(frozen=True)
@@ -133,7 +144,7 @@ def prompt_comparison(reference: ServedContinuation, other: ServedContinuation) 
             flips.append(False)
             continue
         both = dict(theirs)
-        shared = [abs(both[t] - lp) for t, lp in ours if t in both]
+        shared = [abs(logprob_move(lp, both[t])) for t, lp in ours if t in both]
         diffs.append(max(shared, default=math.nan))
         flips.append(ours[0][0] != theirs[0][0])
     return PromptComparison(tuple(diffs), tuple(flips))

@@ -9,18 +9,19 @@ neighbours. A fault stops the run and is kept with what was measured before it.
 from __future__ import annotations
 
 import contextlib
+import math
 import queue
 import random
 import threading
 import time
 from collections.abc import Sequence
 
-from ..errors import InputError
+from ..errors import InputError, ModelLoadError, ResourceError
 from ..numbers.generation import DEFAULT_MAX_NEW_TOKENS
 from ..run.backend import Completer, ServedContinuation
 from ..run.skeleton import CancelledFn, PassSteps, ProgressFn
 from ..settings import Settings
-from .checks import CACHE_UNKNOWN, NO_PREFILL, prefill_vs_decode, prefix_cache
+from .checks import CACHE_UNKNOWN, NO_PREFILL, NotCompared, prefill_vs_decode, prefix_cache
 from .client import DEFAULT_MAX_IN_FLIGHT, EndpointError
 from .result import DEFAULT_LADDER, EndpointComparison, PrefillDecode, PrefixCacheCheck, ServedText
 from .server_batch import BatchPoller, ServerBatch
@@ -103,7 +104,8 @@ def measure_endpoint(
         notes.append("--top-logprobs 0: continuations compared as text only, steps counted in characters")
     if top_logprobs and run.prompt_logprobs is False:
         notes.append(NO_PROMPT_LOGPROBS)
-    notes += run.check_notes
+    notes += run.check_notes.values()
+    notes += logprob_notes(run.answers())
     if failure is None and not run.check_notes and not all(run.prefill):
         notes.append(NO_PREFILL)
     if failure is None and any(c is not None and c.cached_tokens is None for c in run.cache):
@@ -144,6 +146,26 @@ def measure_endpoint(
     return EndpointComparison(config, results, tuple(notes), elapsed, failure, tuple(run.server_batches))
 
 
+def logprob_notes(answers) -> list[str]:
+    """What the chosen tokens' logprobs in `answers` lack: steps with none (compared by token alone), and values
+    that are not finite numbers (a move to or from one is infinite)."""
+    chosen = [step.logprob for answer in answers if answer.steps is not None for step in answer.steps]
+    missing = sum(lp is None for lp in chosen)
+    odd = sum(lp is not None and not math.isfinite(lp) for lp in chosen)
+    notes = []
+    if missing:
+        notes.append(
+            f"the server gave no logprob for {missing} chosen tokens (token_logprobs null): those steps are compared "
+            "by their tokens only"
+        )
+    if odd:
+        notes.append(
+            f"the server sent {odd} chosen-token logprobs that are not finite numbers (NaN or ±inf): a move to or "
+            "from one counts as infinite"
+        )
+    return notes
+
+
 class _EndpointRun:
     def __init__(
         self, completer: Completer, texts: list[str], max_new_tokens: int, top_k: int, steps: PassSteps, levels: int
@@ -164,15 +186,23 @@ class _EndpointRun:
         self.prefill: list[PrefillDecode | None] = [None] * n
         self.cache: list[PrefixCacheCheck | None] = [None] * n
         self.vs_local: list[ServedVsLocal | None] = [None] * n
-        self.check_notes: list[str] = []  # served checks the server refused
+        # Per served check, why it was not measured (the first text's reason: every text meets the same server).
+        self.check_notes: dict[str, str] = {}
         read = getattr(completer, "metrics_text", None)  # (a server's Prometheus metrics, where the client reads them)
         self.batch_poller = BatchPoller(read) if read is not None else None
         self.server_batches: list[ServerBatch | None] = [None] * levels  # per level: the server's own batch
         self.local_dtype: str | None = None
 
+    def answers(self) -> list[ServedContinuation]:
+        """Every answer kept: alone, alone again, under load at every level."""
+        again = [a for answers in self.again for a in answers]
+        loaded = [a for level in self.loaded for answers in level for a in answers]
+        return [a for a in (*self.alone, *again, *loaded) if a is not None]
+
     def all(self, rounds: int, levels: tuple[int, ...], lines: list[int], local: Settings | None) -> str | None:
         """Every run; returns the fault that stopped them, or None. With `local`, the alone runs go through that
-        model right after they are made: one with another tokenizer is refused (InputError) before the ladder."""
+        model right after they are made: one with another tokenizer, or answers whose ids do not fit it, stop the
+        run before the ladder."""
         try:
             self._probe()
             for number in range(1 + rounds):  # alone, then alone again as many times as a level is tried
@@ -195,7 +225,7 @@ class _EndpointRun:
                 if self.batch_poller is not None:
                     self.server_batches[level] = self.batch_poller.taken()
             self._served_checks()
-        except EndpointError as exc:
+        except (InputError, ModelLoadError, ResourceError) as exc:  # the server's fault, or the local check's
             return str(exc)
         return None
 
@@ -221,12 +251,13 @@ class _EndpointRun:
     def _refused_as_note(self, check: str, run, *args):
         try:
             return run(*args)
+        except NotCompared as exc:
+            self.check_notes.setdefault(check, f"{check}: {exc}: not compared there")
+            return None
         except EndpointError as exc:
             if exc.status is None:
                 raise
-            note = f"the server refused a request of {check} ({exc}): not measured there"
-            if not any(n.startswith(f"the server refused a request of {check} ") for n in self.check_notes):
-                self.check_notes.append(note)
+            self.check_notes.setdefault(check, f"the server refused a request of {check} ({exc}): not measured there")
             return None
 
     def _probe(self) -> None:

@@ -8,14 +8,15 @@ exp(local - served) is RL's importance ratio on that token: 1 where trainer and 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from ..errors import InputError
+from ..numbers.importance import importance_ratio
 from ..one_run import one_run_at_a_time
 from ..run.backend import ServedContinuation
 from ..settings import Settings
 from ..visible import literal
+from .result import logprob_move
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,7 @@ class ServedVsLocal:
 
     @property
     def diffs(self) -> tuple[float, ...]:
-        return tuple(lo - se for lo, se in zip(self.local, self.served))
+        return tuple(logprob_move(se, lo) for lo, se in zip(self.local, self.served))
 
     @property
     def max_abs_diff(self) -> float:
@@ -46,11 +47,11 @@ class ServedVsLocal:
 
     @property
     def ratio_min(self) -> float:
-        return min((math.exp(d) for d in self.diffs), default=1.0)
+        return min((importance_ratio(d) for d in self.diffs), default=1.0)
 
     @property
     def ratio_max(self) -> float:
-        return max((math.exp(d) for d in self.diffs), default=1.0)
+        return max((importance_ratio(d) for d in self.diffs), default=1.0)
 
 
 @one_run_at_a_time()

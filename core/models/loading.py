@@ -135,6 +135,7 @@ def _load(settings: Settings, device: str) -> LoadedModel:
             model = model.to(device).eval()
         except (RuntimeError, AssertionError) as exc:
             raise InputError(f"cannot use device {device!r}: {first_line(exc)}") from exc
+    _refuse_short_embedding(settings.model, model, tokenizer)
     try:
         structure = discover(model, device)
     except Exception as exc:  # noqa: BLE001 - a model that cannot run a 6-token pass cannot be compared
@@ -177,6 +178,17 @@ def _load(settings: Settings, device: str) -> LoadedModel:
         structure=structure,
         notes=tuple(notes),
     )
+
+
+def _refuse_short_embedding(name: str, model, tokenizer) -> None:
+    """A tokenizer with more tokens than the checkpoint has embedding rows makes ids that index past the table
+    (an IndexError deep in the first forward): another model's tokenizer. Refused at load, in words."""
+    rows = model.get_input_embeddings().weight.shape[0]
+    if len(tokenizer) > rows:
+        raise ModelLoadError(
+            f"model {literal(name, 60)!r}: its tokenizer has {len(tokenizer)} tokens but its embedding only {rows} "
+            f"rows, so ids from {rows} on have none: the tokenizer is not this checkpoint's"
+        )
 
 
 @contextlib.contextmanager

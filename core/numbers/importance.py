@@ -22,6 +22,12 @@ from functools import cached_property
 
 CLIP_EPSILON = 0.2  # PPO's clip range: a ratio outside [0.8, 1.2] is clipped
 TIS_CAP = 2.0  # truncated importance sampling's usual cap
+_LARGEST_EXPONENT = math.log(1.7976931348623157e308)  # exp of more overflows a float
+
+
+def importance_ratio(delta: float) -> float:
+    """exp(δ), infinite past the largest float (a served logprob of -800 against a local -0.1) instead of an error."""
+    return math.inf if delta > _LARGEST_EXPONENT else math.exp(delta)
 
 
 @dataclass(frozen=True)
@@ -111,7 +117,7 @@ class ImportanceTally:
         self.measured_sequences += 1
         self.tokens += n
         deltas = seq.deltas
-        ratios = [math.exp(d) for d in deltas]
+        ratios = [importance_ratio(d) for d in deltas]
         self.abs_sum += sum(abs(d) for d in deltas)
         self.kl_sum += sum(-d for d in deltas)
         self.k3_sum += sum(r - 1 - d for r, d in zip(ratios, deltas))

@@ -8,10 +8,9 @@ what `chi2_seq` weighs), the worst tokens those with the largest |δ|.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from .importance import ImportanceMetrics
+from .importance import ImportanceMetrics, importance_ratio
 
 
 @dataclass(frozen=True)
@@ -34,7 +33,7 @@ class ScoredToken:
 
     @property
     def ratio(self) -> float:
-        return math.exp(self.delta)
+        return importance_ratio(self.delta)
 
 
 @dataclass(frozen=True)

@@ -207,8 +207,20 @@ def write_fresh_json(data: dict, path: Path) -> Path:
 _UNSAFE_IN_JSON = re.compile("[\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
+def _finite(value):
+    """`value` with every NaN and infinity as null (`number`), however deep: a server's NaN logprob or an
+    infinite ratio never makes a report that JSON readers refuse."""
+    if isinstance(value, float):
+        return number(value)
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
+
+
 def _json_text(data: dict) -> str:
     """Readable UTF-8 JSON in which no character a terminal acts on appears raw (only inside strings can
     they occur, where a \\u escape means the same)."""
-    text = json.dumps(data, ensure_ascii=False, indent=1)
+    text = json.dumps(_finite(data), ensure_ascii=False, indent=1, allow_nan=False)
     return _UNSAFE_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text) + "\n"

@@ -10,6 +10,7 @@ far, land on the exact value.
 from __future__ import annotations
 
 import math
+import sys
 import tempfile
 from array import array
 from collections.abc import Callable, Iterator
@@ -72,15 +73,17 @@ class DeltaSpill:
         return {_name(p): v for p, v in zip(percents, values)}
 
     def histogram(self, low: float, high: float, of: Callable[[torch.Tensor], torch.Tensor]) -> tuple[list, list]:
-        """(edges, counts) of `of(δ)` in `HISTOGRAM_BINS` equal bins from `low` to `high` (both included)."""
+        """(edges, counts) of `of(δ)` in `HISTOGRAM_BINS` equal bins from `low` to `high` (both included); an
+        infinite `high` (a ratio past the largest float) is cut to that float, its values in the last bin."""
         if not self.count:
             return [], []
+        high = min(high, sys.float_info.max)
         if high <= low:  # one value: one bin around it
             return [low, high], [self.count]
         counts = torch.zeros(HISTOGRAM_BINS, dtype=torch.int64)
         width = (high - low) / HISTOGRAM_BINS
         for chunk in self._chunks():
-            place = ((of(chunk) - low) / width).floor().clamp(0, HISTOGRAM_BINS - 1).to(torch.int64)
+            place = ((of(chunk).double() - low) / width).floor().clamp(0, HISTOGRAM_BINS - 1).to(torch.int64)
             counts += torch.bincount(place, minlength=HISTOGRAM_BINS)
         edges = [low + width * i for i in range(HISTOGRAM_BINS)] + [high]
         return edges, counts.tolist()

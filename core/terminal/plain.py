@@ -16,6 +16,11 @@ def format_float(value: float) -> str:
     return f"{value:.3g}" if 1e-3 <= abs(value) < 1e4 else f"{value:.2e}"
 
 
+def counted(n: int, noun: str) -> str:
+    """`n` and its noun, plural but for one: "1 top-1 flip", "3 top-1 flips"."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def decimals_to_tell_apart(values, least: int = 2, most: int = 6) -> int:
     """The fewest decimals (at least `least`, at most `most`) with which the distinct values among
     `values` all print differently: a near-tie reads 11.1875 vs 11.1882, not 11.19 vs 11.19."""
@@ -128,7 +133,7 @@ def verdict(comparison: Comparison) -> str:
         return f"OK: all {s.texts} texts {judged} (max|Δ| {format_float(s.max_abs_diff)}) [{setup}]"
     return (
         f"DIVERGED: {s.diverged} of {s.texts} texts not {judged}, max|Δ| {format_float(s.max_abs_diff)}, "
-        f"{s.top1_flips} top-1 flips [{setup}]"
+        f"{counted(s.top1_flips, 'top-1 flip')} [{setup}]"
     )
 
 

@@ -90,7 +90,8 @@ def token_words(sequence: WorstSequence, step: int) -> str:
 def _number(value: float | None, name: str) -> str:
     if value is None:
         return "-"
-    return f"{value:.6f}" if name.startswith("ratio") or name.endswith("ppl") else format_float(value)
+    six_decimals = (name.startswith("ratio") or name.endswith("ppl")) and abs(value) < 1e4
+    return f"{value:.6f}" if six_decimals else format_float(value)
 
 
 def histogram_chart(histogram: Histogram, title: str, color: bool, width: int) -> str | None:
@@ -101,10 +102,8 @@ def histogram_chart(histogram: Histogram, title: str, color: bool, width: int) -
         import plotext as plt
     except ImportError:
         return None
-    edges = histogram.edges
-    centers = [(a + b) / 2 for a, b in zip(edges, edges[1:])]
     plt.clear_figure()
-    plt.bar(centers, list(histogram.counts), width=1)
+    plt.bar(bar_places(histogram), list(histogram.counts), width=1)
     plt.title(f"{title}: tokens per bin")
     plt.xticks(*histogram_ticks(histogram, title.startswith("ratio")))
     plt.plotsize(width, 14)
@@ -113,11 +112,19 @@ def histogram_chart(histogram: Histogram, title: str, color: bool, width: int) -
     return chart if color else plt.uncolorize(chart)
 
 
+def bar_places(histogram: Histogram) -> list[float]:
+    """Where each bin's bar stands: at its index, the edges' values only in the ticks (a ratio's range out to
+    1e308 is no number a chart can place bars at)."""
+    return [i + 0.5 for i in range(len(histogram.counts))]
+
+
 def histogram_ticks(histogram: Histogram, ratio: bool) -> tuple[list[float], list[str]]:
-    """Ticks at a histogram's ends and middle, in words (a ratio to six decimals, as the tables give it)."""
+    """Ticks at a histogram's ends and middle, placed by bin (as `histogram_chart` draws), in words (a ratio to six
+    decimals, as the tables give it, but for one past 10,000)."""
     edges = histogram.edges
-    ticks = [edges[0], edges[len(edges) // 2], edges[-1]] if edges else []
-    return ticks, [f"{t:.6f}" if ratio else format_float(t) for t in ticks]
+    bins = len(edges) - 1
+    places = [0, bins // 2, bins] if edges else []
+    return places, [f"{edges[p]:.6f}" if ratio and edges[p] < 1e4 else format_float(edges[p]) for p in places]
 
 
 def rollouts_verdict(summary: RolloutsSummary) -> str:
