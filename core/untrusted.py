@@ -18,15 +18,18 @@ from .errors import InputError
 MiB = 2**20
 
 
-def open_regular(path: str | Path, what: str, writable: bool = False):
+def open_regular(path: str | Path, what: str, writable: bool = False, links: bool = True):
     """Regular file `path` opened for binary reading (and writing, with `writable`) without waiting: a FIFO or a
-    device is refused at once, never read; InputError for anything but a regular file (`what` names it)."""
+    device is refused at once, never read; InputError for anything but a regular file (`what` names it), and
+    without `links` for a symbolic link (a file inside something sent must not reach outside it)."""
     try:
         flags = (os.O_RDWR if writable else os.O_RDONLY) | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0)
-        fd = os.open(path, flags)
+        fd = os.open(path, flags if links else flags | os.O_NOFOLLOW)
     except FileNotFoundError:
         raise InputError(f"{what} {path}: no such file") from None
     except OSError as exc:
+        if not links and os.path.islink(path):
+            raise InputError(f"{what} {path} is a symbolic link: not followed") from None
         raise InputError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
     handle = os.fdopen(fd, "r+b" if writable else "rb")
     if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -35,9 +38,10 @@ def open_regular(path: str | Path, what: str, writable: bool = False):
     return handle
 
 
-def read_capped(path: str | Path, cap: int, what: str) -> bytes:
-    """The bytes of regular file `path`, at most `cap` of them; InputError for anything else."""
-    with open_regular(path, what) as handle:
+def read_capped(path: str | Path, cap: int, what: str, links: bool = True) -> bytes:
+    """The bytes of regular file `path`, at most `cap` of them; InputError for anything else (and without
+    `links`, for a symbolic link)."""
+    with open_regular(path, what, links=links) as handle:
         status = os.fstat(handle.fileno())
         if status.st_size > cap:
             raise InputError(f"{what} {path} is {status.st_size / MiB:.1f} MiB, over the {_size(cap)} limit")
@@ -47,9 +51,9 @@ def read_capped(path: str | Path, cap: int, what: str) -> bytes:
     return data
 
 
-def read_json(path: str | Path, cap: int, what: str) -> object:
-    """The JSON value in regular file `path` (at most `cap` bytes of UTF-8)."""
-    data = read_capped(path, cap, what)
+def read_json(path: str | Path, cap: int, what: str, links: bool = True) -> object:
+    """The JSON value in regular file `path` (at most `cap` bytes of UTF-8; without `links`, not a symlink)."""
+    data = read_capped(path, cap, what, links)
     try:
         return json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):

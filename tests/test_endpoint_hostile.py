@@ -174,3 +174,12 @@ def test_a_served_logprob_of_minus_800_makes_an_infinite_ratio_not_a_crash(tmp_p
     assert code == 0 and "importance ratio inf..inf" in out and "1 top-1 disagreement," in out
     local = json.loads(report.read_text())["texts"][0]["served_vs_local"]  # (valid JSON: no Infinity in it)
     assert local["ratio_max"] is None and 700 < local["max_abs_diff"] < 800
+
+
+def test_served_model_ids_with_a_newline_keep_the_advice_on_one_line(capsys):
+    models = json.dumps({"object": "list", "data": [{"id": "a\nb", "object": "model"},
+                                                    {"id": "c\x1b[2J", "object": "model"}]}).encode()  # fmt: skip
+    with raw_socket_server(lambda request: http_json(models)) as (url, _):
+        assert main(["endpoint", "--url", url, "t"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "\x1b" not in err and err.rstrip().endswith("pick one with --model"), err

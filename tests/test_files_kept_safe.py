@@ -254,3 +254,26 @@ def test_a_hard_link_cannot_defeat_the_session_lock(tmp_path, capsys):
         assert json.loads(path.read_text())["text"] == "the first app's edits"
     finally:
         first.release()
+
+
+def test_a_state_home_that_is_a_file_starts_the_app_as_the_docs_say(tmp_path, monkeypatch):
+    """XDG_STATE_HOME naming a file: no session to restore, the lock not taken, the app built (it then says once
+    that it cannot save, as for a read-only folder above)."""
+    state = tmp_path / "state"
+    state.write_text("a file")
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    app = build_app(["t"])
+    assert not isinstance(app, int) and app.session_path == state / "batchtui" / "session.json"
+    assert session_file.SessionLock(app.session_path).acquire() is False
+    assert state.read_text() == "a file"
+
+
+def test_without_a_terminal_a_damaged_session_is_left_as_it_is(tmp_path, capsys, monkeypatch):
+    import io
+
+    path = tmp_path / "s.json"
+    path.write_text('{"version": 1, "text": "x", broken')
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))  # not a tty
+    assert run_app(["--session", str(path)]) == 2
+    assert "the app needs a terminal" in capsys.readouterr().err
+    assert path.read_text() == '{"version": 1, "text": "x", broken' and not list(tmp_path.glob("s.json.corrupt-*"))

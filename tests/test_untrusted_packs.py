@@ -262,3 +262,15 @@ def test_a_number_no_float_holds_in_a_report_is_one_line_and_exit_2(tmp_path, ca
     assert main(["diff", str(report), str(other)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "'max_abs_diff' must be a number or null, not a number no float holds" in err
+
+
+@pytest.mark.parametrize("name", ["texts.json", "report.json", "command.json", "logits.safetensors"])
+def test_no_file_of_a_pack_is_followed_out_of_it_by_a_symlink(pack, tmp_path, capsys, name):
+    """A pack's file as a symlink (to a copy of itself outside the pack, which would read fine): refused."""
+    outside = tmp_path / f"outside-{name}"
+    os.replace(pack / name, outside)
+    os.symlink(outside, pack / name)
+    capsys.readouterr()
+    assert main(["check", "--from", str(pack)]) == 2
+    err = capsys.readouterr().err
+    assert f"{pack / name} is a symbolic link: not followed" in err and err.count("\n") == 1

@@ -107,7 +107,8 @@ def app_parser() -> OneLineParser:
 
 def run_app(argv: list[str]) -> int:
     """The app: an exit code when it cannot start; once it has run, the process ends here."""
-    app = build_app(argv)
+    has_terminal = sys.stdin.isatty() and sys.stdout.isatty()
+    app = build_app(argv, set_aside=has_terminal)  # (a damaged session is set aside only for an app that starts)
     if isinstance(app, int):
         return app
     lock = session_file.SessionLock(app.session_path) if app.session_path is not None else None
@@ -117,7 +118,7 @@ def run_app(argv: list[str]) -> int:
     except BatchtuiError as exc:
         print(error_line(exc), file=sys.stderr)
         return EXIT_BAD_INPUT
-    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+    if not has_terminal:
         # Without a terminal the app has no keys to read and would wait on them at full speed.
         if lock is not None:
             lock.release()
@@ -140,11 +141,12 @@ def run_app(argv: list[str]) -> int:
     os._exit(app.return_code or 0)
 
 
-def build_app(argv: list[str]):
+def build_app(argv: list[str], set_aside: bool = True):
     """The app the command line asks for, with the last session restored; or an exit code.
 
     Everything is checked here, before the first frame: a bad value or a session path that is not ours
-    to write ends with one line and exit code 2, with nothing written.
+    to write ends with one line and exit code 2, with nothing written; a damaged session of ours is set aside
+    only with `set_aside`.
     """
     parser = app_parser()
     try:
@@ -159,7 +161,7 @@ def build_app(argv: list[str]):
         numbered = texts_from_args(args)
         output_dir = check_output_dir(args.output_dir) if args.output_dir else None
         path = Path(args.session) if args.session else session_file.default_session_path()
-        restored = session_file.load(path)
+        restored = session_file.load(path, set_aside)
         url = _checked_url(args.url)
     except BatchtuiError as exc:
         print(error_line(exc), file=sys.stderr)

@@ -131,12 +131,15 @@ class Endpoint:
     def resolve_model(self) -> str:
         """The model to ask for: the one named, checked against the server's list; else the only one it serves."""
         served = self.served_models()
+        named = ", ".join(literal(m, 80) for m in served[:20]) + (
+            f" and {len(served) - 20} more" if len(served) > 20 else ""
+        )
         if self.model is None:
             if len(served) != 1:
-                raise InputError(f"{self.url} serves {len(served)} models ({', '.join(served)}): pick one with --model")
+                raise InputError(f"{self.url} serves {len(served)} models ({named}): pick one with --model")
             self.model = served[0]
         elif self.model not in served:
-            raise InputError(f"{self.url} does not serve model {self.model!r} (it serves: {', '.join(served)})")
+            raise InputError(f"{self.url} does not serve model {literal(self.model, 80)!r} (it serves: {named})")
         return self.model
 
     def complete(

@@ -53,9 +53,13 @@ def read_pack(directory: str, max_logits_mb: float = DEFAULT_LOGITS_MB) -> Pack:
     path = Path(directory).expanduser()
     if not path.is_dir():
         raise InputError(f"{directory}: no such pack folder")
-    report = validated_report(read_json(path / REPORT, MAX_REPORT_BYTES, "pack report"), f"pack {directory}")
-    texts, lines = _texts(read_json(path / TEXTS, MAX_TEXTS_FILE_BYTES, "pack texts"), f"pack {directory}: texts")
-    about = read_json(path / COMMAND, MAX_COMMAND_BYTES, "pack command")
+    # no file of a pack is followed out of it by a symlink: a pack is read as what it holds
+    report = validated_report(
+        read_json(path / REPORT, MAX_REPORT_BYTES, "pack report", links=False), f"pack {directory}"
+    )
+    texts = read_json(path / TEXTS, MAX_TEXTS_FILE_BYTES, "pack texts", links=False)
+    texts, lines = _texts(texts, f"pack {directory}: texts")
+    about = read_json(path / COMMAND, MAX_COMMAND_BYTES, "pack command", links=False)
     where = f"pack {directory}: command.json"
     check(about, "object", where)
     command = list_of(about.get("command"), "string", f"{where}: 'command'")
@@ -63,7 +67,7 @@ def read_pack(directory: str, max_logits_mb: float = DEFAULT_LOGITS_MB) -> Pack:
     if [entry["text"] for entry in report["texts"]] != texts:
         raise InputError(f"pack {directory}: its report and texts.json hold different texts")
     pack = Pack(path, report, texts, lines, settings, command)
-    if (path / LOGITS).exists():
+    if (path / LOGITS).exists() or (path / LOGITS).is_symlink():
         _read_logits(pack, path / LOGITS, int(max_logits_mb * MiB) + _HEADER_BYTES)
     return pack
 
@@ -94,7 +98,7 @@ def _read_logits(pack: Pack, file: Path, cap: int) -> None:
     """Check the safetensors header (names, dtypes, shapes against the texts, offsets), then load."""
     from safetensors.torch import load
 
-    data = read_capped(file, cap, "pack logits (raise the limit with --repro-max-mb)")
+    data = read_capped(file, cap, "pack logits (raise the limit with --repro-max-mb)", links=False)
     where = f"pack {pack.path}: {LOGITS}"
     if len(data) < 8:
         raise InputError(f"{where}: not a safetensors file")

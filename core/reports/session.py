@@ -54,8 +54,9 @@ def save(path: Path, texts_source: str, settings: Settings) -> None:
     write_text(target, json.dumps(data, ensure_ascii=True))
 
 
-def load(path: Path) -> Loaded:
-    """The session at `path`; InputError (nothing touched) if `path` is not a session file batchtui may use."""
+def load(path: Path, set_aside: bool = True) -> Loaded:
+    """The session at `path`; InputError (nothing touched) if `path` is not a session file batchtui may use. A
+    damaged file of ours is renamed `.corrupt-<time>` only with `set_aside` (an app that will start)."""
     raw = _read_if_ours_to_use(path)
     if not raw.strip():
         return Loaded(None, None)  # missing or empty: a new session
@@ -64,13 +65,13 @@ def load(path: Path) -> Loaded:
     except (ValueError, RecursionError) as exc:  # undecodable, not JSON, or nested past the parser's depth
         if not raw.lstrip().startswith(_OUR_PREFIX):
             raise _foreign(path) from exc
-        return Loaded(None, _set_aside(path, exc))
+        return Loaded(None, _set_aside(path, exc, set_aside))
     if not (isinstance(data, dict) and "version" in data and {"text", "settings"} <= data.keys()):
         raise _foreign(path)
     if not isinstance(data["version"], int) or data["version"] > VERSION:
         raise InputError(f"session file {path} was written by a newer batchtui; pass another --session")
     if not isinstance(data["text"], str) or not isinstance(data["settings"], dict):
-        return Loaded(None, _set_aside(path, TypeError("text or settings of the wrong type")))
+        return Loaded(None, _set_aside(path, TypeError("text or settings of the wrong type"), set_aside))
     settings, dropped = _restored_settings(data["settings"])
     notice = None
     if dropped:
@@ -82,8 +83,8 @@ def _read_if_ours_to_use(path: Path) -> bytes:
     """The file's bytes (b'' if it does not exist yet), or InputError if it is not a regular file."""
     try:
         status = os.stat(path)  # through a symlink: its target is what is read and written
-    except FileNotFoundError:
-        return b""
+    except (FileNotFoundError, NotADirectoryError):  # (a file where a folder of the path should be: none to read,
+        return b""  # and the app says once that it cannot save)
     except OSError as exc:
         raise InputError(f"cannot use session file {path}: {exc.strerror or exc}") from exc
     if stat.S_ISDIR(status.st_mode):
@@ -102,7 +103,9 @@ def _foreign(path: Path) -> InputError:
     return InputError(f"{path} is not a batchtui session file; refusing to overwrite it (pass another --session)")
 
 
-def _set_aside(path: Path, exc: BaseException) -> str:
+def _set_aside(path: Path, exc: BaseException, rename: bool = True) -> str:
+    if not rename:
+        return f"session file is unreadable ({type(exc).__name__}); left as it is"
     target = Path(os.path.realpath(path))
     aside = target.with_name(f"{target.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
     for number in range(2, 1000):
@@ -154,7 +157,7 @@ class SessionLock:
     def acquire(self) -> bool:
         """Take the lock: True if held, False where locks cannot be taken here (a read-only folder);
         InputError if another app holds it."""
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
             names = os.stat(self.path.with_suffix("")).st_nlink
             if names > 1:
                 raise InputError(
