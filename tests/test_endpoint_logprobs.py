@@ -357,3 +357,19 @@ def test_an_answer_that_is_not_one_choice_of_index_0_is_no_completion(choices):
     with pytest.raises(ValueError, match="not one choice of index 0"):
         _only_choice([SimpleNamespace(index=i) for i in choices])
     assert _only_choice([SimpleNamespace(index=0)]).index == 0
+
+
+def test_the_table_shows_what_the_server_generated_alone():
+    from batchtui.core.endpoint.client import continuation_from
+    from batchtui.core.endpoint.report import format_endpoint_table
+
+    said = continuation_from(_choice(" went home\n", [" went", " home", "\n"], [-0.5, -0.7, -0.1],
+                                     [{" went": -0.5}, {" home": -0.7}, {"\n": -0.1}]))  # fmt: skip
+
+    class Answers:
+        def complete(self, text, max_new_tokens, top_logprobs=0, prompt_logprobs=0, token_ids=False):
+            return said
+
+    table = format_endpoint_table(measure_endpoint(Answers(), ["She"], max_new_tokens=3, concurrency=1, rounds=1))
+    header, _, row = table.splitlines()
+    assert "generated alone" in header and "' went home\\n'" not in row and " went home\\n" in row

@@ -40,12 +40,13 @@ def split_at(t: ServedText) -> tuple[str, str]:
 
 
 def format_endpoint_table(comparison: EndpointComparison) -> str:
-    header = ("#", "text", "alone×2", "under load", "alone →", "load →", "margin", "max|Δlp|", "near-tie")
+    header = ("#", "text", "generated alone", "alone×2", "under load", "alone →", "load →", "margin", "max|Δlp|",
+              "near-tie")  # fmt: skip
     logprobs = bool(comparison.config.get("logprobs"))
     rows = [_endpoint_row(t, logprobs) for t in comparison.texts]
     if not logprobs:  # margins and Δ need logprobs: no empty columns
-        header, rows = header[:6], [row[:6] for row in rows]
-    return format_columns(header, rows, left={1, 4, 5, 8})
+        header, rows = header[:7], [row[:7] for row in rows]
+    return format_columns(header, rows, left={1, 2, 5, 6, 9})
 
 
 def _endpoint_row(t: ServedText, logprobs: bool) -> tuple[str, ...]:
@@ -55,7 +56,8 @@ def _endpoint_row(t: ServedText, logprobs: bool) -> tuple[str, ...]:
     near_tie = "" if t.near_tie is None else ("yes" if t.near_tie else "no")
     return (
         str(t.line),
-        literal(t.text, 32),
+        literal(t.text, 28),
+        "-" if t.alone is None else literal(t.alone.text, 24),
         _verdict_word(t.noise),
         _loaded_word(t),
         alone,
