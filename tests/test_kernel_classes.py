@@ -5,6 +5,7 @@ attention function that lets padded keys leak into each query, which only the at
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -57,8 +58,12 @@ def test_explain_kernels_on_the_command_line_and_the_minimal_set_applied(tmp_pat
     report = tmp_path / "kernels.json"
     command = ["check", "--model", "tiny", "--dtype", "float32", *TEXTS, "--explain", "kernels", "--json", str(report)]
     code = main(command)
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     kernels = json.loads(report.read_text())["kernels"]
+    # one progress over every run, never back to the start of a run's passes (a log's plain lines)
+    counts = [tuple(map(int, re.search(r"\] (\d+)/(\d+) run", line).groups())) for line in err.splitlines()]
+    done, totals = [d for d, _ in counts], [t for _, t in counts]  # (a search past the plan adds to the total)
+    assert done and done == sorted(done) and totals == sorted(totals) and done[-1] == totals[-1]
     assert [c["name"] for c in kernels["classes"]] == list(KERNEL_CLASSES)
     assert code in (0, 1) and out.splitlines()[0].startswith("class ")
     minimal = kernels["minimal"]

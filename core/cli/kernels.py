@@ -24,14 +24,27 @@ def explain_kernels(args: argparse.Namespace) -> int:
     start_torch(args)
     from ..reports.report import run_environment, write_json
     from ..run.engine import compare
-    from ..run.kernel_classes import attribute_kernels, code_line, kernels_json, kernels_table, kernels_verdict
+    from ..run.kernel_classes import (
+        attribute_kernels,
+        code_line,
+        kernels_json,
+        kernels_table,
+        kernels_verdict,
+        planned_runs,
+    )
 
     bar = ProgressLine()
-    runs = [0]
+    runs, planned = [0], [planned_runs()]
 
     def compare_fn(texts, run_settings):
+        # one bar over every run, counted in passes (each run makes the same ones): it never starts again at 0
         runs[0] += 1
-        return compare(texts, run_settings, lines=numbered.lines, progress=lambda d, t: bar(d, t, f"run {runs[0]}"))
+        planned[0] = max(planned[0], runs[0])  # (a search past the first runs adds its own)
+
+        def progress(done: int, total: int) -> None:
+            bar((runs[0] - 1) * total + done, planned[0] * total, f"run {runs[0]} of {planned[0]}")
+
+        return compare(texts, run_settings, lines=numbered.lines, progress=progress)
 
     found = attribute_kernels(numbered.texts, settings, compare_fn)
     out = human_output(args.json)

@@ -51,6 +51,19 @@ def _bitwise(comparison: Comparison) -> int:
     return sum(t.bitwise_equal for t in comparison.texts)
 
 
+def first_runs() -> set[tuple[str, ...]]:
+    """The class sets every attribution runs: none, each class alone, all but each (some are one set)."""
+    alone = {(name,) for name in KERNEL_CLASSES}
+    all_but = {tuple(c for c in KERNEL_CLASSES if c != name) for name in KERNEL_CLASSES}
+    return {(), *alone, *all_but}
+
+
+def planned_runs() -> int:
+    """The comparisons an attribution runs when the minimal set is among `first_runs()` (the usual case): those,
+    then the paired timings. A search past them runs more, one comparison per set it tries."""
+    return len(first_runs()) + 2 * COST_ROUNDS
+
+
 def attribute_kernels(
     texts: list[str], settings: Settings, compare_fn: Callable[[list[str], Settings], Comparison]
 ) -> KernelAttribution:
