@@ -4,8 +4,10 @@ first breaking level is the lowest that breaks. The server here answers alike al
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
+import time
 from collections.abc import Callable
 
 from servers import http_json, scripted_server
@@ -124,3 +126,48 @@ def test_a_level_above_the_http_pool_s_default_is_in_flight_whole():
         finally:
             endpoint.close()
     assert most[0] > 100
+
+
+def test_a_run_after_a_cancelled_one_measures_alone_only_once_the_old_requests_have_ended():
+    """The first run is cancelled while its level's requests are held by the server; the second run's first
+    request (its probe) is sent only after every one of them has been answered, never beside them."""
+    from batchtui.core.endpoint.run import measure_endpoint
+    from batchtui.core.errors import Cancelled
+    from batchtui.core.run.backend import ServedContinuation
+
+    log, held, release = [], threading.Event(), threading.Event()
+    answer = ServedContinuation(" ok", "length", None, None)
+
+    class Server:
+        def __init__(self, name: str, hold: bool) -> None:
+            self.name, self.hold, self.calls = name, hold, 0
+
+        def complete(self, text, max_new_tokens, top_logprobs=0, prompt_logprobs=0, token_ids=False):
+            self.calls += 1
+            log.append((self.name, "sent"))
+            if self.hold and self.calls > 5:  # the probe, two texts alone and alone again answered; the level held
+                held.set()
+                release.wait(10)
+            log.append((self.name, "answered"))
+            return answer
+
+    def first_run() -> None:
+        with contextlib.suppress(Cancelled):
+            measure_endpoint(Server("old", True), ["t", "u"], max_new_tokens=1, concurrency=2, rounds=1,
+                             top_logprobs=0, cancelled=held.is_set)  # fmt: skip
+
+    old = threading.Thread(target=first_run)
+    old.start()
+    assert held.wait(10)
+    old.join(10)  # cancelled: it has returned, its two requests still in flight
+    second = threading.Thread(
+        target=measure_endpoint, args=(Server("new", False), ["t"]), kwargs={"max_new_tokens": 1, "concurrency": 1,
+                                                                             "rounds": 1, "top_logprobs": 0}
+    )  # fmt: skip
+    second.start()
+    time.sleep(0.5)
+    assert ("new", "sent") not in log  # waiting for the old requests
+    release.set()
+    second.join(10)
+    first_new = log.index(("new", "sent"))
+    assert log[:first_new].count(("old", "answered")) == log.count(("old", "sent"))

@@ -146,6 +146,37 @@ def measure_endpoint(
     return EndpointComparison(config, results, tuple(notes), elapsed, failure, tuple(run.server_batches))
 
 
+class _RequestsInFlight:
+    """Requests this process has sent and not yet seen answered, from any run. A run cancelled under load (the app,
+    after an edit) leaves its requests to end by their deadline; the next run measures nothing alone until they
+    have, or its "alone" would be measured beside them."""
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._changed = threading.Condition()
+
+    @contextlib.contextmanager
+    def one(self):
+        with self._changed:
+            self._count += 1
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._count -= 1
+                self._changed.notify_all()
+
+    def wait_for_none(self, steps: PassSteps) -> None:
+        """Until no request is in flight (each ends by its own deadline); Cancelled if the caller cancels first."""
+        with self._changed:
+            while self._count:
+                steps.before()
+                self._changed.wait(0.2)
+
+
+_IN_FLIGHT = _RequestsInFlight()
+
+
 def logprob_notes(answers) -> list[str]:
     """What the chosen tokens' logprobs in `answers` lack: steps with none (compared by token alone), and values
     that are not finite numbers (a move to or from one is infinite)."""
@@ -204,6 +235,7 @@ class _EndpointRun:
         model right after they are made: one with another tokenizer, or answers whose ids do not fit it, stop the
         run before the ladder."""
         try:
+            _IN_FLIGHT.wait_for_none(self.steps)
             self._probe()
             for number in range(1 + rounds):  # alone, then alone again as many times as a level is tried
                 for i in range(len(self.texts)):
@@ -282,7 +314,8 @@ class _EndpointRun:
     def _complete(self, i: int) -> ServedContinuation:
         top = self.top_k if self.logprobs else 0
         prompt = self.top_k if self.prompt_logprobs else 0
-        return self.completer.complete(self.texts[i], self.max_new_tokens, top, prompt, bool(self.token_ids))
+        with _IN_FLIGHT.one():
+            return self.completer.complete(self.texts[i], self.max_new_tokens, top, prompt, bool(self.token_ids))
 
     def _round(self, number: int, concurrency: int, kept: list[list[ServedContinuation]]) -> None:
         """`concurrency` requests in flight at once: every text in this round's shuffled order, repeated to fill
