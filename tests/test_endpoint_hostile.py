@@ -183,3 +183,43 @@ def test_served_model_ids_with_a_newline_keep_the_advice_on_one_line(capsys):
         assert main(["endpoint", "--url", url, "t"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "\x1b" not in err and err.rstrip().endswith("pick one with --model"), err
+
+
+def test_the_run_s_answers_together_are_bounded_not_only_each_one(capsys):
+    """Answers of 0.6 MiB under a 1 MiB limit each: alone they pass, one at a time; 8 in flight, each sent in two
+    halves a second apart, would hold 4.8 MiB at once. The run holds at most twice the limit: one line, exit 2."""
+    half = 300_000
+    body = json.dumps({"id": "x", "object": "text_completion", "created": 0, "model": "m",
+                       "choices": [{"index": 0, "text": "x" * 2 * half, "finish_reason": "length",
+                                    "logprobs": None}]}).encode()  # fmt: skip
+    answer = http_json(body)
+
+    def script(connection, request, stopped):
+        if request.startswith(b"GET /v1/models"):
+            connection.sendall(http_json(MODELS))
+            return
+        connection.sendall(answer[: len(answer) // 2])
+        if not stopped.wait(1.0):
+            connection.sendall(answer[len(answer) // 2 :])
+
+    with scripted_server(script) as (url, _):
+        code = main(["endpoint", "--url", url, "--model", "m", "t", "--concurrency", "8", "--rounds", "1",
+                     "--top-logprobs", "0", "--max-answer-mb", "1", "--timeout", "30"])  # fmt: skip
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if not line.startswith("[")]
+    assert code == 2 and len(errors) == 1, err
+    assert "the answers in flight together are over 2 MiB (2 x --max-answer-mb)" in errors[0]
+
+
+def test_every_answer_s_bytes_are_given_back_after_a_run():
+    from batchtui.core.endpoint.client import Endpoint
+    from batchtui.core.endpoint.run import measure_endpoint
+
+    def answer(request: bytes):
+        return http_json(MODELS if request.startswith(b"GET") else COMPLETION)
+
+    with raw_socket_server(answer) as (url, _):
+        endpoint = Endpoint(url, "m", timeout_s=10)
+        result = measure_endpoint(endpoint, ["a", "b"], max_new_tokens=1, concurrency=[1, 2], rounds=1, top_logprobs=0)
+        endpoint.close()
+    assert result.failure is None and endpoint.budget.held == 0

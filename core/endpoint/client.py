@@ -20,7 +20,14 @@ from urllib.parse import urlsplit, urlunsplit
 from ..errors import InputError
 from ..untrusted import MiB
 from ..visible import literal
-from .transport import DEFAULT_MAX_ANSWER_MB, AnswerRefused, BoundedTransport, http_library
+from .transport import (
+    DEFAULT_MAX_ANSWER_MB,
+    RUN_BUDGET_ANSWERS,
+    AnswerBudget,
+    AnswerRefused,
+    BoundedTransport,
+    http_library,
+)
 
 if TYPE_CHECKING:  # the backend's types bring torch: loaded with the run, not with the command's parser
     from ..run.backend import ServedContinuation
@@ -95,7 +102,8 @@ class Endpoint:
         pool = max_in_flight + 1
         limits = http_lib.Limits(max_connections=pool, max_keepalive_connections=pool)
         inner = http_lib.HTTPTransport(trust_env=False, retries=0, limits=limits)
-        transport = BoundedTransport(inner, timeout_s, int(max_answer_mb * MiB))
+        self.budget = AnswerBudget(RUN_BUDGET_ANSWERS * int(max_answer_mb * MiB))
+        transport = BoundedTransport(inner, timeout_s, int(max_answer_mb * MiB), self.budget)
         http = openai.DefaultHttpxClient(follow_redirects=False, timeout=timeout_s, transport=transport)
         self._http = http
         self._client = openai.OpenAI(base_url=self.url, api_key=key, timeout=timeout_s, max_retries=0, http_client=http)
@@ -115,11 +123,11 @@ class Endpoint:
         root = self.url.removesuffix("/v1")
         try:
             answer = self._http.get(f"{root}/metrics", timeout=min(self.timeout_s, 5.0))
+            return self.scrubbed(answer.text) if answer.status_code == 200 else None
         except Exception:  # noqa: BLE001 - metrics are optional: any failure means none
             return None
-        if answer.status_code != 200:
-            return None
-        return self.scrubbed(answer.text)
+        finally:
+            self.budget.release()
 
     def served_models(self) -> list[str]:
         page = self._call(self._client.models.list)
@@ -161,8 +169,19 @@ class Endpoint:
             extra["return_token_ids"] = True
         if tokens_as_ids:
             extra["return_tokens_as_token_ids"] = True
-        answer = self._call(
+        keep = max(top_logprobs, prompt_logprobs) + 1  # what was asked (and the chosen token), never more
+
+        def kept(answer) -> ServedContinuation:
+            try:
+                return continuation_from(
+                    _only_choice(answer.choices), self.scrubbed, getattr(answer, "usage", None), keep
+                )
+            except (AttributeError, IndexError, KeyError, TypeError, ValueError):
+                raise EndpointError(f"{self.url}/completions: the answer is not a completion") from None
+
+        return self._call(
             self._client.completions.create,
+            kept,
             model=self.model,
             prompt=text,
             max_tokens=max_new_tokens,
@@ -171,22 +190,21 @@ class Endpoint:
             logprobs=top_logprobs or None,
             extra_body=extra or None,
         )
-        try:
-            keep = max(top_logprobs, prompt_logprobs) + 1  # what was asked (and the chosen token), never more
-            return continuation_from(_only_choice(answer.choices), self.scrubbed, getattr(answer, "usage", None), keep)
-        except (AttributeError, IndexError, KeyError, TypeError, ValueError):
-            raise EndpointError(f"{self.url}/completions: the answer is not a completion") from None
 
-    def _call(self, method, **kwargs):
-        """`method(**kwargs)` ended by the deadline whatever the server does (a request left behind ends within
-        one more read: the transport checks the deadline between reads); its faults as one EndpointError line."""
+    def _call(self, method, kept=None, **kwargs):
+        """`kept(method(**kwargs))` ended by the deadline whatever the server does (a request left behind ends
+        within one more read: the transport checks the deadline between reads); its faults as one EndpointError
+        line. The answer's bytes count in the run's budget until `kept` has made of it what is kept."""
         outcome: dict = {}
 
         def request() -> None:
             try:
-                outcome["answer"] = method(**kwargs)
+                answer = method(**kwargs)
+                outcome["answer"] = answer if kept is None else kept(answer)
             except Exception as exc:  # noqa: BLE001 - handed to the caller's thread, which words it
                 outcome["fault"] = exc
+            finally:
+                self.budget.release()
 
         worker = threading.Thread(target=request, name="batchtui-request", daemon=True)
         worker.start()
@@ -194,7 +212,8 @@ class Endpoint:
         if worker.is_alive():
             raise EndpointError(f"{self.url}: no whole answer within {self.timeout_s:g} s (--timeout)")
         if "fault" in outcome:
-            raise self._worded(outcome["fault"]) from None
+            fault = outcome["fault"]
+            raise (fault if isinstance(fault, EndpointError) else self._worded(fault)) from None
         return outcome["answer"]
 
     def _worded(self, exc: Exception) -> Exception:

@@ -2,6 +2,10 @@
 deflate, the only encodings taken) and before the request's deadline, then handed to the client as it is. A server
 that announces 8 GB, streams without end or sends one byte every few seconds is refused in one line.
 
+The run's answers together are bounded too (`AnswerBudget`): an answer's bytes count from the first read until the
+client has made it a continuation (parsed, it takes several times its size), so that 32 answers in flight, each
+under the limit, never hold 32 times it.
+
 It sits under the `openai` client as its HTTP transport; the HTTP library is the client's own (httpx, or httpx2 for
 openai 3), found from the client's class so that one code serves both.
 """
@@ -9,12 +13,14 @@ openai 3), found from the client's class so that one code serves both.
 from __future__ import annotations
 
 import importlib
+import threading
 import time
 import zlib
 
 from ..untrusted import MiB
 
 DEFAULT_MAX_ANSWER_MB = 64  # a completion with prompt logprobs for thousands of tokens is a few MB
+RUN_BUDGET_ANSWERS = 2  # the answers of a run held at once: at most this many times the limit of one, together
 _DECODERS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS}
 
 
@@ -27,14 +33,48 @@ def http_library(openai_module):
     return importlib.import_module(openai_module.DefaultHttpxClient.__mro__[1].__module__.partition(".")[0])
 
 
+class AnswerBudget:
+    """The bytes of the answers a run holds at once, at most `total`: each thread's count from its answer's first
+    read until `release()` (the caller's, once the answer is made into what it keeps)."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self._held = 0
+        self._lock = threading.Lock()
+        self._mine = threading.local()
+
+    def take(self, size: int) -> None:
+        """Count `size` more bytes for this thread; AnswerRefused past the total."""
+        with self._lock:
+            if self._held + size > self.total:
+                raise AnswerRefused(
+                    f"the answers in flight together are over {self.total / MiB:g} MiB ({RUN_BUDGET_ANSWERS} x "
+                    "--max-answer-mb)"
+                )
+            self._held += size
+        self._mine.bytes = getattr(self._mine, "bytes", 0) + size
+
+    def release(self) -> None:
+        """Give back every byte this thread counted."""
+        mine = getattr(self._mine, "bytes", 0)
+        self._mine.bytes = 0
+        with self._lock:
+            self._held -= mine
+
+    @property
+    def held(self) -> int:
+        return self._held
+
+
 class BoundedTransport:
     """An HTTP transport that reads each answer whole, at most `max_bytes` (decoded) and within `timeout_s` of the
-    request's start."""
+    request's start, its bytes counted in the run's `budget`."""
 
-    def __init__(self, inner, timeout_s: float, max_bytes: int) -> None:
+    def __init__(self, inner, timeout_s: float, max_bytes: int, budget: AnswerBudget | None = None) -> None:
         self._inner = inner
         self._timeout_s = timeout_s
         self._max_bytes = max_bytes
+        self._budget = budget or AnswerBudget(RUN_BUDGET_ANSWERS * max_bytes)
 
     def handle_request(self, request):
         deadline = time.monotonic() + self._timeout_s
@@ -65,11 +105,13 @@ class BoundedTransport:
                 size += len(part)
                 if size > self._max_bytes:
                     raise AnswerRefused(f"the answer is {self._limit()}")
+                self._budget.take(len(part))
                 parts.append(part)
         if decoder is not None:
             parts.append(decoder.flush(self._max_bytes - size + 1))
             if size + len(parts[-1]) > self._max_bytes:
                 raise AnswerRefused(f"the answer is {self._limit()}")
+            self._budget.take(len(parts[-1]))
         return b"".join(parts)
 
     def _limit(self) -> str:
