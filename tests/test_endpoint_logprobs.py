@@ -373,3 +373,18 @@ def test_the_table_shows_what_the_server_generated_alone():
     table = format_endpoint_table(measure_endpoint(Answers(), ["She"], max_new_tokens=3, concurrency=1, rounds=1))
     header, _, row = table.splitlines()
     assert "generated alone" in header and "' went home\\n'" not in row and " went home\\n" in row
+
+
+def test_the_app_s_view_counts_rounds_from_1():
+    from batchtui.core.endpoint.client import continuation_from
+    from batchtui.core.endpoint.views import endpoint_screen
+
+    said = continuation_from(_choice(" a", [" a"], [-0.5], [{" a": -0.5}]))
+
+    class Answers:
+        def complete(self, text, max_new_tokens, top_logprobs=0, prompt_logprobs=0, token_ids=False):
+            return said
+
+    result = measure_endpoint(Answers(), ["t"], max_new_tokens=1, concurrency=1, rounds=2, top_logprobs=1)
+    assert [run.title for run in endpoint_screen(result).rows[0].runs] == ["alone (1 token)",
+                                                                           "under load, round 1 (1 token)"]  # fmt: skip

@@ -7,7 +7,7 @@ from batchtui.core.visible import columns
 
 PARTS = [
     StatusPart("last run failed: cannot load model 'x'", "error"),
-    StatusPart("2/6 texts diverge · 1 flips"),
+    StatusPart("2/6 texts diverge · 1 flip"),
     StatusPart("qwen2-english-4m · cpu · bfloat16"),
     StatusPart("no divergence: right padding (p), arange positions (o) or another dtype (d) usually shows one"),
     StatusPart("last run 0.91 s"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from tui_helpers import make_app, settle, wait_for
 
+from batchtui.tui.detail import DetailPane
 from batchtui.tui.heatmap import Heatmap
 from batchtui.tui.settings_panel import SettingsPanel
 from batchtui.tui.summary_table import SummaryTable
@@ -42,19 +43,19 @@ async def test_an_edit_s_rerun_that_comes_as_the_app_closes_does_nothing():
         assert app.state.run_number == runs and app.is_running
 
 
-async def test_tab_cycles_three_panes_and_escape_returns_from_each():
+async def test_tab_cycles_the_panes_and_escape_returns_from_each():
     app = make_app(texts=LONG)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot, app)
         seen = []
-        for _ in range(3):
+        for _ in range(4):
             await pilot.press("tab")
             kinds = set(map(type, app.focused.ancestors_with_self))
-            seen.append(next(p for p in (Heatmap, SummaryTable, SettingsPanel) if p in kinds))
-        assert seen == [SummaryTable, SettingsPanel, Heatmap]
+            seen.append(next(p for p in (Heatmap, DetailPane, SummaryTable, SettingsPanel) if p in kinds))
+        assert seen == [DetailPane, SummaryTable, SettingsPanel, Heatmap]
         await pilot.press("shift+tab")
         assert SettingsPanel in map(type, app.focused.ancestors_with_self)
-        for pane_keys in (("tab",), ("tab", "tab"), ("e",)):
+        for pane_keys in (("tab",), ("tab", "tab"), ("tab", "tab", "tab"), ("e",)):
             await pilot.press("escape")
             await pilot.press(*pane_keys)
             assert not isinstance(app.focused, Heatmap)
@@ -85,7 +86,7 @@ async def test_navigation_keys_move_the_selection_from_the_summary_and_the_setti
         await settle(pilot, app)
         await pilot.press("j")  # the long text
         assert app.state.selected == (1, 0)
-        await pilot.press("tab")  # the summary
+        await pilot.press("tab", "tab")  # the detail (whose ↑/↓ and page keys scroll it), then the summary
         await pilot.press("right", "right", "end")
         last = len(app.state.comparison.texts[1].positions) - 1
         assert app.state.selected == (1, last)
@@ -113,6 +114,8 @@ async def test_the_focused_pane_is_marked_in_its_title():
         await settle(pilot, app)
         heatmap, summary = app.query_one(Heatmap), app.query_one(SummaryTable)
         focused_title = heatmap.styles.border_title_background
+        await pilot.press("tab")
+        assert app.query_one(DetailPane).styles.border_title_background == focused_title
         await pilot.press("tab")
         assert summary.styles.border_title_background == focused_title
         assert heatmap.styles.border_title_background != focused_title

@@ -87,3 +87,20 @@ async def test_generation_key_is_in_the_help_and_palette():
         assert "Continuations" in commands
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)
+
+
+async def test_opening_and_closing_the_generation_view_keeps_the_selected_text():
+    for size in ((80, 24), (120, 40)):
+        app = make_app(texts=TEXTS, dtype="float32")
+        async with app.run_test(size=size) as pilot:
+            await settle(pilot, app)
+            await pilot.press("]", "]", "right")
+            before = app.state.selected
+            assert before[0] == 2
+            await pilot.press("c")
+            await _generated(pilot, app)
+            await pilot.pause(0.2)
+            assert app.state.selected[0] == 2 and app.query_one(GenerationPane).table.cursor_row == 2
+            await pilot.press("c")
+            await pilot.pause(0.2)
+            assert app.state.selected == before and app.query_one(Heatmap).display

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from tui_helpers import make_app, settle
+import pytest
+from tui_helpers import make_app, settle, wait_for
 
 from batchtui.tui.heatmap import Heatmap
 from batchtui.tui.layers import LayersPane
@@ -42,18 +43,28 @@ async def test_settings_labels_token_strip_and_layer_legend_are_whole():
         assert footer.lstrip().startswith("?/F1")  # help is the first key, so it shows on a narrow screen
 
 
-async def test_a_cut_top_k_table_says_where_it_is():
+async def test_a_detail_longer_than_its_pane_says_so_and_scrolls_to_its_end():
+    """The worst flip with the modules measured: its numbers, the first op's cause and the top-k take more lines
+    than 80x24 leaves. The title says so; Tab reaches the pane, End shows the top-k whole; no line is cut."""
     from batchtui.core import DEFAULT_TEXTS
+    from batchtui.tui.detail import DetailPane
 
-    app = make_app(texts=list(DEFAULT_TEXTS), model="qwen2-english-4m")
+    app = make_app(texts=list(DEFAULT_TEXTS), model="qwen2-english-4m", modules=True, positions="mask")
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot, app)
-        await pilot.press("w")  # the worst flip: its numbers take the most lines
+        await pilot.press("w")  # the worst flip (the module view names its first op)
+        await settle(pilot, app)
         await pilot.pause(0.2)
-        detail = app.query_one("#detail")
-        topk = app.query_one("#detail-topk")
-        cut = topk.region.bottom > detail.parent.content_region.bottom
-        assert str(detail.border_title).endswith("· top-k: t") == cut
+        detail = app.query_one(DetailPane)
+        assert detail.max_scroll_y > 0 and str(detail.border_title).endswith("· more ↓ (tab)")
+        await pilot.press("tab")
+        assert app.focused is detail
+        await pilot.press("end")
+        await wait_for(pilot, lambda: detail.scroll_y == detail.max_scroll_y, "the detail's end")  # (it glides)
+        assert app.query_one("#detail-topk").region.bottom <= detail.region.bottom
+        op = app.state.comparison.texts[app.state.selected[0]].first_op
+        shown = " ".join(str(app.query_one("#detail-numbers").render()).split())
+        assert op is not None and f"first parts at {op.op} in {op.module}: {op.cause()}" in shown  # wrapped, not cut
 
 
 async def test_an_open_menu_stands_out_from_the_fields_it_covers():
@@ -70,3 +81,43 @@ async def test_an_open_menu_stands_out_from_the_fields_it_covers():
         assert overlay.display and overlay.region.overlaps(field.region)
         assert abs(overlay.styles.background.brightness - covered.brightness) > 0.1
         assert overlay.styles.border_top[0] != ""
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+async def test_the_fingerprint_is_seen_whole_at_80_and_120_columns(size):
+    """The status line is full at these widths: `I` also says the fingerprint in a notification, which wraps."""
+    app = make_app()
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot, app)
+        await pilot.press("I")
+        await wait_for(pilot, lambda: any(n.title == "fingerprint" for n in app._notifications), "the fingerprint")
+        said = next(n.message for n in app._notifications if n.title == "fingerprint")
+        assert "torch" in said and said in app.explorer.status.full_text()
+
+
+async def test_t_and_l_toggle_as_they_say_and_t_twice_puts_back_what_was_there():
+    """Short: the one slot shows the detail, L the layers, t the top-k chart; t again brings back what it covered,
+    L from the chart the detail. Tall: t swaps the layers and the chart, L says both are in view."""
+
+    def in_view(app) -> list[str]:
+        return [name for name in ("detail", "layers", "topk") if app.query_one(f"#{name}").display]
+
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app)
+        seen = [in_view(app)]
+        for key in ("t", "t", "L", "t", "t", "L", "t", "L"):
+            await pilot.press(key)
+            await pilot.pause()
+            seen.append(in_view(app))
+        assert seen == [["detail"], ["topk"], ["detail"], ["layers"], ["topk"], ["layers"], ["detail"], ["topk"],
+                        ["detail"]]  # fmt: skip
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        seen = [in_view(app)]
+        for key in ("t", "t", "L"):
+            await pilot.press(key)
+            await pilot.pause()
+            seen.append(in_view(app))
+        assert seen == [["detail", "layers"], ["detail", "topk"], ["detail", "layers"], ["detail", "layers"]]

@@ -371,10 +371,16 @@ class BatchtuiApp(App[None]):
         self.runs.write_pack(path, self.explorer.editor.numbered()[0], self.state.settings, self.notify)
 
     def action_show_environment(self) -> None:
-        """The fingerprint of this machine, its numerics and the model (hashed once per file) in the status line."""
+        """The fingerprint of this machine, its numerics and the model (hashed once per file): whole in a
+        notification (it wraps at any width), and in the status line where it fits (F1 shows the line whole)."""
         status = self.explorer.status
         status.set_fingerprint("fingerprint: hashing the model's files…")
-        self.runs.fingerprint(self.explorer.editor.numbered()[0].texts, self.state.settings, status.set_fingerprint)
+
+        def ready(summary: str) -> None:
+            status.set_fingerprint(summary)
+            self.notify(summary, title="fingerprint", timeout=20)
+
+        self.runs.fingerprint(self.explorer.editor.numbered()[0].texts, self.state.settings, ready)
 
     def action_screenshot(self) -> None:
         written, said = write_screenshot(self.output_dir, self.export_screenshot())

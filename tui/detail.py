@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import Vertical
+from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from ..core.numbers.comparison import Comparison, PositionMetrics, TextResult
@@ -22,7 +22,10 @@ def detail_title(line: int, position: int) -> str:
     return f"text {line} · position {position}"
 
 
-class DetailPane(Vertical):
+class DetailPane(VerticalScroll, can_focus=True):
+    """Scrolls where its lines do not fit (a short screen, a long first-op cause): Tab reaches it, ↑/↓ and the
+    page keys scroll it, and its title says when lines are out of view."""
+
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.border_title = "detail"
@@ -57,15 +60,13 @@ class DetailPane(Vertical):
             topk.styles.height = topk_rows
         numbers.update(content, layout=resize)
         self.query_one("#detail-strip", Static).update(self._strip(result, position), layout=False)  # one line always
-        topk.update(topk_table(metrics, self.content_size.width, self._color("warning")), layout=resize)
+        topk.update(topk_table(metrics, self._width(), self._color("warning")), layout=resize)
         self.call_after_refresh(self._say_what_is_cut, detail_title(result.line, position))
 
     def _say_what_is_cut(self, title: str) -> None:
-        """On a short screen the top-k rows may not fit under the numbers: the title then says where they are."""
-        needed = sum(child.outer_size.height for child in self.children)
-        room = self.parent.content_region.bottom - self.content_region.y  # the column's end clips the pane
-        cut = needed > room > 0
-        self.border_title = f"{title} · top-k: t" if cut else title
+        """Where the lines do not fit, the title says how to reach them: Tab, then ↓ and the page keys."""
+        cut = self.max_scroll_y > 0
+        self.border_title = f"{title} · more ↓ (tab)" if cut else title
 
     def _strip(self, result: TextResult, position: int) -> Text:
         """The text's tokens around the selection, each in its heatmap colour, flips marked, the selected
@@ -154,12 +155,17 @@ class DetailPane(Vertical):
             r = result.reference
             said.append((f"vs float64: batched {format_float(r.batched)} · single {format_float(r.single)}", ""))
         text = Text()
-        width = max(self.content_size.width, 20)
+        width = self._width()
         for sentence, style in said:
             words = sentence.split(" ")
             for line in packed(words, width, " "):
                 text.append("\n" + " ".join(words[i] for i in line), style=style)
         return text
+
+    def _width(self) -> int:
+        """The columns a line may take: the pane's, less its scrollbar's (kept whether or not it shows, so that a
+        line never changes its wrapping as the scrollbar comes and goes)."""
+        return max(self.content_size.width - self.styles.scrollbar_size_vertical, 20)
 
     def _color(self, name: str) -> str:
         return self.app.theme_variables.get(name, "white")

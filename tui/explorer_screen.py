@@ -111,6 +111,7 @@ class ExplorerScreen(Screen[None]):
         self._texts = texts
         self._settings = settings
         self.served = served  # `--url`: only the generation view is in view, the local panes are hidden
+        self._layers_before_topk = False  # on a short screen, whether `t` covered the layers or the detail
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="main"):
@@ -170,10 +171,13 @@ class ExplorerScreen(Screen[None]):
         self.action_focus_heatmap()
 
     def action_focus_pane(self, step: int) -> None:
-        """Tab / shift+Tab: the next pane in view of heatmap (or generation table), summary and settings.
+        """Tab / shift+Tab: the next pane in view of heatmap (or generation table), detail, summary and settings.
         The editor is not on the cycle: `e` enters it and Escape leaves, so typing never runs a command."""
+        generation = self.has_class("-generation")
+        detail = self.query_one(DetailPane)
         panes = [
-            self.query_one(GenerationPane).table if self.has_class("-generation") else self.query_one(Heatmap),
+            self.query_one(GenerationPane).table if generation else self.query_one(Heatmap),
+            *([] if generation or not detail.display else [detail]),
             self.query_one(SummaryTable),
             self.query_one(SettingsPanel),
         ]
@@ -188,17 +192,25 @@ class ExplorerScreen(Screen[None]):
             target.focus()
 
     def action_toggle_layers(self) -> None:
+        """On a short screen, the detail or the layers (from the top-k chart: the detail); on a tall one both are
+        in view, and it says so."""
         if not self.has_class("-short"):
             self.notify("the detail and the layers are both in view at this size: L swaps them on short screens")
             return
-        self.toggle_class("-layers")
+        if self.has_class("-topk"):
+            self.remove_class("-topk", "-layers")
+        else:
+            self.toggle_class("-layers")
 
     def action_toggle_topk(self) -> None:
-        """The lower slot between the layers and the top-k chart; on a short screen, the chart in view."""
-        if self.has_class("-short") and not self.has_class("-layers"):
-            self.add_class("-layers", "-topk")
+        """The top-k chart in view, in the layers' place (on a short screen, in the one slot); pressed again, what
+        was there before comes back."""
+        if self.has_class("-topk"):
+            self.remove_class("-topk")
+            self.set_class(self._layers_before_topk, "-layers")
         else:
-            self.toggle_class("-topk")
+            self._layers_before_topk = self.has_class("-layers")
+            self.add_class("-layers", "-topk")
 
     # -- keys handed to the pane they act on ---------------------------------------------
 

@@ -59,11 +59,12 @@ class GenerationPane(Vertical):
             self._screen = endpoint_screen(result) if isinstance(result, EndpointComparison) else local_screen(result)
             table = self.query_one(DataTable)
             columns = ("#", "split", *(f"{name} →" for name in self._screen.headers))
-            table.clear(columns=[str(c.label) for c in table.columns.values()] != list(columns))
-            if not table.columns:
-                table.add_columns(*columns)
-            for row in self._screen.rows:
-                table.add_row(str(row.line), row.split_cell, *(literal(word, 12) for word in row.words))
+            with self.prevent(DataTable.RowHighlighted):  # refilled, its cursor at row 0: no text was chosen
+                table.clear(columns=[str(c.label) for c in table.columns.values()] != list(columns))
+                if not table.columns:
+                    table.add_columns(*columns)
+                for row in self._screen.rows:
+                    table.add_row(str(row.line), row.split_cell, *(literal(word, 12) for word in row.words))
         self._shown = (result, text)
         screen = self._screen
         self.border_title = f"generation · {screen.verdict}"
@@ -130,7 +131,9 @@ class GenerationPane(Vertical):
 
     @on(DataTable.RowHighlighted, "#gen-table")
     def _row(self, event: DataTable.RowHighlighted) -> None:
-        if event.data_table.has_focus:
+        # the user's own move only: the cursor put back on the text shown (a refill, a re-layout) chooses nothing
+        shown = self._shown[1] if self._shown is not None else None
+        if event.data_table.has_focus and event.cursor_row != shown:
             self.post_message(self.TextChosen(event.cursor_row))
 
     @property

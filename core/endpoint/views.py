@@ -8,7 +8,7 @@ import math
 from ..numbers.comparison import TopToken
 from ..run.backend import ServedContinuation
 from ..terminal.generation import ContinuationToken, GenerationScreen, LadderView, RunText, StepCurve, TextRow
-from ..terminal.plain import format_float
+from ..terminal.plain import counted, format_float
 from .report import endpoint_verdict, split_at
 from .result import ContinuationSplit, EndpointComparison, ServedText
 
@@ -76,7 +76,8 @@ def _row(t: ServedText, unit: str) -> TextRow:
     shown = None if t.shown_round is None else t.under_load[t.shown_round]
     alone_word, load_word = split_at(t)
     step = None if split is None else split.step
-    runs = (_run("alone", t.alone, step, unit), _run(f"under load, round {t.shown_round}", shown, step, unit))
+    label = "under load" if t.shown_round is None else f"under load, round {t.shown_round + 1}"  # (counted from 1)
+    runs = (_run("alone", t.alone, step, unit), _run(label, shown, step, unit))
     if split is None:
         cell, about = "-", f"text {t.line}: not measured"
     elif step is None and t.logprobs_differ:
@@ -111,7 +112,7 @@ def _run(name: str, continuation: ServedContinuation | None, split: int | None, 
         ContinuationToken(piece, "shared" if i < end else "split" if i == end else "after")
         for i, piece in enumerate(pieces)
     )
-    return RunText(f"{name} ({len(pieces)} {unit})", marked)
+    return RunText(f"{name} ({counted(len(pieces), unit.removesuffix('s'))})", marked)
 
 
 def _curve(split: ContinuationSplit, alone: ServedContinuation) -> StepCurve:

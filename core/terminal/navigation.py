@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..numbers.comparison import Comparison
 from .heatmap import divergent_cells
-from .plain import invariant_tally, invariant_verdict, verdict_rule
+from .plain import counted, invariant_tally, invariant_verdict, verdict_rule
 
 
 def describe_outcome(comparison: Comparison, batch_size: int) -> list[str]:
@@ -14,7 +14,7 @@ def describe_outcome(comparison: Comparison, batch_size: int) -> list[str]:
     usually reveals a divergence when none showed."""
     summary = comparison.summary
     judged = "bitwise" if verdict_rule(comparison.config) == "bitwise equal" else "allclose"  # (atol, rtol: the panel)
-    parts = [f"{summary.diverged}/{summary.texts} texts diverge ({judged}) · {summary.top1_flips} flips"]
+    parts = [f"{summary.diverged}/{summary.texts} texts diverge ({judged}) · {counted(summary.top1_flips, 'flip')}"]
     if comparison.config.get("invariant"):  # in the headline, which the line always shows; the details after
         parts[0] += f" · invariant mode: {invariant_tally(comparison)}"
         parts.append(f"invariant mode: {invariant_verdict(comparison)}")
