@@ -56,8 +56,8 @@ def _endpoint_row(t: ServedText, logprobs: bool) -> tuple[str, ...]:
     near_tie = "" if t.near_tie is None else ("yes" if t.near_tie else "no")
     return (
         str(t.line),
-        literal(t.text, 28),
-        "-" if t.alone is None else literal(t.alone.text, 24),
+        literal(t.text, 24),
+        "-" if t.alone is None else literal(t.alone.text, 22),
         _verdict_word(t.noise),
         _loaded_word(t),
         alone,
