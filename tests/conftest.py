@@ -1,5 +1,7 @@
 import gc
+import inspect
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -42,10 +44,27 @@ def pytest_configure(config):
         torch.set_num_threads(1)
 
 
+# Fixtures that start a real server: a test taking one is `served` (the tiers are derived, never listed by hand).
+SERVER_FIXTURES = {"server", "served", "vllm"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """The tiers: `served` from a test's fixtures, `app` from its being a coroutine (the app's pilot) or taking a
+    snapshot; `slow` and `cpu_kernels` are marked where the tests are written."""
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if fixtures & SERVER_FIXTURES:
+            item.add_marker(pytest.mark.served)
+        if inspect.iscoroutinefunction(getattr(item, "function", None)) or "snap_compare" in fixtures:
+            item.add_marker(pytest.mark.app)
+
+
 def _runs_vllm_tests(config) -> bool:
-    """Whether the run's paths include the tests that need vLLM (the whole suite, or test_vllm.py)."""
-    if config.option.collectonly:
-        return False
+    """Whether the run's paths include the tests that need vLLM (the whole suite, or test_vllm.py), and its marker
+    expression does not leave the served tests out."""
+    marks = config.option.markexpr or ""
+    if config.option.collectonly or (marks and not re.search(r"(?<!not )\bserved\b", marks)):
+        return False  # (a marker expression that does not ask for the served tests: `cpu_kernels`, `not served`)
     for arg in config.args:
         path = os.path.abspath(arg.split("::")[0])
         if os.path.isdir(path) and os.path.exists(os.path.join(path, "test_vllm.py")):

@@ -14,6 +14,8 @@ from batchtui.core.errors import ModelLoadError
 from batchtui.core.models.loading import load_model
 from batchtui.core.terminal.plain import format_localization
 
+pytestmark = pytest.mark.cpu_kernels  # run again with the AVX2 kernels (.ci/run)
+
 # Lengths 1 to 30 tokens: left padding and arange positions (the seed's) make every padded text diverge,
 # whatever the CPU, and texts longer than the 6-token sliding windows exercise them.
 TEXTS = ["a", "The quick brown fox jumps over it", "hello world"]

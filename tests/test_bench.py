@@ -11,6 +11,7 @@ from batchtui.core.run.bench import workload
 from batchtui.core.settings import Settings
 
 
+@pytest.mark.slow
 def test_bench_json_has_ratios_and_targets(tmp_path, capsys):
     out = tmp_path / "bench.json"
     args = ["--texts", "3", "--min-tokens", "4", "--max-tokens", "9", "--rounds", "2", "--max-new-tokens", "4"]

@@ -12,6 +12,8 @@ from batchtui.core.cli import main as core_main
 from batchtui.core.cli.check import run_check
 from batchtui.tui.launcher import main as batchtui_main
 
+pytestmark = pytest.mark.cpu_kernels  # run again with the AVX2 kernels (.ci/run)
+
 POSITION_FIELDS = {
     "index",
     "token",
@@ -109,6 +111,7 @@ def test_unreadable_utf8_texts_file(tmp_path, capsys):
     assert "not valid UTF-8" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_python_dash_m_core_runs_check_without_the_tui():
     # A bare GPU box has torch + transformers only; block textual to prove core never needs it.
     blocker = (

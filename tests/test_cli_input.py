@@ -17,6 +17,8 @@ from batchtui.core.cli.sweep import run_sweep
 from batchtui.core.errors import ResourceError
 from batchtui.core.models.loading import load_model
 
+pytestmark = pytest.mark.cpu_kernels  # run again with the AVX2 kernels (.ci/run)
+
 CLI_CASES = [
     (["", "ok"], "text 1 is empty or whitespace only"),
     (["--max-tokens", "0", "ok"], "max tokens must be at least 1"),
@@ -127,6 +129,7 @@ def test_out_of_memory_stops_the_run_and_the_next_one_works():
     assert compare(texts, Settings(model="tiny")).summary.texts == 2
 
 
+@pytest.mark.slow
 def test_a_10_mb_text_is_cut_before_it_is_tokenized(tmp_path):
     """Only a prefix that surely holds --max-tokens tokens is tokenized: a 10 MB text stays within memory
     (it took 3.3 GB whole; a 60 MB one aborted) and comes out cut and flagged."""
@@ -209,6 +212,7 @@ def test_cpu_out_of_memory_gets_the_same_advice_as_cuda(capsys):
     assert "lower the batch size" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_check_into_a_closed_pipe_exits_quietly():
     """`batchtui check | head`: the reader is gone before the table comes; no traceback, no exit 3."""
     child = subprocess.Popen(

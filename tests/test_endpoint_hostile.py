@@ -185,6 +185,7 @@ def test_served_model_ids_with_a_newline_keep_the_advice_on_one_line(capsys):
     assert err.count("\n") == 1 and "\x1b" not in err and err.rstrip().endswith("pick one with --model"), err
 
 
+@pytest.mark.slow
 def test_the_run_s_answers_together_are_bounded_not_only_each_one(capsys):
     """Answers of 0.6 MiB under a 1 MiB limit each: alone they pass, one at a time; 8 in flight, each sent in two
     halves a second apart, would hold 4.8 MiB at once. The run holds at most twice the limit: one line, exit 2."""

@@ -8,6 +8,7 @@ import json
 import threading
 import time
 
+import pytest
 from servers import http_json, scripted_server
 from test_endpoint_faults import MODELS
 
@@ -31,6 +32,7 @@ def test_the_gauges_are_summed_over_their_series_and_nothing_else_is_read():
     assert gauges("vllm:num_requests_waiting 2\n") == (0, 2)
 
 
+@pytest.mark.slow
 def test_each_level_says_the_server_s_batch_and_where_it_was_full(tmp_path, capsys):
     lock = threading.Lock()
     in_flight = [0]

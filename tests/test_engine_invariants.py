@@ -11,6 +11,8 @@ from transformers import AutoTokenizer
 from batchtui.core import Cancelled, InputError, Settings, compare
 from batchtui.core.run.skeleton import running_stage, total_passes
 
+pytestmark = pytest.mark.cpu_kernels  # run again with the AVX2 kernels (.ci/run)
+
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_batch_size_one_is_bitwise_equal(dtype):

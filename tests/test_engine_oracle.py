@@ -10,6 +10,8 @@ from oracle import seed_compare
 
 from batchtui.core import Settings, compare
 
+pytestmark = pytest.mark.cpu_kernels  # run again with the AVX2 kernels (.ci/run)
+
 
 @pytest.mark.parametrize("positions", ["mask", "arange"])
 @pytest.mark.parametrize("padding_side", ["left", "right"])

@@ -57,6 +57,7 @@ def test_a_qwen2_with_a_subword_tokenizer_and_a_chat_template(english):
     assert chat == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
 
 
+@pytest.mark.slow
 def test_held_out_loss_is_two_nats_below_uniform(english):
     tokenizer, model = english
     ids = torch.tensor(tokenizer(HELD_OUT.read_text(encoding="utf-8"))["input_ids"])
@@ -82,6 +83,7 @@ def test_it_predicts_words_after_common_contexts(english, context):
     assert word.isalpha() and len(word) >= 2, (context, word)  # a word, not a byte or a letter
 
 
+@pytest.mark.slow
 def test_held_out_text_is_not_in_the_training_text():
     """Documents are held out by a hash of their text; the corpus is the standard library of the CPython
     the script ran on (3.11), so another version's documents are not the shipped ones."""

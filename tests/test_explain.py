@@ -8,6 +8,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from batchtui.core import Settings, compare
 from batchtui.core.numbers.metrics import ulp
 
+pytestmark = pytest.mark.cpu_kernels  # run again with the AVX2 kernels (.ci/run)
+
 
 def _hooked_outputs(model, names):
     captured = {}

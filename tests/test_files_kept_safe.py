@@ -180,6 +180,7 @@ def _check_command(*args):
     return [sys.executable, "-m", "batchtui.core", "check", "--model", "tiny", "a", "bc", *args]
 
 
+@pytest.mark.slow
 def test_json_to_dev_stdout_works_through_a_pipe():
     """`--json /dev/stdout` is `--json -`: piped it is the report alone, parseable, and the table goes to
     stderr."""
@@ -207,6 +208,7 @@ def test_a_full_disk_prints_the_results_then_one_line_and_exits_2(capfd):
     assert err.strip() == "batchtui: error: cannot write the report to /dev/full: No space left on device"
 
 
+@pytest.mark.slow
 def test_ctrl_c_exits_130_with_one_line(tmp_path):
     """Interrupted while its report waits for a reader (a FIFO nobody opens): one line, exit 130."""
     import signal

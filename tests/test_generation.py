@@ -232,6 +232,7 @@ def test_sweep_generate_counts_differing_continuations(tiny_path, capsys):
     assert code == 1 and rows[0][4] == f"0/{len(TEXTS)}" and rows[1][4] != f"0/{len(TEXTS)}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("invariant", [False, True], ids=["plain", "invariant"])
 def test_decode_vs_prefill_matches_generate_and_a_prefill_here(tiny_path, invariant):
     """Each decode step's logits (generate, KV cache) against one forward of prompt + continuation, computed here

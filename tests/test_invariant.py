@@ -16,6 +16,8 @@ from batchtui.core import NotInvariant, batch_invariant
 from batchtui.core.cli.check import run_check
 from batchtui.core.models.builtin import builtin_path
 
+pytestmark = pytest.mark.cpu_kernels  # run again with the AVX2 kernels (.ci/run)
+
 # 1 to ~240 tokens in one batch (a token per byte for the tiny checkpoints, whose context is 256 positions).
 TEXTS = [
     "a",
@@ -301,6 +303,7 @@ def test_check_remedy_invariant_reports_bitwise_and_keeps_the_math(tmp_path, cap
     assert "invariant" in printed and "5/5" in printed
 
 
+@pytest.mark.slow
 def test_generate_remedy_invariant_and_the_invariant_flag(tmp_path):
     import json
 

@@ -18,6 +18,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 from batchtui.core import batch_invariant
 from batchtui.core.models.builtin import builtin_path
 
+pytestmark = pytest.mark.cpu_kernels  # run again with the AVX2 kernels (.ci/run)
+
 PROMPTS = ["a", "The quick brown fox", "def f(x):\n    return x + 1\n\nprint(f(2))"]
 NEW_TOKENS = 12
 BUILT_INS = ("tiny", "qwen2-english-4m")
@@ -156,6 +158,7 @@ def threads(request):
     torch.set_num_threads(before)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", MODELS)
 def test_a_text_s_logits_are_the_same_however_its_tokens_arrive(models, name, threads):
     rng = random.Random(0)
@@ -195,6 +198,7 @@ def test_a_text_s_logits_are_the_same_however_its_tokens_arrive(models, name, th
                         )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cache", ["static", "sampled"])
 def test_decoding_over_a_static_cache_or_sampled_matches_the_prefill(models, threads, cache):
     """A static cache (its slots past the text empty, masked), and sampled decoding (the logits before the sampler's

@@ -22,6 +22,8 @@ from batchtui.core.invariant.mode import coverage_gap, library_kernels_on_cpu
 from batchtui.core.invariant.reduction import RowInvariantReductions
 from batchtui.core.models.builtin import builtin_path
 
+pytestmark = pytest.mark.cpu_kernels  # run again with the AVX2 kernels (.ci/run)
+
 # A Qwen2 norm: a float32 mean over the hidden size and an rsqrt of it; transformers' mask code sums a boolean mask.
 LEFT_TO_THE_LIBRARY = {"mean.dim", "rsqrt", "sum.dim_IntList"}
 # In the mode, besides: the products and the activation, made only inside the linear layers and the activation
@@ -177,6 +179,7 @@ def test_f_linear_is_the_library_s_product_on_the_flattened_rows(dtype):
         assert torch.equal(F.linear(x, weight, bias), torch.addmm(bias, rows, weight.t()).view(*shape[:-1], 48)), shape
 
 
+@pytest.mark.slow
 def test_a_layer_s_forward_is_kept_from_one_entry_to_the_next_until_the_model_is_cast():
     model, tokenizer = _tiny()
     layer = model.lm_head

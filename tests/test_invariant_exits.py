@@ -17,6 +17,8 @@ from batchtui.core.invariant.routing import NAME
 from batchtui.core.models.loading import load_model
 from batchtui.core.settings import Settings
 
+pytestmark = pytest.mark.cpu_kernels  # run again with the AVX2 kernels (.ci/run)
+
 TEXTS = ["a", "The quick brown fox", "def f(x):\n    return x + 1"]
 
 
@@ -215,6 +217,7 @@ def test_a_weight_replaced_inside_the_block_is_the_one_used(change):
     assert all(torch.equal(r, a) for r, a in zip(rows, alone))
 
 
+@pytest.mark.slow
 def test_train_and_eval_inside_the_block_keep_the_mode_s_forwards(loaded):
     """transformers' `train` re-kernelizes a model that uses hub kernels, popping every decorated layer's instance
     forward (an activation's, a norm's): inside the block they are the mode's again after it, and the trainer's

@@ -14,6 +14,8 @@ from batchtui.core.invariant.matmul import RowInvariantMatmuls
 from batchtui.core.invariant.mode import outside_the_mode
 from batchtui.core.invariant.reduction import RowInvariantReductions
 
+pytestmark = pytest.mark.cpu_kernels  # run again with the AVX2 kernels (.ci/run)
+
 HEIGHTS = (1, 2, 3, 5, 8, 15, 16, 17, 31, 33, 64, 100)
 
 
@@ -82,6 +84,7 @@ def _own_height(product, a) -> int | None:
         return None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("size", ["small", "large"])

@@ -3,6 +3,7 @@
 import json
 import subprocess
 
+import pytest
 import transformers
 
 from batchtui.core import Settings
@@ -76,6 +77,7 @@ def finished(process: subprocess.Popen, timeout: float = 90) -> subprocess.Compl
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
+@pytest.mark.slow
 def test_with_the_hub_unreachable_a_cached_hub_id_loads_at_once_and_one_not_cached_says_so(tmp_path):
     """A hub that answers nothing (it closes every connection): a hub id in the local cache loads from it after
     one request, not after huggingface_hub's retries for every file (minutes); one not cached fails after one, with

@@ -12,6 +12,8 @@ from torch.nn.functional import scaled_dot_product_attention as sdpa
 
 from batchtui.core.invariant.ordered_attention import ordered_attention
 
+pytestmark = pytest.mark.cpu_kernels  # run again with the AVX2 kernels (.ci/run)
+
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
 
 

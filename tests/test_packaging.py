@@ -30,6 +30,7 @@ def wheel(tmp_path_factory) -> Path:
     return next(out.glob("batchtui-*.whl"))
 
 
+@pytest.mark.slow
 def test_wheel_installs_only_the_batchtui_namespace(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     tops = {name.split("/")[0] for name in names}
@@ -42,6 +43,7 @@ def test_wheel_installs_only_the_batchtui_namespace(wheel):
     assert "batchtui = batchtui.tui.launcher:main" in entry_points
 
 
+@pytest.mark.slow
 def test_installed_wheel_runs_the_check_without_textual(wheel, tmp_path):
     fresh = tmp_path / "fresh"
     venv.create(fresh, with_pip=False)  # this environment's pip installs into it (--python): no pip bootstrapped

@@ -1,10 +1,13 @@
 """Property tests over random texts and settings on the built-in model: no crash, invariants hold."""
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from batchtui.core import Settings, compare
 from batchtui.core.models.loading import load_model
+
+pytestmark = pytest.mark.cpu_kernels  # run again with the AVX2 kernels (.ci/run)
 
 # Any printable text, emoji, CJK, right-to-left, combining marks, control characters, markup-like brackets.
 texts = st.text(min_size=1, max_size=40).filter(lambda t: t.strip())
@@ -40,6 +43,7 @@ def test_batch_size_one_is_always_bitwise_equal(batch, dtype):
     assert all(t.max_abs_diff == 0.0 and t.allclose for t in result.texts)
 
 
+@pytest.mark.slow
 @FAST
 @given(texts, st.lists(texts, min_size=1, max_size=3), run_settings)
 def test_duplicate_texts_in_one_batch_match_the_models_own_rows(tiny_path, repeated, others, run):

@@ -34,6 +34,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["q", "ctrl+c", "SIGTERM"])
 def test_quit_mid_pass_exits_at_once_with_the_session_saved(how, tmp_path):
     path = tmp_path / "session.json"

@@ -13,6 +13,8 @@ from batchtui.core.cli.probe import run_probe
 from batchtui.core.cli.sweep import run_sweep
 from batchtui.core.run.remedies import REMEDIES, applied, compare_remedies
 
+pytestmark = pytest.mark.cpu_kernels  # run again with the AVX2 kernels (.ci/run)
+
 
 def _global_flags():
     matmul = torch.backends.cuda.matmul

@@ -14,6 +14,8 @@ import torch
 from batchtui.core.cli import main
 from batchtui.core.reports.environment import model_identity, texts_hash
 
+pytestmark = pytest.mark.cpu_kernels  # run again with the AVX2 kernels (.ci/run)
+
 TEXTS = ["Hello there", "The quick brown fox jumps over the lazy dog.", "xyz"]
 TINY = ["--model", "tiny", "--dtype", "bfloat16"]
 

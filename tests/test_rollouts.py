@@ -16,6 +16,8 @@ from batchtui.core.models.builtin import builtin_path
 from batchtui.core.rollouts import deltas as rollout_deltas
 from batchtui.core.rollouts.deltas import DeltaSpill
 
+pytestmark = pytest.mark.cpu_kernels  # run again with the AVX2 kernels (.ci/run)
+
 
 @pytest.fixture(scope="module")
 def sampled(tmp_path_factory):

@@ -16,6 +16,8 @@ from batchtui.core.cli import main
 from batchtui.core.cli.exit_codes import EXIT_INTERRUPTED
 from batchtui.core.rollouts import records as rollout_records
 
+pytestmark = pytest.mark.cpu_kernels  # run again with the AVX2 kernels (.ci/run)
+
 ARGS = ["--model", "tiny", "--dtype", "float32", "--batch-tokens", "40", "--quiet"]
 
 
@@ -100,6 +102,7 @@ def test_an_existing_records_file_is_never_overwritten_without_resume(rollouts, 
     assert "exists: --resume continues it" in capsys.readouterr().err and records.read_text() == "mine\n"
 
 
+@pytest.mark.slow
 def test_a_real_sigint_leaves_whole_records_and_resume_completes(tmp_path):
     """The command in its own process, stopped by SIGINT once some records are written (bounded in time)."""
     path = write_jsonl(tmp_path / "in.jsonl", sampled_rollouts("qwen2-english-4m", 48, new_tokens=16, batch=8))

@@ -6,6 +6,8 @@ import random
 import subprocess
 import sys
 
+import pytest
+
 _PEAK = """
 import resource, sys
 from batchtui.core.cli import main
@@ -35,6 +37,7 @@ def _peak_kib(path, tmp_path, name: str) -> int:
     return int(peak[0].split()[1])
 
 
+@pytest.mark.slow
 def test_five_times_the_rollouts_cost_less_than_100_mib_more_at_peak(tmp_path):
     small, large = tmp_path / "small.jsonl", tmp_path / "large.jsonl"
     _synthetic(small, 600)

@@ -10,6 +10,8 @@ import sys
 import pytest
 from rollout_files import sampled_rollouts, write_jsonl
 
+pytestmark = pytest.mark.cpu_kernels  # run again with the AVX2 kernels (.ci/run)
+
 
 def _summary(path) -> dict:
     report = json.loads(path.read_text())
@@ -19,6 +21,7 @@ def _summary(path) -> dict:
     return report
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("mode", "program"),
     [([], ["-m", "batchtui.core"]), (["--invariant"], ["-m", "batchtui.core"]), ([], [shutil.which("batchtui")])],

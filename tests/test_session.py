@@ -4,6 +4,7 @@ import json
 import os
 import signal
 
+import pytest
 from terminal import pause, start_app, wait_exit, wait_for
 from tui_helpers import settle
 from tui_helpers import wait_for as wait_in_app
@@ -82,6 +83,7 @@ async def test_corrupt_session_notice_in_the_app(tmp_path):
         assert app.state.comparison is not None and app.is_running
 
 
+@pytest.mark.slow
 def test_sigkill_loses_nothing_typed(tmp_path):
     """Start the real app in a terminal, type, kill it with SIGKILL, start again: the texts are back."""
     path = tmp_path / "session.json"

@@ -4,6 +4,7 @@ import json
 import os
 import unicodedata
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from terminal import OUTPUT, pause, start_app, wait_exit, wait_for
@@ -79,6 +80,7 @@ def test_check_table_and_json_keep_controls_off_the_terminal(capsys):
     assert [t["text"] for t in json.loads(captured.out)["texts"]] == HOSTILE
 
 
+@pytest.mark.slow
 def test_real_terminal_never_receives_the_escape_sequences(tmp_path):
     """The real app in a pseudo-terminal: its bytes never hold the texts' OSC, CSI or C1 sequences."""
     path = tmp_path / "session.json"

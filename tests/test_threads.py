@@ -5,12 +5,15 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 _COUNT = (
     "import torch; from batchtui.core.threads import use_threads; "
     "own = torch.get_num_threads(); print(own, use_threads(None), use_threads(1), use_threads(None))"
 )
 
 
+@pytest.mark.slow
 def test_the_default_is_torch_s_own_count_even_with_every_core_busy():
     environment = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in os.sched_getaffinity(0)]

@@ -15,6 +15,8 @@ from batchtui.core.numbers.importance import SequenceLogprobs, importance_metric
 from batchtui.core.run.generation import generate_and_compare
 from batchtui.core.settings import Settings
 
+pytestmark = pytest.mark.cpu_kernels  # run again with the AVX2 kernels (.ci/run)
+
 TEXTS = ["a", "The quick brown fox", "def f(x):\n    return x + 1"]
 NEW = 6
 
