@@ -128,10 +128,15 @@ def test_a_level_above_the_http_pool_s_default_is_in_flight_whole():
     assert most[0] > 100
 
 
-def test_a_run_after_a_cancelled_one_measures_alone_only_once_the_old_requests_have_ended():
+def test_a_run_after_a_cancelled_one_measures_alone_only_once_the_old_requests_have_ended(monkeypatch):
     """The first run is cancelled while its level's requests are held by the server; the second run's first
     request (its probe) is sent only after every one of them has been answered, never beside them."""
+    from batchtui.core.endpoint import run
     from batchtui.core.endpoint.run import measure_endpoint
+
+    # this test's own count of requests in flight: another test's abandoned requests (ending by their deadline, in
+    # this process) are not this one's to wait for
+    monkeypatch.setattr(run, "_IN_FLIGHT", run._RequestsInFlight())
     from batchtui.core.errors import Cancelled
     from batchtui.core.run.backend import ServedContinuation
 

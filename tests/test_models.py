@@ -130,7 +130,7 @@ def test_a_decoding_step_takes_the_cache_by_the_keyword_the_model_names_it():
 
     import torch
 
-    from batchtui.core.models.compat import cache_kwarg, cache_of
+    from batchtui.core.compat.transformers import cache_kwarg, cache_of
 
     model = load_model(Settings(model="tiny", dtype="float64")).model
     ids = torch.tensor([[5, 9, 2, 7, 3]])

@@ -10,6 +10,7 @@ import time
 from dataclasses import fields
 from typing import TextIO
 
+from ..compat.argparse import HelpWithDefaults, actions, option_strings
 from ..errors import InputError
 from ..run.remedies import REMEDIES
 from ..run.sweep import parse_batch_sizes, parse_counts, parse_names
@@ -28,10 +29,10 @@ from ..texts import DEFAULT_TEXTS, NumberedTexts, read_texts_file, validate_text
 from ..visible import literal
 
 
-class _DefaultsShown(argparse.HelpFormatter):
+class _DefaultsShown(HelpWithDefaults):
     """Adds `(default: X)` to an option's help unless it says its default already (or has none)."""
 
-    def _get_help_string(self, action: argparse.Action) -> str:
+    def help_of(self, action: argparse.Action) -> str:
         text = action.help or ""
         no_default = action.default in (None, False, argparse.SUPPRESS, "") or action.default == []
         if not action.option_strings or "default" in text or no_default:
@@ -117,7 +118,7 @@ class OneLineParser(argparse.ArgumentParser):
     def parse_known_args(self, args=None, namespace=None):
         # `--invariant=CLASSES` is `--invariant-classes CLASSES`: `--invariant` itself stays a flag, so that the text
         # after it is never read as its value.
-        if args is not None and any(a.startswith("--invariant-classes") for a in self._option_string_actions):
+        if args is not None and any(a.startswith("--invariant-classes") for a in option_strings(self)):
             if "--invariant=" in args:  # (empty: it would run without the mode and pass)
                 self.error("--invariant= names none of the mode's classes: give them, or --invariant alone")
             args = [f"--invariant-classes={a.split('=', 1)[1]}" if a.startswith("--invariant=") else a for a in args]
@@ -275,7 +276,7 @@ def given_options(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
     (`--batch-size 8` must beat a session's 4, though 8 is the default)."""
     not_given = object()  # not a string, so argparse never runs it through an option's type
     probe = copy.deepcopy(parser)
-    probe.set_defaults(**{action.dest: not_given for action in probe._actions})
+    probe.set_defaults(**{action.dest: not_given for action in actions(probe)})
     return {dest for dest, value in vars(probe.parse_args(argv)).items() if value is not not_given}
 
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import secrets
 
+from ..numbers.importance import logprob_move
 from ..run.backend import Completer, ServedContinuation
-from .result import PrefillDecode, PrefixCacheCheck, logprob_move, split_of
+from .result import PrefillDecode, PrefixCacheCheck, split_of
 
 NO_PREFILL = (
     "this server returns no token ids or prompt logprobs (vLLM's return_token_ids, prompt_logprobs): prefill vs "

@@ -13,6 +13,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from ..numbers.comparison import RunResult
+from ..numbers.importance import logprob_move
 from ..run.backend import ServedContinuation
 from .server_batch import ServerBatch
 
@@ -20,16 +21,6 @@ if TYPE_CHECKING:
     from .vs_local import ServedVsLocal
 
 DEFAULT_LADDER = (1, 2, 4, 8, 16, 32)  # `endpoint`'s concurrency levels unless given
-
-
-def logprob_move(before: float, after: float) -> float:
-    """after − before: 0 for the same value (two NaNs or two −infs alike), infinite where they differ and one is
-    not a finite number, so that no max() hides a NaN and −inf − −inf is no NaN."""
-    if before == after or (math.isnan(before) and math.isnan(after)):
-        return 0.0
-    if not (math.isfinite(before) and math.isfinite(after)):
-        return math.inf
-    return after - before
 
 
 @dataclass(frozen=True)

@@ -11,12 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import InputError
-from ..numbers.importance import importance_ratio
+from ..numbers.importance import importance_ratio, logprob_move
 from ..one_run import one_run_at_a_time
 from ..run.backend import ServedContinuation
 from ..settings import Settings
 from ..visible import literal
-from .result import logprob_move
 
 
 @dataclass(frozen=True)

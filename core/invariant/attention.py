@@ -23,6 +23,7 @@ from collections.abc import Iterator
 import torch
 from torch.overrides import TorchFunctionMode
 
+from ..compat.torch import SDPA
 from ..errors import NotInvariant
 from .kept_by_identity import KeptByIdentity
 from .ordered_attention import ordered_attention
@@ -103,7 +104,7 @@ def _no_dropout(p) -> None:
         raise NotInvariant(f"attention dropout {p} draws random masks: no two runs agree (train with dropout 0)")
 
 
-_SDPA = torch._C._nn.scaled_dot_product_attention
+_SDPA = SDPA
 
 
 class InOrderSdpa(TorchFunctionMode):

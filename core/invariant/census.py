@@ -16,7 +16,7 @@ from collections.abc import Callable, Hashable, Sequence
 
 import torch
 
-from ..models.compat import cache_kwarg, cache_of
+from ..compat.transformers import cache_kwarg, cache_of
 from ..models.hooks import own_thread
 from .scopes import ModuleForwards, ScopedKernels, library_holding
 

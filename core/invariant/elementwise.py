@@ -16,6 +16,7 @@ import functools
 
 import torch
 
+from ..compat.torch import nn_binding
 from .gradients import plain_backward
 from .scopes import ModuleForwards, ScopedKernels, has_own_forward
 
@@ -103,7 +104,7 @@ _NEEDLESS_ON_CPU = {name: _exact(name) for name in _OPS}
 def _binding(name: str):
     """The Python binding of the op (its `out=` form is the out overload), where torch has one: a third of the call's
     cost of `torch.ops.aten.<name>.out`."""
-    return getattr(torch._C._nn, name, None) or getattr(torch, name)
+    return nn_binding(name) or getattr(torch, name)
 
 
 class TailFreeElementwise(ScopedKernels):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import torch
 
+from ..compat.torch import onednn_linear_pointwise
 from .rows import DEVICE_KEYS, Path, RowsFn, by_rows
 from .scopes import ScopedKernels
 
@@ -56,7 +57,7 @@ def onednn_usable(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
 
 def onednn_linear(weight: torch.Tensor, bias: torch.Tensor | None = None) -> RowsFn:
     """oneDNN's inner product: `rows @ weight.T + bias`, the weight read as nn.Linear stores it."""
-    return lambda rows: torch.ops.mkldnn._linear_pointwise(rows, weight, bias, "none", [], "")
+    return lambda rows: onednn_linear_pointwise(rows, weight, bias)
 
 
 def _onednn(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> list[Path]:

@@ -33,6 +33,7 @@ from collections.abc import Iterator
 
 import torch
 
+from ..compat.transformers import attn_implementation, supports_sdpa, takes_attention_interface
 from ..errors import NotInvariant
 from ..models.structure import layer_count
 from ..numbers.logit_rows import rows_differ
@@ -143,20 +144,16 @@ def _cpu_autocast() -> tuple[bool, torch.dtype]:
 
 def _implementation(model) -> str:
     """The model's own attention implementation, also inside a block (where it is routed to the mode's)."""
-    current = str(getattr(model.config, "_attn_implementation", None) or "eager")
+    current = str(attn_implementation(model.config) or "eager")
     return (inner_implementation(model.config) or current) if current == NAME else current
-
-
-def _uses_interface(model) -> bool:
-    can_set = getattr(type(model), "_can_set_attn_implementation", None)
-    return bool(can_set()) if can_set is not None else False
 
 
 def _static_gap(model) -> str | None:
     implementation = _implementation(model)
     name = type(model).__name__
-    if not _uses_interface(model) and implementation != "sdpa":  # SDPA calls are caught wherever they are made
-        hint = " (run it with --attn sdpa)" if getattr(model, "_supports_sdpa", False) else ""
+    # SDPA calls are caught wherever they are made; other attention only through transformers' interface
+    if not takes_attention_interface(model) and implementation != "sdpa":
+        hint = " (run it with --attn sdpa)" if supports_sdpa(model) else ""
         return (
             f"{name} computes its {implementation} attention itself, outside transformers' attention interface: "
             f"not covered{hint}"
@@ -224,7 +221,7 @@ def _mode(
         return
     with contextlib.ExitStack() as stack:
         _enter_kernels(stack, model, classes, library_on_cpu, modules)
-        if _uses_interface(model):
+        if takes_attention_interface(model):
             stack.enter_context(AttentionRouting(model, attend_in_order, modules))
         if catch_sdpa:
             stack.enter_context(InOrderSdpa())

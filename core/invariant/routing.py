@@ -12,6 +12,7 @@ import threading
 import weakref
 from collections.abc import Callable, Sequence
 
+from ..compat.transformers import attn_implementation_field, holds_attn_implementation
 from .scopes import SharedScope
 
 NAME = "batchtui_invariant"
@@ -74,16 +75,9 @@ def _configs(model, modules: Sequence | None = None) -> list:
         config = vars(module).get("config")
         if config is None and hasattr(type(module), "config"):  # a property or a class attribute
             config = getattr(module, "config", None)
-        if config is not None and id(config) not in found and hasattr(config, "_attn_implementation"):
+        if config is not None and id(config) not in found and holds_attn_implementation(config):
             found[id(config)] = config
     return list(found.values())
-
-
-def _attn_attribute(config) -> str:
-    # transformers 5 keeps the value behind a property whose setter also rewrites the sub-configs.
-    return (
-        "_attn_implementation_internal" if hasattr(config, "_attn_implementation_internal") else "_attn_implementation"
-    )
 
 
 class AttentionRouting:
@@ -104,10 +98,14 @@ class AttentionRouting:
             held = cls._held.get(self._model)
             if held is None:
                 configs = _configs(self._model, self._modules)
-                saved = [(c, getattr(c, _attn_attribute(c))) for c in configs if getattr(c, _attn_attribute(c)) != NAME]
+                saved = [
+                    (c, getattr(c, attn_implementation_field(c)))
+                    for c in configs
+                    if getattr(c, attn_implementation_field(c)) != NAME
+                ]
                 for config, own in saved:
                     _inner[id(config)] = own or "eager"
-                    setattr(config, _attn_attribute(config), NAME)
+                    setattr(config, attn_implementation_field(config), NAME)
                 held = cls._held[self._model] = [0, saved]
             held[0] += 1
         _local.depth = getattr(_local, "depth", 0) + 1
@@ -121,7 +119,7 @@ class AttentionRouting:
             held[0] -= 1
             if held[0] == 0:
                 for config, own in held[1]:
-                    setattr(config, _attn_attribute(config), own)
+                    setattr(config, attn_implementation_field(config), own)
                     _inner.pop(id(config), None)
                 del cls._held[self._model]
         self._registration.__exit__(*exc)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..cache_folder import cache_folder
-from .compat import dtype_kwarg
+from ..compat.transformers import dtype_kwarg
 from .token_text import bytes_to_unicode
 
 # Bump when the recipe below changes, so stale caches are not reused.

@@ -7,12 +7,12 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from ..compat.transformers import attn_implementation, dtype_kwarg, experts_kwargs
 from ..errors import BatchtuiError, InputError, ModelLoadError
 from ..one_run import one_run_at_a_time
 from ..settings import Settings
 from ..visible import literal
 from .builtin import builtin_names, builtin_path
-from .compat import dtype_kwarg, experts_kwargs
 from .source import first_line, hub_files_only, load_failure_message, source_problem
 from .structure import Structure, discover
 from .token_text import token_label
@@ -171,7 +171,7 @@ def _load(settings: Settings, device: str) -> LoadedModel:
         tokenizer=tokenizer,
         device=device,
         dtype=_dtype_name(model),
-        attn=str(getattr(model.config, "_attn_implementation", None) or "default"),
+        attn=str(attn_implementation(model.config) or "default"),
         pad_token_id=int(pad_id),
         vocab_size=int(model.get_output_embeddings().weight.shape[0]),
         max_tokens=_context_length(model, tokenizer),

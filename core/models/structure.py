@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .compat import module_output
+from ..compat.transformers import module_output
 
 # Roles: a short label shown beside a module's name, only where the module says what it is.
 ATTENTION, MLP, NORM, ROUTER = "attention", "MLP", "norm", "router"

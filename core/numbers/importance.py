@@ -25,6 +25,16 @@ TIS_CAP = 2.0  # truncated importance sampling's usual cap
 _LARGEST_EXPONENT = math.log(1.7976931348623157e308)  # exp of more overflows a float
 
 
+def logprob_move(before: float, after: float) -> float:
+    """after − before: 0 for the same value (two NaNs or two −infs alike), infinite where they differ and one is
+    not a finite number, so that no max() hides a NaN and −inf − −inf is no NaN."""
+    if before == after or (math.isnan(before) and math.isnan(after)):
+        return 0.0
+    if not (math.isfinite(before) and math.isfinite(after)):
+        return math.inf
+    return after - before
+
+
 def importance_ratio(delta: float) -> float:
     """exp(δ), infinite past the largest float (a served logprob of -800 against a local -0.1) instead of an error."""
     return math.inf if delta > _LARGEST_EXPONENT else math.exp(delta)

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from ..compat.torch import TorchDispatchMode, is_composite
 from ..invariant.mode import invariant_if
 from ..models.loading import LoadedModel
 from ..numbers.comparison import FirstOp
@@ -49,7 +49,7 @@ class _Recorder(TorchDispatchMode):
         self.records: list[_Record] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if self.in_parts and self.module is not None and _composite(func):
+        if self.in_parts and self.module is not None and is_composite(func):
             with self:  # (the mode is off inside its own call: on again for the parts)
                 decomposed = func.decompose(*args, **(kwargs or {}))
             if decomposed is not NotImplemented:
@@ -71,10 +71,6 @@ class _Recorder(TorchDispatchMode):
                     )
                 )
         return out
-
-
-def _composite(func) -> bool:
-    return torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd")
 
 
 def _tensors(value):

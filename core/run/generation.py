@@ -15,9 +15,9 @@ import time
 
 import torch
 
+from ..compat.transformers import cache_kwarg, cache_of
 from ..errors import InputError
 from ..invariant.mode import invariant_if, outside_the_mode
-from ..models.compat import cache_kwarg, cache_of
 from ..models.loading import LoadedModel
 from ..numbers.comparison import PositionColumns
 from ..numbers.generation import (

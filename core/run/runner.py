@@ -14,8 +14,8 @@ from functools import partial
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
+from ..compat.transformers import module_output
 from ..errors import Cancelled
-from ..models.compat import module_output
 from ..models.loading import LoadedModel
 from ..models.structure import Module, chosen_experts
 from .backend import BatchedChunk, Decoded, PassOutput, Recording

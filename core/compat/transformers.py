@@ -1,4 +1,5 @@
-"""Differences between the transformers 4.4x and 5.x lines that the engine must bridge."""
+"""transformers: the differences between its 4.4x and 5.x lines that the engine bridges, and the private names of
+its models and configs it reads (the attention implementation a config holds, whether a model takes another)."""
 
 from __future__ import annotations
 
@@ -40,3 +41,32 @@ def cache_kwarg(model) -> str:
     """The keyword `model`'s forward takes a cache by: `cache` in transformers' newer models (`past_key_values` is
     deprecated there, and goes in 5.40), `past_key_values` before."""
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def attn_implementation(config) -> str | None:
+    """The attention implementation `config` holds (None: not set)."""
+    return getattr(config, "_attn_implementation", None)
+
+
+def holds_attn_implementation(config) -> bool:
+    """Whether `config` is one that holds an attention implementation (a model's, a sub-model's)."""
+    return hasattr(config, "_attn_implementation")
+
+
+def attn_implementation_field(config) -> str:
+    """The attribute that stores `config`'s attention implementation: transformers 5 keeps the value behind a
+    property whose setter also rewrites the sub-configs, so it is set where the value lies."""
+    return (
+        "_attn_implementation_internal" if hasattr(config, "_attn_implementation_internal") else "_attn_implementation"
+    )
+
+
+def takes_attention_interface(model) -> bool:
+    """Whether `model` computes its attention through transformers' attention interface (an implementation can be
+    set on it), not inside its own code."""
+    can_set = getattr(type(model), "_can_set_attn_implementation", None)
+    return bool(can_set()) if can_set is not None else False
+
+
+def supports_sdpa(model) -> bool:
+    return bool(getattr(model, "_supports_sdpa", False))

@@ -1,0 +1,34 @@
+"""The frameworks' private names are read in one place, `core/compat/`: a framework's next release is met there."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).parents[1]
+
+# A private name of torch, transformers, argparse or textual: a module path with a `_part`, or an attribute of
+# theirs that the engine reads.
+PRIVATE = re.compile(
+    r"\b(torch|transformers|textual|argparse)(\.\w+)*\._[a-zA-Z]\w*"
+    r"|\._(attn_implementation\w*|can_set_attn_implementation|supports_sdpa|actions|option_string_actions)\b"
+    r"|\b_get_help_string\b"
+)
+
+
+def test_no_framework_internal_is_named_outside_the_compat_door():
+    found = []
+    for path in sorted([*(ROOT / "core").rglob("*.py"), *(ROOT / "tui").rglob("*.py")]):
+        if path.parent.name == "compat":
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            code = line.split("#", 1)[0]
+            if PRIVATE.search(code):
+                found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert not found, "\n".join(found)
+
+
+def test_the_door_itself_is_found_by_the_rule():
+    """The rule is no dead letter: the door's own modules hold what it looks for."""
+    door = "".join(path.read_text() for path in (ROOT / "core" / "compat").glob("*.py"))
+    assert len(PRIVATE.findall(door)) >= 6
