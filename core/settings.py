@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 
 from .errors import InputError
 
@@ -23,29 +23,36 @@ DEFAULT_ATOL = 1e-5
 DEFAULT_RTOL = 1e-3
 
 
+# What a field says of itself beyond its type and default (`field(metadata=...)`): `restored` False where a session
+# never brings it back (the machine's own and the user's trust come from each command line); `dest` where its
+# command-line option's destination has another name.
+NOT_RESTORED = {"restored": False}
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything that decides the numbers of one comparison."""
 
     model: str = DEFAULT_MODEL
     dtype: str = "auto"
-    device: str = "auto"
-    device_map: str | None = None  # e.g. "auto": shard across the host's GPUs with accelerate
+    device: str = field(default="auto", metadata=NOT_RESTORED)
+    device_map: str | None = field(default=None, metadata=NOT_RESTORED)  # "auto": shard across the host's GPUs
     batch_size: int = 8
     padding_side: str = "left"
     positions: str = "mask"
     attn: str | None = None
     top_k: int = 5
-    max_tokens: int | None = None  # cut longer texts (flagged `truncated`); None: the model's context
+    max_tokens: int | None = field(default=None, metadata=NOT_RESTORED)  # cut longer texts; None: the context
     atol: float = DEFAULT_ATOL
     rtol: float = DEFAULT_RTOL
-    trust_remote_code: bool = False
+    trust_remote_code: bool = field(default=False, metadata=NOT_RESTORED)
     # Extra measurements, each costing passes or memory: off unless asked for.
-    modules: bool = False  # per-module hidden states (norms, attention, MLP, residual) per layer
+    modules: bool = field(default=False, metadata={"dest": "layers"})  # per-module hidden states, per layer
     decompose: bool = False  # also run each padded row alone: batch-size vs padding effect
     reference: bool = False  # also run each text alone in float64 on the CPU
     invariant: bool = False  # run every pass in the batch-invariant mode (`batch_invariant`)
-    invariant_classes: str = ""  # with `invariant`: its parts, comma-separated (KERNEL_CLASSES); "": all four
+    # with `invariant`: its parts, comma-separated (KERNEL_CLASSES); "": all four
+    invariant_classes: str = field(default="", metadata=NOT_RESTORED)
 
     def validated(self) -> Settings:
         """Return self, or raise InputError naming the first unusable setting (a session file or a
@@ -99,36 +106,33 @@ class Settings:
         return asdict(self)
 
 
-# The type each field takes (None allowed where marked); bool is not accepted as a number.
-_FIELD_TYPES = {
-    "model": (str,),
-    "dtype": (str,),
-    "device": (str,),
-    "device_map": (str, None),
-    "batch_size": (int,),
-    "padding_side": (str,),
-    "positions": (str,),
-    "attn": (str, None),
-    "top_k": (int,),
-    "max_tokens": (int, None),
-    "atol": (float, int),
-    "rtol": (float, int),
-    "trust_remote_code": (bool,),
-    "modules": (bool,),
-    "decompose": (bool,),
-    "reference": (bool,),
-    "invariant": (bool,),
-    "invariant_classes": (str,),
-}
+# A field's annotation, as the dataclass holds it (a string), read as the types it takes; an int is a float too.
+_TYPE_NAMES = {"str": (str,), "int": (int,), "float": (float, int), "bool": (bool,), "None": (None,)}
+
+
+def field_types(annotation: str) -> tuple:
+    """The types a field annotated `annotation` ("str | None", "float") takes, None among them where it may be
+    none."""
+    return tuple(t for name in annotation.split("|") for t in _TYPE_NAMES[name.strip()])
+
+
+def restored_settings() -> tuple[str, ...]:
+    """The settings a session brings back unless the command line gives them."""
+    return tuple(f.name for f in fields(Settings) if f.metadata.get("restored", True))
+
+
+def option_dest(name: str) -> str:
+    """The destination of setting `name`'s command-line option."""
+    return next(f.metadata.get("dest", name) for f in fields(Settings) if f.name == name)
 
 
 def _check_types(settings: Settings) -> None:
-    for field in fields(settings):
-        value = getattr(settings, field.name)
-        allowed = _FIELD_TYPES[field.name]
+    for setting in fields(settings):
+        value = getattr(settings, setting.name)
+        allowed = field_types(setting.type)
         if value is None and None in allowed:
             continue
         types = tuple(t for t in allowed if t is not None)
         if isinstance(value, bool) and bool not in types or not isinstance(value, types):
             names = " or ".join("none" if t is None else t.__name__ for t in allowed)
-            raise InputError(f"{field.name} must be {names}, not {value!r}")
+            raise InputError(f"{setting.name} must be {names}, not {value!r}")

@@ -14,27 +14,9 @@ from ..core.cli.options import OneLineParser, add_common_options, given_options,
 from ..core.errors import BatchtuiError
 from ..core.reports import session as session_file
 from ..core.safe_files import check_output_dir
-from ..core.settings import Settings
+from ..core.settings import Settings, option_dest, restored_settings
 from ..core.visible import literal
 
-# Settings a session restores unless given on the command line (the model too: `M` switches it in the
-# app); the device and the trust flag always come from the command line.
-LIVE_SETTINGS = (
-    "model",
-    "dtype",
-    "batch_size",
-    "padding_side",
-    "positions",
-    "attn",
-    "top_k",
-    "atol",
-    "rtol",
-    "modules",
-    "decompose",
-    "reference",
-    "invariant",
-)
-ARG_OF_SETTING = {"modules": "layers"}
 # A full garbage collection walks every object the process holds (torch's and transformers' modules, Textual's
 # caches of rendered lines: ~600k objects) and holds the UI for ~0.25 s; at Python's default (every 10th
 # collection of the middle generation) one came every ~15 key presses.
@@ -237,6 +219,6 @@ def _restored_settings(given: set[str], current: Settings, saved: Settings) -> S
     command line: a model the session brings back loads without it."""
     if "model" in given and saved.model != current.model:
         return current
-    changes = {name: getattr(saved, name) for name in LIVE_SETTINGS if ARG_OF_SETTING.get(name, name) not in given}
+    changes = {name: getattr(saved, name) for name in restored_settings() if option_dest(name) not in given}
     restored = current.with_changes(**changes)
     return restored.with_changes(trust_remote_code=trusted(restored.model, current))
