@@ -1,7 +1,6 @@
 import gc
 import inspect
 import os
-import re
 import tempfile
 from pathlib import Path
 
@@ -62,9 +61,13 @@ def pytest_collection_modifyitems(config, items):
 def _runs_vllm_tests(config) -> bool:
     """Whether the run's paths include the tests that need vLLM (the whole suite, or test_vllm.py), and its marker
     expression does not leave the served tests out."""
-    marks = config.option.markexpr or ""
-    if config.option.collectonly or (marks and not re.search(r"(?<!not )\bserved\b", marks)):
-        return False  # (a marker expression that does not ask for the served tests: `cpu_kernels`, `not served`)
+    if config.option.collectonly:
+        return False
+    if config.option.markexpr:  # does the expression select a test marked `served` alone (vLLM's)?
+        from _pytest.mark.expression import Expression
+
+        if not Expression.compile(config.option.markexpr).evaluate(lambda name, **_: name == "served"):
+            return False
     for arg in config.args:
         path = os.path.abspath(arg.split("::")[0])
         if os.path.isdir(path) and os.path.exists(os.path.join(path, "test_vllm.py")):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from factories import make_comparison, make_text
 
 from batchtui.core.terminal.heatmap import divergent_cells
-from batchtui.core.terminal.navigation import (
+from batchtui.tui.views.navigation import (
     clamp_cell,
     flip_cells,
     next_divergent,

@@ -202,7 +202,7 @@ def test_bitwise_judges_every_logit_and_the_remedy_says_the_line_for_one_s_own_c
     so; with `--remedy invariant` the mode's line for one's own code follows the table; the app's status line says
     which verdict it uses."""
     from batchtui.core import Settings, compare
-    from batchtui.core.terminal.navigation import describe_outcome
+    from batchtui.tui.views.navigation import describe_outcome
 
     main = core_main
     texts = ["a", "The quick brown fox"]

@@ -124,7 +124,7 @@ def test_the_ladder_says_per_level_what_splits_what_keeps_its_tokens_and_where_i
     assert "Δlp 9.77e-04" in format_endpoint_table(same_tokens)
     assert "0 of 2 continuations differ under load" in endpoint_verdict(same_tokens)
     assert "2 more keep their tokens with logprobs apart by up to 9.77e-04" in endpoint_verdict(same_tokens)
-    from batchtui.core.endpoint.views import endpoint_screen
+    from batchtui.tui.views.served import endpoint_screen
 
     screen = endpoint_screen(same_tokens)  # the app's view says the same
     assert [row.split_cell for row in screen.rows] == ["Δlp 9.77e-04"] * 2
@@ -377,7 +377,7 @@ def test_the_table_shows_what_the_server_generated_alone():
 
 def test_the_app_s_view_counts_rounds_from_1():
     from batchtui.core.endpoint.client import continuation_from
-    from batchtui.core.endpoint.views import endpoint_screen
+    from batchtui.tui.views.served import endpoint_screen
 
     said = continuation_from(_choice(" a", [" a"], [-0.5], [{" a": -0.5}]))
 

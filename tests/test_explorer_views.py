@@ -12,10 +12,10 @@ from batchtui.core.errors import InputError
 from batchtui.core.run.engine import compare
 from batchtui.core.run.sweep import parse_batch_sizes, parse_names
 from batchtui.core.terminal.heatmap import bucket_of, heatmap_series, overview_span
-from batchtui.core.terminal.layers import MARK_LEGEND, fitted_labels, layer_curve
-from batchtui.core.terminal.navigation import flip_cells, worst_flip
-from batchtui.core.terminal.tokens import token_strip, topk_union
 from batchtui.core.visible import shown_token
+from batchtui.tui.views.layers import MARK_LEGEND, fitted_labels, layer_curve
+from batchtui.tui.views.navigation import flip_cells, worst_flip
+from batchtui.tui.views.tokens import token_strip, topk_union
 
 LONG = "The quick brown fox jumps over the lazy dog. " * 6
 # Left-padded with arange positions the shorter texts' positions move: differences past rounding, and on every CPU

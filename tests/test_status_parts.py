@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from batchtui.core.terminal.status import MORE, SEPARATOR, StatusPart, fit_status
 from batchtui.core.visible import columns
+from batchtui.tui.views.status import MORE, SEPARATOR, StatusPart, fit_status
 
 PARTS = [
     StatusPart("last run failed: cannot load model 'x'", "error"),

@@ -8,7 +8,6 @@ from textual.command import CommandList, CommandPalette
 from textual.widgets import Input
 from tui_helpers import MIXED, detail_title, make_app, settle, wait_for
 
-from batchtui.core.terminal.navigation import next_divergent
 from batchtui.tui.app import EDIT_DEBOUNCE_S
 from batchtui.tui.engine_calls import call_engine
 from batchtui.tui.heatmap import Heatmap
@@ -16,6 +15,7 @@ from batchtui.tui.help_screen import HelpScreen
 from batchtui.tui.messages import ComparisonReady, GenerationFailed, RunFailed, RunProgress
 from batchtui.tui.prompt_screen import PromptScreen
 from batchtui.tui.summary_table import SummaryTable
+from batchtui.tui.views.navigation import next_divergent
 
 
 def test_the_first_frame_waits_for_no_torch():

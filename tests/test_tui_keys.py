@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from tui_helpers import make_app, settle, wait_for
 
-from batchtui.core.terminal.navigation import next_divergent, next_flip, worst_flip
 from batchtui.tui.heatmap import Heatmap
 from batchtui.tui.help_screen import HelpScreen
 from batchtui.tui.prompt_screen import PromptScreen
@@ -20,6 +19,7 @@ from batchtui.tui.status_line import StatusLine
 from batchtui.tui.summary_table import SummaryTable
 from batchtui.tui.sweep_screen import SweepScreen
 from batchtui.tui.texts_editor import TextsEditor
+from batchtui.tui.views.navigation import next_divergent, next_flip, worst_flip
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "app.md"
 # Flips on the built-in model in float64 are made by the test (see tui_helpers.batch_variant): none here, so the

@@ -4,10 +4,10 @@ divergences, flips, sorting, and what the status line says on the way."""
 from tui_helpers import detail_title, make_app, settle, wait_for
 
 from batchtui.core.terminal.heatmap import divergent_cells
-from batchtui.core.terminal.navigation import flip_cells, next_divergent, next_flip
 from batchtui.core.terminal.plain import decimals_to_tell_apart
 from batchtui.tui.status_line import StatusLine
 from batchtui.tui.summary_table import SummaryTable
+from batchtui.tui.views.navigation import flip_cells, next_divergent, next_flip
 
 LONG = "The quick brown fox jumps over the lazy dog. " * 12  # 540 tokens on the byte-level model
 

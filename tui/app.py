@@ -24,7 +24,6 @@ from ..core.errors import BatchtuiError
 from ..core.reports.repro import check_pack_destination
 from ..core.settings import Settings
 from ..core.terminal.generation_text import generation_verdict
-from ..core.terminal.navigation import SUMMARY_ORDERS, clamp_cell, describe_outcome
 from ..core.visible import literal_lines
 from .daemon_executor import DaemonThreadExecutor
 from .explorer_screen import LOCAL_ONLY_ACTIONS, ExplorerScreen
@@ -38,6 +37,7 @@ from .prompt_screen import PromptScreen
 from .run_controller import EndpointTarget, RunController
 from .settings_panel import SettingsPanel, next_in
 from .summary_table import SummaryTable
+from .views.navigation import SUMMARY_ORDERS, clamp_cell, describe_outcome
 
 EDIT_DEBOUNCE_S = 0.5
 

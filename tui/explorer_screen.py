@@ -17,7 +17,6 @@ from textual.screen import Screen
 
 from ..core.numbers.comparison import Comparison
 from ..core.settings import DTYPES, PADDING_SIDES, POSITION_MODES, Settings
-from ..core.terminal.navigation import next_divergent, next_flip
 from .detail import DetailPane
 from .explorer_state import ExplorerState
 from .generation_pane import GenerationPane
@@ -30,6 +29,7 @@ from .steady_footer import SteadyFooter
 from .summary_table import SummaryTable
 from .texts_editor import TextsEditor
 from .topk_pane import TopkPane
+from .views.navigation import next_divergent, next_flip
 
 # Tab and shift+Tab: over the panes in view (the help lists them with the moves).
 FOCUS_BINDINGS = [

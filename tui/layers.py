@@ -10,10 +10,10 @@ from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
 from ..core.numbers.comparison import Comparison
-from ..core.terminal.layers import MARK_LEGEND, fitted_labels, layer_curve
-from ..core.terminal.ticks import decade_ticks
 from ..core.visible import literal
 from .chart_pane import ChartPane
+from .views.layers import MARK_LEGEND, fitted_labels, layer_curve
+from .views.ticks import decade_ticks
 
 
 class LayersPane(ChartPane):

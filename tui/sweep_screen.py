@@ -19,10 +19,10 @@ from ..core.errors import InputError
 from ..core.run.sweep import describe_cell, parse_batch_sizes, parse_names, sweep_summary
 from ..core.settings import LOW_PRECISION_GRID, Settings
 from ..core.terminal.plain import SWEEP_HEADER, sweep_row
-from ..core.terminal.ticks import decade_ticks, log2_positions, sweep_series, thinned
 from . import chart_colors
 from .engine_calls import call_engine, on_ui_thread
 from .steady_footer import SteadyFooter
+from .views.ticks import decade_ticks, log2_positions, sweep_series, thinned
 
 SWEEP_DTYPES = LOW_PRECISION_GRID
 SWEEP_BATCH_SIZES = (1, 2, 4, 8, 16)

@@ -1,2 +1,3 @@
-"""Terminal text: plain-text tables and verdicts, and the views the app draws (heatmap, layers, tokens).
+"""Terminal text: plain-text tables and verdicts, and the views the CLI and the app both draw (the heatmap's
+buckets, generation and rollouts text); the app's own view-models live beside it, in tui/views/.
 Imports the numbers; never torch at import."""

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..models.token_text import readable_pieces
-from ..numbers.comparison import PositionMetrics, TextResult
-from .heatmap import bucket_of
+from ...core.models.token_text import readable_pieces
+from ...core.numbers.comparison import PositionMetrics, TextResult
+from ...core.terminal.heatmap import bucket_of
 
 
 @dataclass(frozen=True)

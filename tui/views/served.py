@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import math
 
-from ..numbers.comparison import TopToken
-from ..run.backend import ServedContinuation
-from ..terminal.generation import ContinuationToken, GenerationScreen, LadderView, RunText, StepCurve, TextRow
-from ..terminal.plain import counted, format_float
-from .report import endpoint_verdict, split_at
-from .result import ContinuationSplit, EndpointComparison, ServedText
+from ...core.endpoint.report import endpoint_verdict, split_at
+from ...core.endpoint.result import ContinuationSplit, EndpointComparison, ServedText
+from ...core.numbers.comparison import TopToken
+from ...core.run.backend import ServedContinuation
+from ...core.terminal.generation import ContinuationToken, GenerationScreen, LadderView, RunText, StepCurve, TextRow
+from ...core.terminal.plain import counted, format_float
 
 
 def endpoint_screen(comparison: EndpointComparison) -> GenerationScreen:

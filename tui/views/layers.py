@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..numbers.comparison import ModuleMetrics, RoutingChange, TextResult
+from ...core.numbers.comparison import ModuleMetrics, RoutingChange, TextResult
 
 
 @dataclass(frozen=True)

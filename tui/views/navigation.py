@@ -3,9 +3,9 @@ outcome in words."""
 
 from __future__ import annotations
 
-from ..numbers.comparison import Comparison
-from .heatmap import divergent_cells
-from .plain import counted, invariant_tally, invariant_verdict, verdict_rule
+from ...core.numbers.comparison import Comparison
+from ...core.terminal.heatmap import divergent_cells
+from ...core.terminal.plain import counted, invariant_tally, invariant_verdict, verdict_rule
 
 
 def describe_outcome(comparison: Comparison, batch_size: int) -> list[str]:

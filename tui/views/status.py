@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..visible import columns, literal
+from ...core.visible import columns, literal
 
 SEPARATOR = " · "
 MORE = "… F1: all"  # what ends a line that left parts out
