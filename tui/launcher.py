@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from ..core.cache_folder import cache_notice
-from ..core.cli import COMMANDS, run_command
+from ..core.cli import COMMANDS, commands_epilog, run_command
 from ..core.cli.exit_codes import EXIT_BAD_INPUT, error_line
 from ..core.cli.options import OneLineParser, add_common_options, given_options, settings_from_args, texts_from_args
 from ..core.errors import BatchtuiError
@@ -58,12 +58,7 @@ def app_parser() -> OneLineParser:
     parser = OneLineParser(
         prog="batchtui",
         description="Explore batched-vs-single logit differences live. Without a subcommand it starts the app.",
-        epilog="subcommands: batchtui check (table, JSON, exit code for CI) · batchtui generate (does batching "
-        "change the greedy continuation, and from which token) · batchtui sweep (a grid of settings) · "
-        "batchtui probe (one Linear layer) · batchtui bench (cost against the bare passes) · batchtui endpoint "
-        "(does load change a served model's answer) · batchtui rollouts (a sampler's rollouts scored as a trainer "
-        "does) · batchtui diff (two reports or repro packs); "
-        "each has its own --help",
+        epilog=commands_epilog("batchtui"),
     )
     add_common_options(parser)
     parser.add_argument("--session", metavar="FILE", help="session file (default: under $XDG_STATE_HOME/batchtui)")

@@ -5,41 +5,44 @@ The engine's command line: `batchtui SUBCOMMAND` and, without textual, `python -
 
 from __future__ import annotations
 
+import importlib
 import sys
-from collections.abc import Callable
+from dataclasses import dataclass
 
 from .exit_codes import EXIT_BAD_INPUT
 
 
-def _commands() -> dict[str, Callable[[list[str], str], int]]:
-    # Imported on use: `batchtui --help` and the app need none of them.
-    from .bench import run_bench
-    from .check import run_check
-    from .diff import run_diff
-    from .endpoint import run_endpoint
-    from .generate import run_generate
-    from .probe import run_probe
-    from .rollouts import run_rollouts
-    from .sweep import run_sweep
-
-    return {
-        "check": run_check,
-        "generate": run_generate,
-        "sweep": run_sweep,
-        "probe": run_probe,
-        "bench": run_bench,
-        "endpoint": run_endpoint,
-        "diff": run_diff,
-        "rollouts": run_rollouts,
-    }
+@dataclass(frozen=True)
+class Command:
+    name: str  # `batchtui NAME`; its module here runs it with `run_NAME(argv, prog)`
+    summary: str  # what it answers, in a few words (the launcher's --help lists them)
 
 
-COMMANDS = ("check", "generate", "sweep", "probe", "bench", "endpoint", "diff", "rollouts")
+# The one table of commands: the parsers, the launcher's list and its mistyped-command hint read it.
+COMMAND_TABLE = (
+    Command("check", "table, JSON, exit code for CI"),
+    Command("generate", "does batching change the greedy continuation, and from which token"),
+    Command("sweep", "a grid of settings"),
+    Command("probe", "one Linear layer"),
+    Command("bench", "cost against the bare passes"),
+    Command("endpoint", "does load change a served model's answer"),
+    Command("diff", "two reports or repro packs"),
+    Command("rollouts", "a sampler's rollouts scored as a trainer does"),
+)
+COMMANDS = tuple(command.name for command in COMMAND_TABLE)
 PROG = "python -m batchtui.core"
 
 
 def run_command(name: str, argv: list[str], prog: str) -> int:
-    return _commands()[name](argv, prog)
+    # imported on use: `batchtui --help` and the app need none of the commands
+    runner = getattr(importlib.import_module(f".{name}", __name__), f"run_{name}")
+    return runner(argv, prog)
+
+
+def commands_epilog(prog: str) -> str:
+    """The commands in a line each's words long, for a --help's end."""
+    listed = " · ".join(f"{prog} {command.name} ({command.summary})" for command in COMMAND_TABLE)
+    return f"subcommands: {listed}; each has its own --help"
 
 
 def main(argv: list[str] | None = None) -> int:
