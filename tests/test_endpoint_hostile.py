@@ -188,19 +188,25 @@ def test_served_model_ids_with_a_newline_keep_the_advice_on_one_line(capsys):
 @pytest.mark.slow
 def test_the_run_s_answers_together_are_bounded_not_only_each_one(capsys):
     """Answers of 0.6 MiB under a 1 MiB limit each: alone they pass, one at a time; 8 in flight, each sent in two
-    halves a second apart, would hold 4.8 MiB at once. The run holds at most twice the limit: one line, exit 2."""
+    halves seconds apart, would hold 4.8 MiB at once. The run holds at most twice the limit: one line, exit 2."""
     half = 300_000
     body = json.dumps({"id": "x", "object": "text_completion", "created": 0, "model": "m",
                        "choices": [{"index": 0, "text": "x" * 2 * half, "finish_reason": "length",
                                     "logprobs": None}]}).encode()  # fmt: skip
     answer = http_json(body)
 
+    posts = []
+
     def script(connection, request, stopped):
         if request.startswith(b"GET /v1/models"):
             connection.sendall(http_json(MODELS))
             return
+        posts.append(request)
+        if len(posts) <= 3:  # the probe, alone, alone again: one at a time, whole
+            connection.sendall(answer)
+            return
         connection.sendall(answer[: len(answer) // 2])
-        if not stopped.wait(1.0):
+        if not stopped.wait(10.0):  # (long enough for every first half to be read on a busy machine)
             connection.sendall(answer[len(answer) // 2 :])
 
     with scripted_server(script) as (url, _):
