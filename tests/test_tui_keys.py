@@ -94,6 +94,18 @@ def _documented_keys() -> set[str]:
     return keys
 
 
+def test_docs_key_table_is_the_keys_table_and_every_binding_is_in_it():
+    """docs/app.md's table is rendered from tui/keys.py (the bindings' own table); every key the explorer binds is
+    in one of its rows, and the local-only actions are the rows marked so."""
+    from batchtui.tui.explorer_screen import ExplorerScreen
+    from batchtui.tui.keys import KEY_ROWS, LOCAL_ONLY_ACTIONS, docs_table
+
+    assert docs_table() in DOCS.read_text()
+    assert ExplorerScreen.BINDINGS == [b for row in KEY_ROWS for b in row.bindings]
+    assert {"cycle_dtype", "remedies", "toggle_generation", "next_flip"} <= LOCAL_ONLY_ACTIONS
+    assert not LOCAL_ONLY_ACTIONS & {"rerun", "help", "quit", "save_report", "focus_editor"}
+
+
 def test_every_documented_key_has_a_test_here():
     assert _documented_keys() <= set(KEYS_TESTED), _documented_keys() - set(KEYS_TESTED)
 

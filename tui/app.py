@@ -26,11 +26,12 @@ from ..core.settings import Settings
 from ..core.terminal.generation_text import generation_verdict
 from ..core.visible import literal_lines
 from .daemon_executor import DaemonThreadExecutor
-from .explorer_screen import LOCAL_ONLY_ACTIONS, ExplorerScreen
+from .explorer_screen import ExplorerScreen
 from .explorer_state import ExplorerState, RunKey
 from .generation_pane import GenerationPane
 from .heatmap import Heatmap
 from .help_screen import HelpScreen
+from .keys import LOCAL_ONLY_ACTIONS
 from .messages import ComparisonReady, EndpointReady, GenerationFailed, GenerationReady, RunFailed, RunProgress
 from .outputs import SessionSaver, offered_report_path, report_on_screen, write_report, write_screenshot
 from .prompt_screen import PromptScreen

@@ -21,6 +21,7 @@ from .detail import DetailPane
 from .explorer_state import ExplorerState
 from .generation_pane import GenerationPane
 from .heatmap import NO_DIVERGENT, NO_FLIP, Heatmap
+from .keys import EXPLORER_BINDINGS, FOCUS_BINDINGS, LOCAL_ONLY_ACTIONS
 from .layers import LayersPane
 from .move_keys import MOVE_BINDINGS
 from .settings_panel import ATTENTION_CHOICES, BATCH_SIZES, SettingsPanel
@@ -31,37 +32,6 @@ from .texts_editor import TextsEditor
 from .topk_pane import TopkPane
 from .views.navigation import next_divergent, next_flip
 
-# Tab and shift+Tab: over the panes in view (the help lists them with the moves).
-FOCUS_BINDINGS = [
-    Binding("tab", "focus_pane(1)", "Next pane", show=False),
-    Binding("shift+tab", "focus_pane(-1)", "Previous pane", show=False),
-]
-
-# Keys that change or show a local model's passes: a server's dtype, batch and kernels are its own.
-LOCAL_ONLY_ACTIONS = frozenset(
-    {
-        "cycle_dtype",
-        "toggle_padding",
-        "cycle_batch_size",
-        "toggle_positions",
-        "cycle_attention",
-        "toggle_invariant",
-        "toggle_layers",
-        "toggle_module_view",
-        "toggle_topk",
-        "toggle_generation",
-        "switch_model",
-        "remedies",
-        "sweep",
-        "next_divergent",
-        "previous_divergent",
-        "next_flip",
-        "previous_flip",
-        "worst_flip",
-        "cycle_summary_order",
-    }
-)
-
 
 class ExplorerScreen(Screen[None]):
     class Ready(Message):
@@ -70,41 +40,7 @@ class ExplorerScreen(Screen[None]):
     class CloseGeneration(Message):
         """Escape over the generation view: the app holds which view is open."""
 
-    # In the footer's order: help first (so that it shows on a narrow screen too), quit last; both are the app's
-    # keys on every other screen too.
-    BINDINGS = [
-        Binding("question_mark,f1", "app.help", "Help", key_display="?/F1"),
-        *MOVE_BINDINGS,
-        *FOCUS_BINDINGS,
-        Binding("escape", "focus_heatmap", "Back to the heatmap", show=False),
-        Binding("e", "focus_editor", "Edit texts"),
-        Binding("n", "next_divergent", "Next divergent"),
-        Binding("N", "previous_divergent", "Prev divergent", key_display="N", show=False),
-        Binding("f", "next_flip", "Next flip"),
-        Binding("F", "previous_flip", "Prev flip", key_display="F", show=False),
-        Binding("w", "worst_flip", "Worst flip"),
-        Binding("right_square_bracket", "move_selection(1, 0)", "Next text", key_display="]", show=False),
-        Binding("left_square_bracket", "move_selection(-1, 0)", "Prev text", key_display="[", show=False),
-        Binding("t", "toggle_topk", "Top-k chart"),
-        Binding("c", "app.toggle_generation", "Continuations"),
-        Binding("r", "app.rerun", "Re-run"),
-        Binding("d", "cycle_dtype", "dtype"),
-        Binding("p", "toggle_padding", "Padding side"),
-        Binding("b", "cycle_batch_size", "Batch size"),
-        Binding("o", "toggle_positions", "Positions", show=False),
-        Binding("a", "cycle_attention", "Attention", show=False),
-        Binding("i", "toggle_invariant", "Invariant mode", show=False),
-        Binding("L", "toggle_layers", "Detail/layers", key_display="L", show=False),
-        Binding("s", "app.cycle_summary_order", "Sort summary", show=False),
-        Binding("m", "app.toggle_module_view", "Layers/modules"),
-        Binding("M", "app.switch_model", "Model…", key_display="M", show=False),
-        Binding("ctrl+o", "open_texts", "Open texts file…", show=False),
-        Binding("R", "app.remedies", "Remedies", key_display="R"),
-        Binding("S", "app.sweep", "Sweep", key_display="S"),
-        Binding("ctrl+s", "app.save_report", "Save report"),
-        Binding("I", "app.show_environment", "Fingerprint", key_display="I", show=False),
-        Binding("q", "app.quit", "Quit"),
-    ]
+    BINDINGS = EXPLORER_BINDINGS  # (tui/keys.py: the one table of the explorer's keys)
 
     def __init__(self, texts: list[str], settings: Settings, served: bool) -> None:
         super().__init__()
