@@ -27,10 +27,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the repository root: `core` as a package
 
+from core.experiments.bench import floor_passes, workload  # noqa: E402
 from core.models.loading import load_model  # noqa: E402
 from core.numbers.cpu_memory import keep_freed_memory  # noqa: E402
 from core.run import engine  # noqa: E402
-from core.run.bench import floor_passes, workload  # noqa: E402
 from core.settings import Settings  # noqa: E402
 
 MEASURING = ("group_rows", "group_stats", "group_results")

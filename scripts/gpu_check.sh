@@ -36,7 +36,7 @@ wants() { [[ " $SECTIONS " == *" $1 "* ]]; }
 
 python - "$OUT" "$MODEL" <<'PY'
 import sys
-from core.run.bench import workload
+from core.experiments.bench import workload
 from core.models.loading import load_model
 from core.settings import Settings
 tokenizer = load_model(Settings(model=sys.argv[2], device="cpu")).tokenizer

@@ -27,9 +27,9 @@ def main() -> None:
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent, help="a checkout")
     args = parser.parse_args()
     sys.path.insert(0, str(args.root))  # its `core` as a package
+    from core.experiments.bench import workload
     from core.models.loading import load_model
     from core.numbers.cpu_memory import keep_freed_memory
-    from core.run.bench import workload
     from core.run.engine import compare
     from core.settings import Settings
 

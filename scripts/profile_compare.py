@@ -28,10 +28,10 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root: `core` as a package
 
+from core.experiments.bench import floor_passes, peak_memory, workload  # noqa: E402
 from core.models.loading import load_model  # noqa: E402
 from core.numbers.cpu_memory import keep_freed_memory  # noqa: E402
 from core.run import assemble, engine  # noqa: E402
-from core.run.bench import floor_passes, peak_memory, workload  # noqa: E402
 from core.run.runner import Runner  # noqa: E402
 from core.run.skeleton import chunks  # noqa: E402
 from core.settings import Settings  # noqa: E402

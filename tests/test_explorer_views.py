@@ -9,8 +9,8 @@ import pytest
 
 from batchtui.core import Settings
 from batchtui.core.errors import InputError
+from batchtui.core.experiments.sweep import parse_batch_sizes, parse_names
 from batchtui.core.run.engine import compare
-from batchtui.core.run.sweep import parse_batch_sizes, parse_names
 from batchtui.core.terminal.heatmap import bucket_of, heatmap_series, overview_span
 from batchtui.core.visible import shown_token
 from batchtui.tui.views.layers import MARK_LEGEND, fitted_labels, layer_curve

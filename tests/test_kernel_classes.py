@@ -12,7 +12,7 @@ import torch
 
 from batchtui.core import Settings, compare
 from batchtui.core.cli import main
-from batchtui.core.run.kernel_classes import attribute_kernels, with_classes
+from batchtui.core.experiments.kernel_classes import attribute_kernels, with_classes
 from batchtui.core.settings import KERNEL_CLASSES
 
 TEXTS = ["a", "The quick brown fox jumps over it", "hello world", "xyz"]  # mixed lengths: padding on three

@@ -11,7 +11,7 @@ from batchtui.core import Settings, compare
 from batchtui.core.cli.check import run_check
 from batchtui.core.cli.probe import run_probe
 from batchtui.core.cli.sweep import run_sweep
-from batchtui.core.run.remedies import REMEDIES, applied, compare_remedies
+from batchtui.core.experiments.remedies import REMEDIES, applied, compare_remedies
 
 pytestmark = pytest.mark.cpu_kernels  # run again with the AVX2 kernels (.ci/run)
 
@@ -87,7 +87,7 @@ def test_sweep_shape_and_json(tmp_path, capsys):
 
 
 def test_sweep_summary_counts_cells_and_names_the_clean_dtypes():
-    from batchtui.core.run.sweep import SweepCell, sweep_summary
+    from batchtui.core.experiments.sweep import SweepCell, sweep_summary
 
     cells = [
         SweepCell("bfloat16", 1, "sdpa", "left", 2, 0, 0.0, 0),

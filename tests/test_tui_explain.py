@@ -84,7 +84,7 @@ async def test_main_screen_keys_do_nothing_over_another_screen():
 
 
 async def test_the_remedies_marks_say_which_are_selected_and_none_is_left_out_without_a_word():
-    from batchtui.core.run.remedies import REMEDIES
+    from batchtui.core.experiments.remedies import REMEDIES
 
     app = make_app(texts=["a", "bc"])
     async with app.run_test(size=(120, 40)) as pilot:

@@ -12,7 +12,7 @@ from textual.strip import Strip
 from textual.widgets import Checkbox, DataTable, SelectionList, Static
 from textual.worker import get_current_worker
 
-from ..core.run.kernel_classes import kernels_table, kernels_verdict
+from ..core.experiments.kernel_classes import kernels_table, kernels_verdict
 from ..core.settings import Settings
 from ..core.terminal.plain import remedies_table
 from .engine_calls import call_engine
@@ -60,8 +60,8 @@ class RemediesScreen(Screen[None]):
         yield SteadyFooter()
 
     def on_mount(self) -> None:
+        from ..core.experiments.remedies import REMEDIES
         from ..core.models.loading import resolve_device
-        from ..core.run.remedies import REMEDIES
 
         device = resolve_device(self.settings.device)
         choices = self.query_one(SelectionList)
@@ -88,8 +88,8 @@ class RemediesScreen(Screen[None]):
     @work(thread=True, exclusive=True)
     def _measure(self, names: list[str]) -> None:
         worker = get_current_worker()
+        from ..core.experiments.remedies import compare_remedies
         from ..core.run.engine import compare
-        from ..core.run.remedies import compare_remedies
 
         def compare_fn(texts, settings):
             return compare(texts, settings, cancelled=lambda: worker.is_cancelled)
@@ -107,8 +107,8 @@ class RemediesScreen(Screen[None]):
     @work(thread=True, exclusive=True)
     def _attribute(self) -> None:
         worker = get_current_worker()
+        from ..core.experiments.kernel_classes import attribute_kernels
         from ..core.run.engine import compare
-        from ..core.run.kernel_classes import attribute_kernels
 
         def compare_fn(texts, settings):
             return compare(texts, settings, cancelled=lambda: worker.is_cancelled)

@@ -16,7 +16,7 @@ from textual.worker import get_current_worker
 from textual_plotext import PlotextPlot
 
 from ..core.errors import InputError
-from ..core.run.sweep import describe_cell, parse_batch_sizes, parse_names, sweep_summary
+from ..core.experiments.sweep import describe_cell, parse_batch_sizes, parse_names, sweep_summary
 from ..core.settings import LOW_PRECISION_GRID, Settings
 from ..core.terminal.plain import SWEEP_HEADER, sweep_row
 from . import chart_colors
@@ -87,8 +87,8 @@ class SweepScreen(Screen[None]):
     @work(thread=True, exclusive=True)
     def _run(self, grid_axes: tuple[tuple[str, ...], tuple[int, ...]]) -> None:
         worker = get_current_worker()
+        from ..core.experiments.sweep import sweep, sweep_grid
         from ..core.run.engine import compare
-        from ..core.run.sweep import sweep, sweep_grid
 
         grid = sweep_grid(self.settings, *grid_axes, [self.settings.attn or "default"], [self.settings.padding_side])
         on_ui_thread(self, self._progress, 0, len(grid), "")

@@ -91,9 +91,9 @@ def _bench(args: argparse.Namespace) -> int:
     settings = settings_from_args(args, ignored=("max_tokens",))
     check_report_destination(args.json)
     start_torch(args)
+    from ..experiments.bench import bench, workload
+    from ..experiments.phase_clock import PHASES
     from ..models.loading import load_model
-    from ..run.bench import bench, workload
-    from ..run.phase_clock import PHASES
 
     texts = workload(load_model(settings).tokenizer, args.texts, args.min_tokens, args.max_tokens)
     out = human_output(args.json)

@@ -22,9 +22,7 @@ def explain_kernels(args: argparse.Namespace) -> int:
     numbered = texts_from_args(args)
     check_report_destination(args.json)
     start_torch(args)
-    from ..reports.report import run_environment, write_json
-    from ..run.engine import compare
-    from ..run.kernel_classes import (
+    from ..experiments.kernel_classes import (
         attribute_kernels,
         code_line,
         kernels_json,
@@ -32,6 +30,8 @@ def explain_kernels(args: argparse.Namespace) -> int:
         kernels_verdict,
         planned_runs,
     )
+    from ..reports.report import run_environment, write_json
+    from ..run.engine import compare
 
     bar = ProgressLine()
     runs, planned = [0], [planned_runs()]

@@ -12,8 +12,8 @@ from typing import TextIO
 
 from ..compat.argparse import HelpWithDefaults, actions, option_strings
 from ..errors import InputError
-from ..run.remedies import REMEDIES
-from ..run.sweep import parse_batch_sizes, parse_counts, parse_names
+from ..experiments.remedies import REMEDIES
+from ..experiments.sweep import parse_batch_sizes, parse_counts, parse_names
 from ..safe_files import check_writable_file, is_standard_output
 from ..settings import (
     DEFAULT_ATOL,

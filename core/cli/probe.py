@@ -40,8 +40,8 @@ def _probe(args: argparse.Namespace) -> int:
         raise InputError(f"probe dtypes must be among {', '.join(FLOAT_DTYPES)}, not {', '.join(unknown)}")
     Settings(device=args.device, atol=args.atol, rtol=args.rtol).validated()
     check_report_destination(args.json)
+    from ..experiments.probe import probe
     from ..models.loading import resolve_device
-    from ..run.probe import probe
 
     device = resolve_device(args.device)
     bar = ProgressLine()

@@ -96,7 +96,7 @@ def measured(texts: list[str], settings: Settings, remedies: list[str], run) -> 
     Returns the baseline's result and the outcomes (none without remedies)."""
     if not remedies:
         return run(texts, settings), []
-    from ..run.remedies import compare_remedies
+    from ..experiments.remedies import compare_remedies
 
     outcomes = compare_remedies(texts, settings, remedies, run)
     return outcomes[0].comparison, outcomes
@@ -126,7 +126,7 @@ def finish_report(result, outcomes: list, settings: Settings, json_path: str | N
         print(format_remedies(outcomes), file=out)
         invariant = next((o for o in outcomes if o.name.startswith("invariant") and o.comparison is not None), None)
         if invariant is not None:
-            from ..run.kernel_classes import code_line
+            from ..experiments.kernel_classes import code_line
 
             classes = invariant.comparison.config.get("invariant_classes") or ""
             print(code_line(tuple(classes.split(",")) if classes else None), file=out)

@@ -52,7 +52,7 @@ def _sweep(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     texts = texts_from_args(args).texts
     check_report_destination(args.json)
-    from ..run.sweep import describe_cell, sweep, sweep_grid, sweep_summary
+    from ..experiments.sweep import describe_cell, sweep, sweep_grid, sweep_summary
 
     padding_sides = ["left"] if args.generate else args.padding_sides  # generation pads on the left
     grid = sweep_grid(settings, args.dtypes, args.batch_sizes, args.attns, padding_sides)

@@ -10,8 +10,8 @@ import tempfile
 
 import torch
 
+from ..experiments.bench import MoreMethods
 from ..models.loading import LoadedModel
-from ..run.bench import MoreMethods
 from ..run.runner import position_ids
 from ..run.trainer_forward import grpo_layout, training_without_dropout
 from ..settings import Settings

@@ -1,2 +1,2 @@
-"""The run: the backend interface, the runner's passes, the engine (`compare`), generation, remedies, sweep,
-probe, bench, kernel classes and the first op. Imports models, numbers, the invariant mode."""
+"""The run: the backend interface, the runner's passes, the engine (`compare`), generation, the trainer's forward
+and the first op (the experiments over it: `experiments/`). Imports models, numbers, the invariant mode."""

@@ -38,13 +38,13 @@ from ..invariant.mode import invariant_if, library_kernels_on_cpu
 from ..invariant.rows import chosen_paths
 from ..models.loading import LoadedModel, load_model
 from ..numbers.generation import DEFAULT_MAX_NEW_TOKENS
+from ..run.engine import compare
+from ..run.generation import generate_and_compare
+from ..run.runner import Runner
+from ..run.skeleton import chunks
+from ..run.trainer_forward import score_as_trainer
 from ..settings import Settings
-from .engine import compare
-from .generation import generate_and_compare
 from .phase_clock import PHASES, phase_clock
-from .runner import Runner
-from .skeleton import chunks
-from .trainer_forward import score_as_trainer
 
 _WORDS = (
     "the model reads each token and attends to the ones before it while padding changes the shape of every "
