@@ -45,6 +45,7 @@ def pytest_configure(config):
 
 # Fixtures that start a real server: a test taking one is `served` (the tiers are derived, never listed by hand).
 SERVER_FIXTURES = {"server", "served", "vllm"}
+VLLM_TESTS_MARKS = ({"served"}, {"served", "app"})  # the marks tests/test_vllm.py's tests carry
 
 
 def pytest_collection_modifyitems(config, items):
@@ -63,10 +64,11 @@ def _runs_vllm_tests(config) -> bool:
     expression does not leave the served tests out."""
     if config.option.collectonly:
         return False
-    if config.option.markexpr:  # does the expression select a test marked `served` alone (vLLM's)?
+    if config.option.markexpr:  # does the expression select one of vLLM's tests (`served`, one also `app`)?
         from _pytest.mark.expression import Expression
 
-        if not Expression.compile(config.option.markexpr).evaluate(lambda name, **_: name == "served"):
+        selects = Expression.compile(config.option.markexpr).evaluate
+        if not any(selects(lambda name, marks=marks, **_: name in marks) for marks in VLLM_TESTS_MARKS):
             return False
     for arg in config.args:
         path = os.path.abspath(arg.split("::")[0])

@@ -4,18 +4,15 @@ from __future__ import annotations
 
 from rich.segment import Segment
 from rich.text import Text
-from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.strip import Strip
 from textual.widgets import Checkbox, DataTable, SelectionList, Static
-from textual.worker import get_current_worker
 
 from ..core.experiments.kernel_classes import kernels_table, kernels_verdict
 from ..core.settings import Settings
 from ..core.terminal.plain import remedies_table
-from .engine_calls import call_engine
 from .steady_footer import SteadyFooter
 
 
@@ -85,16 +82,11 @@ class RemediesScreen(Screen[None]):
         self.query_one("#remedy-status", Static).update(Text(f"measuring {len(names)} remedies…"))
         self._measure(names)
 
-    @work(thread=True, exclusive=True)
     def _measure(self, names: list[str]) -> None:
-        worker = get_current_worker()
-        from ..core.experiments.remedies import compare_remedies
-        from ..core.run.engine import compare
+        self.app.runs.remedies(self, self.texts, self.settings, names, self._show)
 
-        def compare_fn(texts, settings):
-            return compare(texts, settings, cancelled=lambda: worker.is_cancelled)
-
-        call_engine(self, lambda: compare_remedies(self.texts, self.settings, names, compare_fn), self._show)
+    def on_unmount(self) -> None:
+        self.app.runs.cancel("remedies")  # nobody is left to see them
 
     def action_kernels(self) -> None:
         if not self.texts:
@@ -104,17 +96,8 @@ class RemediesScreen(Screen[None]):
         self.query_one("#remedy-status", Static).update(Text(status))
         self._attribute()
 
-    @work(thread=True, exclusive=True)
     def _attribute(self) -> None:
-        worker = get_current_worker()
-        from ..core.experiments.kernel_classes import attribute_kernels
-        from ..core.run.engine import compare
-
-        def compare_fn(texts, settings):
-            return compare(texts, settings, cancelled=lambda: worker.is_cancelled)
-
-        plain = self.settings.with_changes(invariant=False, invariant_classes="")
-        call_engine(self, lambda: attribute_kernels(self.texts, plain, compare_fn), self._show_kernels)
+        self.app.runs.kernel_classes(self, self.texts, self.settings, self._show_kernels)
 
     def _show_kernels(self, found) -> None:
         self.kernels = found

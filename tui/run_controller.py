@@ -1,5 +1,6 @@
 """The app's engine runs, each in a thread worker of its own group (a newer run of a group cancels the older):
-comparisons, generations, a served model's continuations, a model switch, a repro pack and the fingerprint.
+comparisons, generations, a served model's continuations, a model switch, a repro pack, the fingerprint, and the
+sweep, remedies and kernel classes of their screens.
 
 It reads the app's state only to tell a stale run (`is_current`) and changes none: a run's outcome comes back
 to the app as a message carrying its run number, or through the callbacks it is given, on the UI thread."""
@@ -19,7 +20,7 @@ from ..core.numbers.generation import GenerationComparison
 from ..core.one_run import one_run_at_a_time
 from ..core.settings import Settings
 from ..core.texts import NumberedTexts
-from .engine_calls import call_engine, post_outcome
+from .engine_calls import call_engine, on_ui_thread, post_outcome
 from .messages import ComparisonReady, EndpointReady, GenerationFailed, GenerationReady, RunFailed, RunProgress
 
 # What the status line says while an older, cancelled run finishes its pass (runs take turns: `core.one_run`).
@@ -193,3 +194,63 @@ class RunController:
             )
 
         self._start(run, "environment")
+
+    # -- the experiments of a screen: its results go to it (dropped once it has closed) ----------------------------
+
+    def cancel(self, group: str) -> None:
+        """Cancel the runs of `group` (a screen that closes cancels its own)."""
+        self._app.workers.cancel_group(self._app, group)
+
+    def sweep(self, screen, texts: list[str], settings: Settings, axes, on_progress: Callable, on_cells: Callable):
+        """The grid of `axes` (dtypes, batch sizes) over `texts`: `on_progress(done, total, cell)` after each cell
+        (cell None before the first), then `on_cells(cells)`, on the UI thread."""
+
+        def run() -> None:
+            from ..core.experiments.sweep import sweep, sweep_grid
+            from ..core.run.engine import compare  # torch loads here, off the UI thread
+
+            worker = get_current_worker()
+            grid = sweep_grid(settings, *axes, [settings.attn or "default"], [settings.padding_side])
+            on_ui_thread(screen, on_progress, 0, len(grid), None)
+
+            def progress(done: int, total: int, cell) -> None:
+                on_ui_thread(screen, on_progress, done, total, cell)
+
+            cancelled = lambda: worker.is_cancelled  # noqa: E731
+            call_engine(screen, lambda: sweep(texts, grid, compare, progress=progress, cancelled=cancelled), on_cells)
+
+        self._start(run, "sweep")
+
+    def remedies(self, screen, texts: list[str], settings: Settings, names: list[str], on_outcomes: Callable) -> None:
+        """Each remedy in `names` measured on `texts`, then all together: `on_outcomes(outcomes)`."""
+
+        def run() -> None:
+            from ..core.experiments.remedies import compare_remedies
+
+            call_engine(
+                screen, lambda: compare_remedies(texts, settings, names, self._cancellable_compare()), on_outcomes
+            )
+
+        self._start(run, "remedies")
+
+    def kernel_classes(self, screen, texts: list[str], settings: Settings, on_found: Callable) -> None:
+        """Which of the batch-invariant mode's classes the difference comes from (`attribute_kernels`)."""
+
+        def run() -> None:
+            from ..core.experiments.kernel_classes import attribute_kernels
+
+            plain, compare_fn = (
+                settings.with_changes(invariant=False, invariant_classes=""),
+                self._cancellable_compare(),
+            )
+            call_engine(screen, lambda: attribute_kernels(texts, plain, compare_fn), on_found)
+
+        self._start(run, "remedies")
+
+    @staticmethod
+    def _cancellable_compare() -> Callable:
+        """For the worker that calls it: `compare(texts, settings)` ended when the worker is cancelled."""
+        from ..core.run.engine import compare
+
+        worker = get_current_worker()
+        return lambda texts, settings: compare(texts, settings, cancelled=lambda: worker.is_cancelled)

@@ -6,13 +6,12 @@ never on its own; a finished sweep of the same texts and settings comes back as 
 from __future__ import annotations
 
 from rich.text import Text
-from textual import on, work
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import DataTable, Input, Label, ProgressBar, Static
-from textual.worker import get_current_worker
 from textual_plotext import PlotextPlot
 
 from ..core.errors import InputError
@@ -20,7 +19,6 @@ from ..core.experiments.sweep import describe_cell, parse_batch_sizes, parse_nam
 from ..core.settings import LOW_PRECISION_GRID, Settings
 from ..core.terminal.plain import SWEEP_HEADER, sweep_row
 from . import chart_colors
-from .engine_calls import call_engine, on_ui_thread
 from .steady_footer import SteadyFooter
 from .views.ticks import decade_ticks, log2_positions, sweep_series, thinned
 
@@ -84,29 +82,18 @@ class SweepScreen(Screen[None]):
         self.grid = (tuple(dtypes), tuple(batch_sizes))
         self._run(self.grid)
 
-    @work(thread=True, exclusive=True)
-    def _run(self, grid_axes: tuple[tuple[str, ...], tuple[int, ...]]) -> None:
-        worker = get_current_worker()
-        from ..core.experiments.sweep import sweep, sweep_grid
-        from ..core.run.engine import compare
+    def _run(self, axes: tuple[tuple[str, ...], tuple[int, ...]]) -> None:
+        self.app.runs.sweep(self, self.texts, self.settings, axes, self._progress, self._show)
 
-        grid = sweep_grid(self.settings, *grid_axes, [self.settings.attn or "default"], [self.settings.padding_side])
-        on_ui_thread(self, self._progress, 0, len(grid), "")
+    def on_unmount(self) -> None:
+        self.app.runs.cancel("sweep")  # nobody is left to see it
 
-        def progress(done: int, total: int, cell) -> None:
-            on_ui_thread(self, self._progress, done, total, f"{done}/{total} done, last {describe_cell(cell)}")
-
-        call_engine(
-            self,
-            lambda: sweep(self.texts, grid, compare, progress=progress, cancelled=lambda: worker.is_cancelled),
-            self._show,
-        )
-
-    def _progress(self, done: int, total: int, label: str) -> None:
+    def _progress(self, done: int, total: int, cell) -> None:
         bar = self.query_one(ProgressBar)
         bar.display = True
         bar.update(total=total, progress=done)
-        self.query_one("#sweep-status", Static).update(Text(label or f"running {total} cells…"))
+        label = f"{done}/{total} done, last {describe_cell(cell)}" if cell is not None else f"running {total} cells…"
+        self.query_one("#sweep-status", Static).update(Text(label))
 
     def _show(self, cells) -> None:
         self.cells = cells
