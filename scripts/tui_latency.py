@@ -68,8 +68,8 @@ def first_frame_seconds(n_texts: int, n_tokens: int) -> float:
 async def key_latencies(presses: int, n_texts: int, n_tokens: int) -> tuple[list[float], bool]:
     from batchtui.core import Settings
     from batchtui.tui.app import BatchtuiApp
-    from batchtui.tui.heatmap import HeatmapPlot
     from batchtui.tui.launcher import fewer_full_collections
+    from batchtui.tui.widgets.heatmap import HeatmapPlot
 
     fewer_full_collections()  # as the app's process collects
     frames = []

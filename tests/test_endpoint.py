@@ -138,9 +138,9 @@ async def test_the_app_with_url_shows_served_continuations_in_the_generation_vie
 
     from batchtui.core.settings import Settings
     from batchtui.tui.app import BatchtuiApp
-    from batchtui.tui.generation_pane import GenerationPane
     from batchtui.tui.run_controller import EndpointTarget
-    from batchtui.tui.status_line import StatusLine
+    from batchtui.tui.widgets.generation_pane import GenerationPane
+    from batchtui.tui.widgets.status_line import StatusLine
 
     texts = TEXTS[:4]
     app = BatchtuiApp(texts, Settings(model="tiny"), output_dir=tmp_path, endpoint=EndpointTarget(served))

@@ -259,7 +259,7 @@ async def test_the_app_keeps_the_mode_on_while_exploring():
     from textual.widgets import Checkbox
     from tui_helpers import make_app, settle
 
-    from batchtui.tui.status_line import StatusLine
+    from batchtui.tui.widgets.status_line import StatusLine
 
     app = make_app(dtype="float32", positions="mask")
     async with app.run_test(size=(120, 40)) as pilot:

@@ -223,7 +223,7 @@ async def test_the_app_writes_a_pack_from_ctrl_s_and_shows_the_fingerprint_on_i(
     from tui_helpers import make_app, settle, wait_for
 
     from batchtui.core.reports.environment import environment
-    from batchtui.tui.status_line import StatusLine
+    from batchtui.tui.widgets.status_line import StatusLine
 
     app = make_app(texts=TEXTS, tmp_path=tmp_path)
     pack = tmp_path / "pack"

@@ -12,7 +12,7 @@ import pytest
 from tui_helpers import batch_variant, make_app, settle
 
 from batchtui.core import DEFAULT_TEXTS, Settings
-from batchtui.tui.status_line import StatusLine
+from batchtui.tui.widgets.status_line import StatusLine
 
 
 def app_for_snapshot():

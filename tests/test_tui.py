@@ -10,12 +10,12 @@ from tui_helpers import MIXED, detail_title, make_app, settle, wait_for
 
 from batchtui.tui.app import EDIT_DEBOUNCE_S
 from batchtui.tui.engine_calls import call_engine
-from batchtui.tui.heatmap import Heatmap
-from batchtui.tui.help_screen import HelpScreen
 from batchtui.tui.messages import ComparisonReady, GenerationFailed, RunFailed, RunProgress
-from batchtui.tui.prompt_screen import PromptScreen
-from batchtui.tui.summary_table import SummaryTable
+from batchtui.tui.screens.help_screen import HelpScreen
+from batchtui.tui.screens.prompt_screen import PromptScreen
 from batchtui.tui.views.navigation import next_divergent
+from batchtui.tui.widgets.heatmap import Heatmap
+from batchtui.tui.widgets.summary_table import SummaryTable
 
 
 def test_the_first_frame_waits_for_no_torch():

@@ -3,9 +3,9 @@
 from textual.widgets import Checkbox, DataTable
 from tui_helpers import MIXED, make_app, measured_remedy, settle, wait_for
 
-from batchtui.tui.layers import LayersPane
-from batchtui.tui.remedies_screen import RemediesScreen
-from batchtui.tui.sweep_screen import SWEEP_BATCH_SIZES, SWEEP_DTYPES, SweepScreen
+from batchtui.tui.screens.remedies_screen import RemediesScreen
+from batchtui.tui.screens.sweep_screen import SWEEP_BATCH_SIZES, SWEEP_DTYPES, SweepScreen
+from batchtui.tui.widgets.layers import LayersPane
 
 
 async def test_m_switches_the_layers_pane_to_modules():

@@ -11,15 +11,15 @@ from tui_helpers import MIXED, make_app, settle, wait_for
 
 from batchtui.core.terminal.heatmap import overview_span
 from batchtui.core.visible import shown_token
-from batchtui.tui.heatmap import FLIP_MARKER, SELECTED_MARKER, Heatmap, HeatmapPlot
-from batchtui.tui.layers import LayersPane
-from batchtui.tui.prompt_screen import PromptScreen
-from batchtui.tui.settings_panel import OnOffCheckbox
-from batchtui.tui.sweep_screen import SweepScreen
-from batchtui.tui.texts_editor import TextsEditor
-from batchtui.tui.topk_pane import TopkPane
+from batchtui.tui.screens.prompt_screen import PromptScreen
+from batchtui.tui.screens.sweep_screen import SweepScreen
 from batchtui.tui.views.navigation import flip_cells, worst_flip
 from batchtui.tui.views.tokens import topk_union
+from batchtui.tui.widgets.heatmap import FLIP_MARKER, SELECTED_MARKER, Heatmap, HeatmapPlot
+from batchtui.tui.widgets.layers import LayersPane
+from batchtui.tui.widgets.settings_panel import OnOffCheckbox
+from batchtui.tui.widgets.texts_editor import TextsEditor
+from batchtui.tui.widgets.topk_pane import TopkPane
 
 LONG = "The quick brown fox jumps over the lazy dog. " * 12  # 540 tokens: wider than the heatmap
 FLIPPING = ["a", LONG, "Hello, world! How are you today?", "xyz"]

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from tui_helpers import make_app, settle, wait_for
 
-from batchtui.tui.detail import DetailPane
-from batchtui.tui.heatmap import Heatmap
-from batchtui.tui.settings_panel import SettingsPanel
-from batchtui.tui.summary_table import SummaryTable
-from batchtui.tui.texts_editor import TextsEditor
+from batchtui.tui.widgets.detail import DetailPane
+from batchtui.tui.widgets.heatmap import Heatmap
+from batchtui.tui.widgets.settings_panel import SettingsPanel
+from batchtui.tui.widgets.summary_table import SummaryTable
+from batchtui.tui.widgets.texts_editor import TextsEditor
 
 LONG = ["a", "The quick brown fox jumps over the lazy dog.", "Hello, world!"]
 

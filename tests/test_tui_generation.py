@@ -9,11 +9,11 @@ from tui_helpers import batch_variant, make_app, settle, wait_for
 from batchtui.core import Settings
 from batchtui.core.terminal.generation import continuation_tokens
 from batchtui.core.visible import literal
-from batchtui.tui.generation_pane import GenerationPane
-from batchtui.tui.heatmap import Heatmap
-from batchtui.tui.help_screen import HelpScreen
-from batchtui.tui.status_line import StatusLine
-from batchtui.tui.texts_editor import TextsEditor
+from batchtui.tui.screens.help_screen import HelpScreen
+from batchtui.tui.widgets.generation_pane import GenerationPane
+from batchtui.tui.widgets.heatmap import Heatmap
+from batchtui.tui.widgets.status_line import StatusLine
+from batchtui.tui.widgets.texts_editor import TextsEditor
 
 TEXTS = ["a", "The quick brown fox jumps over the lazy dog.", "Hello, world!"]
 

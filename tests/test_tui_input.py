@@ -155,7 +155,7 @@ async def test_app_numbers_texts_by_their_editor_line():
 
 
 async def test_the_editor_reaches_either_end_of_the_texts_and_leaves_them_unscrolled():
-    from batchtui.tui.texts_editor import TextsEditor
+    from batchtui.tui.widgets.texts_editor import TextsEditor
 
     long = "a long text " * 30
     for size in ((120, 40), (80, 24)):

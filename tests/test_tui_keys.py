@@ -10,16 +10,16 @@ from pathlib import Path
 import pytest
 from tui_helpers import make_app, settle, wait_for
 
-from batchtui.tui.heatmap import Heatmap
-from batchtui.tui.help_screen import HelpScreen
-from batchtui.tui.prompt_screen import PromptScreen
-from batchtui.tui.remedies_screen import RemediesScreen
-from batchtui.tui.settings_panel import SettingsPanel
-from batchtui.tui.status_line import StatusLine
-from batchtui.tui.summary_table import SummaryTable
-from batchtui.tui.sweep_screen import SweepScreen
-from batchtui.tui.texts_editor import TextsEditor
+from batchtui.tui.screens.help_screen import HelpScreen
+from batchtui.tui.screens.prompt_screen import PromptScreen
+from batchtui.tui.screens.remedies_screen import RemediesScreen
+from batchtui.tui.screens.sweep_screen import SweepScreen
 from batchtui.tui.views.navigation import next_divergent, next_flip, worst_flip
+from batchtui.tui.widgets.heatmap import Heatmap
+from batchtui.tui.widgets.settings_panel import SettingsPanel
+from batchtui.tui.widgets.status_line import StatusLine
+from batchtui.tui.widgets.summary_table import SummaryTable
+from batchtui.tui.widgets.texts_editor import TextsEditor
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "app.md"
 # Flips on the built-in model in float64 are made by the test (see tui_helpers.batch_variant): none here, so the
@@ -97,8 +97,8 @@ def _documented_keys() -> set[str]:
 def test_docs_key_table_is_the_keys_table_and_every_binding_is_in_it():
     """docs/app.md's table is rendered from tui/keys.py (the bindings' own table); every key the explorer binds is
     in one of its rows, and the local-only actions are the rows marked so."""
-    from batchtui.tui.explorer_screen import ExplorerScreen
     from batchtui.tui.keys import KEY_ROWS, LOCAL_ONLY_ACTIONS, docs_table
+    from batchtui.tui.screens.explorer_screen import ExplorerScreen
 
     assert docs_table() in DOCS.read_text()
     assert ExplorerScreen.BINDINGS == [b for row in KEY_ROWS for b in row.bindings]

@@ -5,9 +5,9 @@ from tui_helpers import detail_title, make_app, settle, wait_for
 
 from batchtui.core.terminal.heatmap import divergent_cells
 from batchtui.core.terminal.plain import decimals_to_tell_apart
-from batchtui.tui.status_line import StatusLine
-from batchtui.tui.summary_table import SummaryTable
 from batchtui.tui.views.navigation import flip_cells, next_divergent, next_flip
+from batchtui.tui.widgets.status_line import StatusLine
+from batchtui.tui.widgets.summary_table import SummaryTable
 
 LONG = "The quick brown fox jumps over the lazy dog. " * 12  # 540 tokens on the byte-level model
 
@@ -176,7 +176,7 @@ async def test_status_says_the_effective_batch_size_and_what_reveals_a_divergenc
 
 async def test_flips_are_marked_on_the_heatmap_and_in_its_legend():
     from batchtui.core.terminal.heatmap import heatmap_series
-    from batchtui.tui.heatmap import FLIP_MARKER, HeatmapPlot
+    from batchtui.tui.widgets.heatmap import FLIP_MARKER, HeatmapPlot
 
     app = make_app(texts=FLIPPING)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -193,7 +193,7 @@ async def test_flips_are_marked_on_the_heatmap_and_in_its_legend():
 
 
 async def test_summary_sorts_worst_first_and_a_row_selects_its_text():
-    from batchtui.tui.summary_table import SummaryTable
+    from batchtui.tui.widgets.summary_table import SummaryTable
 
     app = make_app(texts=FLIPPING)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -247,7 +247,7 @@ async def test_a_flip_at_80x24_shows_every_column():
 
 
 async def test_resizing_to_80x24_refits_the_summary():
-    from batchtui.tui.summary_table import SummaryTable
+    from batchtui.tui.widgets.summary_table import SummaryTable
 
     app = make_app(texts=FLIPPING)
     async with app.run_test(size=(120, 40)) as pilot:

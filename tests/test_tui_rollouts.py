@@ -15,7 +15,7 @@ from batchtui.core.rollouts.job import RolloutsJob
 from batchtui.core.terminal.rollouts_text import metric_rows
 from batchtui.tui.launcher import build_app
 from batchtui.tui.rollouts_app import RolloutsApp
-from batchtui.tui.rollouts_screen import RolloutsScreen, RolloutTokensScreen
+from batchtui.tui.screens.rollouts_screen import RolloutsScreen, RolloutTokensScreen
 
 
 @pytest.fixture(scope="module")

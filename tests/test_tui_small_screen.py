@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from tui_helpers import make_app, settle, wait_for
 
-from batchtui.tui.heatmap import Heatmap
-from batchtui.tui.layers import LayersPane
-from batchtui.tui.settings_panel import CHECKBOXES, OnOffCheckbox
+from batchtui.tui.widgets.heatmap import Heatmap
+from batchtui.tui.widgets.layers import LayersPane
+from batchtui.tui.widgets.settings_panel import CHECKBOXES, OnOffCheckbox
 
 EIGHT = [f"text number {i} " + "word " * i for i in range(8)]
 
@@ -47,7 +47,7 @@ async def test_a_detail_longer_than_its_pane_says_so_and_scrolls_to_its_end():
     """The worst flip with the modules measured: its numbers, the first op's cause and the top-k take more lines
     than 80x24 leaves. The title says so; Tab reaches the pane, End shows the top-k whole; no line is cut."""
     from batchtui.core import DEFAULT_TEXTS
-    from batchtui.tui.detail import DetailPane
+    from batchtui.tui.widgets.detail import DetailPane
 
     app = make_app(texts=list(DEFAULT_TEXTS), model="qwen2-english-4m", modules=True, positions="mask")
     async with app.run_test(size=(80, 24)) as pilot:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from tui_helpers import make_app, settle
 
-from batchtui.tui.help_screen import HelpScreen
-from batchtui.tui.status_line import StatusLine
+from batchtui.tui.screens.help_screen import HelpScreen
 from batchtui.tui.views.status import MORE
+from batchtui.tui.widgets.status_line import StatusLine
 
 
 async def test_an_error_leads_the_status_line_and_the_help_screen_has_the_rest():

@@ -143,8 +143,8 @@ async def test_the_app_on_a_real_vllm_charts_the_ladder_and_says_each_text_s_che
 
     from batchtui.core.settings import Settings
     from batchtui.tui.app import BatchtuiApp
-    from batchtui.tui.ladder_chart import LadderChart
     from batchtui.tui.run_controller import EndpointTarget
+    from batchtui.tui.widgets.ladder_chart import LadderChart
 
     url, _ = vllm
     app = BatchtuiApp(TEXTS[:4], Settings(model="tiny"), output_dir=tmp_path, endpoint=EndpointTarget(url))

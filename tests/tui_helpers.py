@@ -40,7 +40,7 @@ async def wait_for(pilot, condition, what: str) -> None:
 async def measured_remedy(pilot, app: BatchtuiApp, remedy: str):
     """Open the remedies screen (`R`), measure `remedy` alone against the baseline (`r`) and wait for both
     outcomes; the screen."""
-    from batchtui.tui.remedies_screen import RemediesScreen
+    from batchtui.tui.screens.remedies_screen import RemediesScreen
 
     await pilot.press("R")
     screen = app.screen

@@ -26,19 +26,19 @@ from ..core.settings import Settings
 from ..core.terminal.generation_text import generation_verdict
 from ..core.visible import literal_lines
 from .daemon_executor import DaemonThreadExecutor
-from .explorer_screen import ExplorerScreen
 from .explorer_state import ExplorerState, RunKey
-from .generation_pane import GenerationPane
-from .heatmap import Heatmap
-from .help_screen import HelpScreen
 from .keys import LOCAL_ONLY_ACTIONS
 from .messages import ComparisonReady, EndpointReady, GenerationFailed, GenerationReady, RunFailed, RunProgress
 from .outputs import SessionSaver, offered_report_path, report_on_screen, write_report, write_screenshot
-from .prompt_screen import PromptScreen
 from .run_controller import EndpointTarget, RunController
-from .settings_panel import SettingsPanel, next_in
-from .summary_table import SummaryTable
+from .screens.explorer_screen import ExplorerScreen
+from .screens.help_screen import HelpScreen
+from .screens.prompt_screen import PromptScreen
 from .views.navigation import SUMMARY_ORDERS, clamp_cell, describe_outcome
+from .widgets.generation_pane import GenerationPane
+from .widgets.heatmap import Heatmap
+from .widgets.settings_panel import SettingsPanel, next_in
+from .widgets.summary_table import SummaryTable
 
 EDIT_DEBOUNCE_S = 0.5
 
@@ -320,14 +320,14 @@ class BatchtuiApp(App[None]):
         return (tuple(self.explorer.editor.numbered()[0].texts), self.state.settings)
 
     def action_remedies(self) -> None:
-        from .remedies_screen import RemediesScreen
+        from .screens.remedies_screen import RemediesScreen
 
         key = self.on_screen_key()
         keep = lambda outcomes: self.state.keep_remedies(key, outcomes)  # noqa: E731
         self.push_screen(RemediesScreen(list(key[0]), key[1], on_finished=keep))
 
     def action_sweep(self) -> None:
-        from .sweep_screen import SweepScreen
+        from .screens.sweep_screen import SweepScreen
 
         key = self.on_screen_key()
         keep = lambda done: self.state.keep_sweep(key, done)  # noqa: E731

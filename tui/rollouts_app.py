@@ -11,7 +11,7 @@ from textual.binding import Binding
 from ..core.visible import literal_lines
 from .daemon_executor import DaemonThreadExecutor
 from .outputs import write_screenshot
-from .rollouts_screen import RolloutsScreen
+from .screens.rollouts_screen import RolloutsScreen
 
 
 class RolloutsApp(App[None]):

@@ -9,8 +9,8 @@ import time
 from rich.text import Text
 from textual.widgets import Static
 
-from ..core.visible import literal
-from .views.status import MORE, SEPARATOR, StatusPart, fit_status
+from ...core.visible import literal
+from ..views.status import MORE, SEPARATOR, StatusPart, fit_status
 
 
 class StatusLine(Static):

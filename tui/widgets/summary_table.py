@@ -5,11 +5,11 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import DataTable
 
-from ..core.numbers.comparison import Comparison
-from ..core.terminal.plain import format_float
-from ..core.visible import literal
-from .move_keys import POSITION_BINDINGS
-from .views.navigation import summary_order
+from ...core.numbers.comparison import Comparison
+from ...core.terminal.plain import format_float
+from ...core.visible import literal
+from ..move_keys import POSITION_BINDINGS
+from ..views.navigation import summary_order
 
 COLUMNS = ("#", "text", "tok", "max|Δ|", "KL", "flips", "allclose")
 # On screens narrower than this the text and token-count columns go (the editor's lines show the

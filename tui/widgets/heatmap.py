@@ -12,9 +12,9 @@ from textual.message import Message
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
-from ..core.numbers.comparison import Comparison
-from ..core.terminal.heatmap import BUCKET_LEGEND, heatmap_series, overview_span
-from .views.navigation import worst_flip
+from ...core.numbers.comparison import Comparison
+from ...core.terminal.heatmap import BUCKET_LEGEND, heatmap_series, overview_span
+from ..views.navigation import worst_flip
 
 # 256-colour codes, one per bucket: grey for exactly zero, then cold to hot by decade.
 BUCKET_COLORS = (240, 24, 31, 37, 71, 178, 208, 196, 201)

@@ -11,16 +11,16 @@ from textual.message import Message
 from textual.widgets import DataTable, Static
 from textual_plotext import PlotextPlot
 
-from ..core.endpoint.result import EndpointComparison
-from ..core.numbers.generation import GenerationComparison
-from ..core.terminal.generation import GenerationScreen, RunText, TextRow
-from ..core.terminal.generation import local_generation_screen as local_screen
-from ..core.visible import literal
-from . import chart_colors
+from ...core.endpoint.result import EndpointComparison
+from ...core.numbers.generation import GenerationComparison
+from ...core.terminal.generation import GenerationScreen, RunText, TextRow
+from ...core.terminal.generation import local_generation_screen as local_screen
+from ...core.visible import literal
+from .. import chart_colors
+from ..views.served import endpoint_screen
+from ..views.ticks import decade_ticks
 from .ladder_chart import LadderChart
 from .topk_table import runs_topk_table
-from .views.served import endpoint_screen
-from .views.ticks import decade_ticks
 
 
 class GenerationPane(Vertical):

@@ -15,22 +15,23 @@ from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import Screen
 
-from ..core.numbers.comparison import Comparison
-from ..core.settings import DTYPES, PADDING_SIDES, POSITION_MODES, Settings
-from .detail import DetailPane
-from .explorer_state import ExplorerState
-from .generation_pane import GenerationPane
-from .heatmap import NO_DIVERGENT, NO_FLIP, Heatmap
-from .keys import EXPLORER_BINDINGS, FOCUS_BINDINGS, LOCAL_ONLY_ACTIONS
-from .layers import LayersPane
-from .move_keys import MOVE_BINDINGS
-from .settings_panel import ATTENTION_CHOICES, BATCH_SIZES, SettingsPanel
-from .status_line import StatusLine
-from .steady_footer import SteadyFooter
-from .summary_table import SummaryTable
-from .texts_editor import TextsEditor
-from .topk_pane import TopkPane
-from .views.navigation import next_divergent, next_flip
+from ...core.numbers.comparison import Comparison
+from ...core.settings import DTYPES, PADDING_SIDES, POSITION_MODES, Settings
+from ..explorer_state import ExplorerState
+from ..keys import EXPLORER_BINDINGS, FOCUS_BINDINGS, LOCAL_ONLY_ACTIONS
+from ..move_keys import MOVE_BINDINGS
+from ..views.navigation import next_divergent, next_flip
+from ..widgets.detail import DetailPane
+from ..widgets.generation_pane import GenerationPane
+from ..widgets.heatmap import NO_DIVERGENT, NO_FLIP, Heatmap
+from ..widgets.layers import LayersPane
+from ..widgets.settings_panel import ATTENTION_CHOICES, BATCH_SIZES, SettingsPanel
+from ..widgets.status_line import StatusLine
+from ..widgets.steady_footer import SteadyFooter
+from ..widgets.summary_table import SummaryTable
+from ..widgets.texts_editor import TextsEditor
+from ..widgets.topk_pane import TopkPane
+from .prompt_screen import PromptScreen
 
 
 class ExplorerScreen(Screen[None]):
@@ -194,7 +195,9 @@ class ExplorerScreen(Screen[None]):
         self.query_one(SettingsPanel).cycle("invariant", (False, True))
 
     def action_open_texts(self) -> None:
-        self.editor.ask_for_file()
+        """ctrl+o: the editor's texts replaced by a file's lines, the file asked for first."""
+        prompt = PromptScreen("texts file (one text per line)", "", "a path · ")
+        self.app.push_screen(prompt, self.editor.load_file)
 
     # -- what the panes draw, handed down from the app's state ---------------------------
 

@@ -14,13 +14,13 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Input, Label, ProgressBar, Static
 from textual_plotext import PlotextPlot
 
-from ..core.errors import InputError
-from ..core.experiments.sweep import describe_cell, parse_batch_sizes, parse_names, sweep_summary
-from ..core.settings import LOW_PRECISION_GRID, Settings
-from ..core.terminal.plain import SWEEP_HEADER, sweep_row
-from . import chart_colors
-from .steady_footer import SteadyFooter
-from .views.ticks import decade_ticks, log2_positions, sweep_series, thinned
+from ...core.errors import InputError
+from ...core.experiments.sweep import describe_cell, parse_batch_sizes, parse_names, sweep_summary
+from ...core.settings import LOW_PRECISION_GRID, Settings
+from ...core.terminal.plain import SWEEP_HEADER, sweep_row
+from .. import chart_colors
+from ..views.ticks import decade_ticks, log2_positions, sweep_series, thinned
+from ..widgets.steady_footer import SteadyFooter
 
 SWEEP_DTYPES = LOW_PRECISION_GRID
 SWEEP_BATCH_SIZES = (1, 2, 4, 8, 16)

@@ -7,9 +7,9 @@ from __future__ import annotations
 from rich.table import Table
 from rich.text import Text
 
-from ..core.numbers.comparison import PositionMetrics, TopToken
-from ..core.terminal.plain import decimals_to_tell_apart
-from ..core.visible import shown_token
+from ...core.numbers.comparison import PositionMetrics, TopToken
+from ...core.terminal.plain import decimals_to_tell_apart
+from ...core.visible import shown_token
 
 # Content width below which the table takes its compact form (rank marks without parentheses).
 NARROW_PANE = 50

@@ -14,8 +14,8 @@ from textual.widgets import DataTable, ProgressBar, Static
 from textual.worker import get_current_worker
 from textual_plotext import PlotextPlot
 
-from ..core.numbers.rollouts import RolloutsSummary, WorstSequence
-from ..core.terminal.rollouts_text import (
+from ...core.numbers.rollouts import RolloutsSummary, WorstSequence
+from ...core.terminal.rollouts_text import (
     SEQUENCE_HEADER,
     TOKEN_HEADER,
     bar_places,
@@ -27,11 +27,11 @@ from ..core.terminal.rollouts_text import (
     token_words,
     worst_sequence_rows,
 )
-from ..core.visible import literal
-from . import chart_colors
-from .engine_calls import call_engine, on_ui_thread
-from .move_keys import MOVE_BINDINGS
-from .steady_footer import SteadyFooter
+from ...core.visible import literal
+from .. import chart_colors
+from ..engine_calls import call_engine, on_ui_thread
+from ..move_keys import MOVE_BINDINGS
+from ..widgets.steady_footer import SteadyFooter
 
 
 class RolloutsScreen(Screen[None]):
@@ -64,7 +64,7 @@ class RolloutsScreen(Screen[None]):
     @work(thread=True, exclusive=True)
     def _score(self) -> None:
         worker = get_current_worker()
-        from ..core.rollouts.scoring import score_rollouts
+        from ...core.rollouts.scoring import score_rollouts
 
         def progress(done: int, total: int) -> None:
             on_ui_thread(self, self._progress, done, total)

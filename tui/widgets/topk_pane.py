@@ -8,12 +8,12 @@ from textual.app import ComposeResult
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
-from ..core.numbers.comparison import Comparison
-from ..core.visible import shown_token
-from .chart_colors import BATCHED, SINGLE, rich
+from ...core.numbers.comparison import Comparison
+from ...core.visible import shown_token
+from ..chart_colors import BATCHED, SINGLE, rich
+from ..views.ticks import round_ticks
+from ..views.tokens import topk_union
 from .chart_pane import ChartPane
-from .views.ticks import round_ticks
-from .views.tokens import topk_union
 
 # Columns of the y axis and frame; a token label gets at least MIN_LABEL columns, at most MAX_LABEL.
 AXIS_WIDTH = 8

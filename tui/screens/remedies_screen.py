@@ -10,10 +10,10 @@ from textual.screen import Screen
 from textual.strip import Strip
 from textual.widgets import Checkbox, DataTable, SelectionList, Static
 
-from ..core.experiments.kernel_classes import kernels_table, kernels_verdict
-from ..core.settings import Settings
-from ..core.terminal.plain import remedies_table
-from .steady_footer import SteadyFooter
+from ...core.experiments.kernel_classes import kernels_table, kernels_verdict
+from ...core.settings import Settings
+from ...core.terminal.plain import remedies_table
+from ..widgets.steady_footer import SteadyFooter
 
 
 class MarkedSelectionList(SelectionList[str]):
@@ -57,8 +57,8 @@ class RemediesScreen(Screen[None]):
         yield SteadyFooter()
 
     def on_mount(self) -> None:
-        from ..core.experiments.remedies import REMEDIES
-        from ..core.models.loading import resolve_device
+        from ...core.experiments.remedies import REMEDIES
+        from ...core.models.loading import resolve_device
 
         device = resolve_device(self.settings.device)
         choices = self.query_one(SelectionList)

@@ -9,9 +9,9 @@ from textual.markup import escape
 from textual.message import Message
 from textual.widgets import Checkbox, Input, Label, Select
 
-from ..core.errors import InputError
-from ..core.settings import DTYPES, PADDING_SIDES, POSITION_MODES, SHORT_DTYPES, Settings
-from ..core.visible import literal
+from ...core.errors import InputError
+from ...core.settings import DTYPES, PADDING_SIDES, POSITION_MODES, SHORT_DTYPES, Settings
+from ...core.visible import literal
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
 # The attention choices `a` cycles through: the model's default, then the two every model has.

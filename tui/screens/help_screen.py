@@ -12,7 +12,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from ..core.visible import literal
+from ...core.visible import literal
 
 # How focus moves, then the moves whose bindings carry no description of their own.
 NAVIGATION = (

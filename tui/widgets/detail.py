@@ -8,13 +8,13 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from ..core.numbers.comparison import Comparison, PositionMetrics, TextResult
-from ..core.terminal.plain import decimals_to_tell_apart, format_float
-from ..core.visible import columns, literal, packed, shown_token
+from ...core.numbers.comparison import Comparison, PositionMetrics, TextResult
+from ...core.terminal.plain import decimals_to_tell_apart, format_float
+from ...core.visible import columns, literal, packed, shown_token
+from ..views.layers import routing_changes_at
+from ..views.tokens import token_strip
 from .heatmap import BUCKET_COLORS
 from .topk_table import topk_table
-from .views.layers import routing_changes_at
-from .views.tokens import token_strip
 
 
 def detail_title(line: int, position: int) -> str:

@@ -9,11 +9,11 @@ from textual.app import ComposeResult
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
-from ..core.numbers.comparison import Comparison
-from ..core.visible import literal
+from ...core.numbers.comparison import Comparison
+from ...core.visible import literal
+from ..views.layers import MARK_LEGEND, fitted_labels, layer_curve
+from ..views.ticks import decade_ticks
 from .chart_pane import ChartPane
-from .views.layers import MARK_LEGEND, fitted_labels, layer_curve
-from .views.ticks import decade_ticks
 
 
 class LayersPane(ChartPane):

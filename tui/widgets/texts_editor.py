@@ -15,11 +15,10 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import TextArea
 
-from ..core.errors import BatchtuiError
-from ..core.texts import NumberedTexts, numbered_texts, read_text_lines, split_lines
-from ..core.visible import from_editable, to_editable
-from .engine_calls import on_ui_thread
-from .prompt_screen import PromptScreen
+from ...core.errors import BatchtuiError
+from ...core.texts import NumberedTexts, numbered_texts, read_text_lines, split_lines
+from ...core.visible import from_editable, to_editable
+from ..engine_calls import on_ui_thread
 
 
 class TextsEditor(TextArea):
@@ -91,12 +90,9 @@ class TextsEditor(TextArea):
     def action_leave(self) -> None:
         self.post_message(self.Left())
 
-    def ask_for_file(self) -> None:
-        """ctrl+o: replace the texts with a file's lines (one text per line, blank lines kept so the line
-        numbers are the file's); a bad file changes nothing, and ctrl+z here undoes the load."""
-        self.app.push_screen(PromptScreen("texts file (one text per line)", "", "a path · "), self._load_file)
-
-    def _load_file(self, path: str | None) -> None:
+    def load_file(self, path: str | None) -> None:
+        """Replace the texts with a file's lines (one text per line, blank lines kept so the line numbers are the
+        file's); a bad file changes nothing, and ctrl+z here undoes the load. None: nothing asked."""
         if not path:
             return
         if os.path.exists(path) and not os.path.isfile(path):  # a FIFO or device would block until written
