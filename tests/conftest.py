@@ -71,10 +71,10 @@ def _runs_vllm_tests(config) -> bool:
         if not any(selects(lambda name, marks=marks, **_: name in marks) for marks in VLLM_TESTS_MARKS):
             return False
     for arg in config.args:
-        path = os.path.abspath(arg.split("::")[0])
-        if os.path.isdir(path) and os.path.exists(os.path.join(path, "test_vllm.py")):
+        path = Path(arg.split("::")[0]).resolve()
+        if path.is_dir() and next(path.rglob("test_vllm.py"), None) is not None:
             return True
-        if os.path.basename(path) == "test_vllm.py":
+        if path.name == "test_vllm.py":
             return True
     return False
 

@@ -195,3 +195,11 @@ def scripted_server(script):
 
     with _serving(handle) as url:
         yield url, received
+
+
+# A models list and a completion in the OpenAI API's shapes, for the fake servers of fault tests.
+MODELS = b'{"object": "list", "data": [{"id": "m", "object": "model"}]}'
+COMPLETION = (
+    b'{"id": "x", "object": "text_completion", "created": 0, "model": "m", '
+    b'"choices": [{"index": 0, "text": " ok", "finish_reason": "length", "logprobs": null}]}'
+)

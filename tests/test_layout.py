@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-ROOT = Path(__file__).parents[1]
+from paths import REPOSITORY
+
+ROOT = REPOSITORY
 
 # A private name of torch, transformers, argparse or textual: a module path with a `_part`, or an attribute of
 # theirs that the engine reads.

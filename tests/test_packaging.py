@@ -12,8 +12,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from paths import REPOSITORY
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPOSITORY
 # One worker builds the wheel once: two setuptools builds at once in the same tree collide in build/.
 pytestmark = pytest.mark.xdist_group("packaging")
 

@@ -2,7 +2,7 @@
 footer's order (help first, so that it shows on a narrow screen too; quit last), and whether they act on a local
 model's passes (off over a served model: its dtype, batch and kernels are the server's). The screen's bindings, the
 local-only actions, the help and the palette (both list the bindings) and the docs' table all come from here;
-tests/test_tui_keys.py holds docs/app.md to `docs_table()`. A row without bindings documents keys bound elsewhere
+tests/tui/test_tui_keys.py holds docs/app.md to `docs_table()`. A row without bindings documents keys bound elsewhere
 (the editor's, the remedies screen's, the app's own)."""
 
 from __future__ import annotations

@@ -10,8 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from servers import http_json, scripted_server
-from test_endpoint_faults import MODELS
+from servers import MODELS, http_json, scripted_server
 
 from batchtui.core.cli import main
 

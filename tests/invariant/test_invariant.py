@@ -10,6 +10,7 @@ import pytest
 import torch
 import transformers
 from architectures import CHECKPOINTS, load_checkpoint
+from paths import DOCS
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from batchtui.core import NotInvariant, batch_invariant
@@ -137,9 +138,8 @@ def test_without_the_mode_generation_steps_differ(models):
 def test_the_documented_example_prints_true_for_every_text(capsys):
     """The documented example (docs/invariant.md), the original report's code with `batch_invariant` added, run
     as written on the built-in English model."""
-    from pathlib import Path
 
-    page = (Path(__file__).parents[1] / "docs" / "invariant.md").read_text()
+    page = (DOCS / "invariant.md").read_text()
     code = page.split("```python\n")[1].split("```")[0]
     name = 'model_name = "Qwen/Qwen2.5-1.5B-Instruct"'
     assert name in code

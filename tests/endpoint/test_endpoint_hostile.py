@@ -8,8 +8,7 @@ import time
 import zlib
 
 import pytest
-from servers import http_json, raw_socket_server, scripted_server
-from test_endpoint_faults import COMPLETION, MODELS
+from servers import COMPLETION, MODELS, http_json, raw_socket_server, scripted_server
 
 from batchtui.core.cli import main
 

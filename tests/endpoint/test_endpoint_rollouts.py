@@ -7,8 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from servers import http_json, scripted_server
-from test_endpoint_faults import MODELS
+from servers import MODELS, http_json, scripted_server
 
 from batchtui.core.cli import main
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 from commands import start
-from servers import http_json, raw_socket_server
+from servers import COMPLETION, MODELS, http_json, raw_socket_server
 
 from batchtui.core.cli import main
 from batchtui.core.endpoint.client import EndpointError, base_url
@@ -25,11 +25,6 @@ def test_nothing_listening_is_one_line_and_exit_2(capsys):
 GARBAGE = b"\x00\xff garbage, not HTTP \x1b[2J\r\n\r\n"
 NOT_JSON = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 9\r\n\r\n{not json"
 HALF_AN_ANSWER = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 400\r\n\r\n{"object": "li'
-MODELS = b'{"object": "list", "data": [{"id": "m", "object": "model"}]}'
-COMPLETION = (
-    b'{"id": "x", "object": "text_completion", "created": 0, "model": "m", '
-    b'"choices": [{"index": 0, "text": " ok", "finish_reason": "length", "logprobs": null}]}'
-)
 
 
 @pytest.mark.parametrize(

@@ -5,9 +5,9 @@ and none is lost or answered by the wrong pane when they move between them."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
+from paths import REPOSITORY
 from tui_helpers import make_app, settle, wait_for
 
 from batchtui.tui.screens.help_screen import HelpScreen
@@ -21,7 +21,7 @@ from batchtui.tui.widgets.status_line import StatusLine
 from batchtui.tui.widgets.summary_table import SummaryTable
 from batchtui.tui.widgets.texts_editor import TextsEditor
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "app.md"
+DOCS = REPOSITORY / "docs" / "app.md"
 # Flips on the built-in model in float64 are made by the test (see tui_helpers.batch_variant): none here, so the
 # texts are long enough for every move and the jumps' answers are computed from the comparison on screen.
 TEXTS = ["The quick brown fox jumps over the lazy dog.", "a", "Hello, world! How are you today?"]

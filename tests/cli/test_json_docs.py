@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
+from paths import REPOSITORY
 
 from batchtui.core.cli import main
 
-DOCS = (Path(__file__).parents[1] / "docs" / "json.md").read_text()
+DOCS = (REPOSITORY / "docs" / "json.md").read_text()
 TINY = ["--model", "tiny", "--dtype", "float32"]
 
 
@@ -95,8 +95,7 @@ def test_every_key_of_a_rollouts_report_is_in_its_section(tmp_path):
 
 def test_every_key_of_an_endpoint_report_is_in_its_section(tmp_path):
     """A server in vLLM's shapes (logprobs, token ids, prompt logprobs), the local check on: every part filled."""
-    from servers import http_json, raw_socket_server
-    from test_endpoint_faults import MODELS
+    from servers import MODELS, http_json, raw_socket_server
 
     top = '{" a":-1.0,"b":-2.0}'
     choice = (

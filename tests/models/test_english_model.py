@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from paths import REPOSITORY, TEST_DATA
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import batchtui.core
@@ -19,8 +20,8 @@ from batchtui.core.models.loading import load_model
 from batchtui.core.settings import DEFAULT_MODEL
 
 NAME = "qwen2-english-4m"
-HELD_OUT = Path(__file__).parent / "data" / "english_heldout.txt"
-SCRIPT = Path(__file__).parent.parent / "scripts" / "train_english_model.py"
+HELD_OUT = TEST_DATA / "english_heldout.txt"
+SCRIPT = REPOSITORY / "scripts" / "train_english_model.py"
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,7 @@ import threading
 import time
 
 import pytest
-from servers import http_json, scripted_server
-from test_endpoint_faults import MODELS
+from servers import MODELS, http_json, scripted_server
 
 from batchtui.core.cli import main
 from batchtui.core.endpoint.server_batch import gauges
