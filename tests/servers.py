@@ -96,7 +96,7 @@ def _serving(handle):
     thread until the block ends (`stopped` is then set). Yields the API root's URL."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
-    listener.listen(8)
+    listener.listen(256)  # a burst of a ladder level's connections: none dropped to a SYN retry
     listener.settimeout(0.2)
     stopped = threading.Event()
 
