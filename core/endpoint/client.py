@@ -36,6 +36,7 @@ DEFAULT_TIMEOUT_S = 120.0
 GREEDY_SEED = 0
 # Requests in flight at most: each is a thread here (and one for its deadline) and a connection of the pool.
 DEFAULT_MAX_IN_FLIGHT = 256
+_IDLE_S = 2.0  # seconds a connection may sit idle in the pool
 
 
 class EndpointError(InputError):
@@ -100,7 +101,10 @@ class Endpoint:
         # the pool as large as the most requests in flight (its default, 100, would queue the rest silently), and one
         # more: the server's metrics are read while a level holds every other connection (`endpoint.server_batch`)
         pool = max_in_flight + 1
-        limits = http_lib.Limits(max_connections=pool, max_keepalive_connections=pool)
+        # An idle connection is let go after 2 s, before a server drops it (uvicorn's keep-alive, vLLM's, is 5 s;
+        # httpx's own default is the same 5 s): a request sent down a connection the server is closing fails as
+        # "disconnected", and requests are never retried.
+        limits = http_lib.Limits(max_connections=pool, max_keepalive_connections=pool, keepalive_expiry=_IDLE_S)
         inner = http_lib.HTTPTransport(trust_env=False, retries=0, limits=limits)
         self.budget = AnswerBudget(RUN_BUDGET_ANSWERS * int(max_answer_mb * MiB))
         transport = BoundedTransport(inner, timeout_s, int(max_answer_mb * MiB), self.budget)

@@ -49,7 +49,7 @@ def test_each_level_says_the_server_s_batch_and_where_it_was_full(tmp_path, caps
             return
         with lock:
             in_flight[0] += 1
-        time.sleep(0.8)  # long enough for the metrics to be read meanwhile, and for a level's threads to start
+        time.sleep(1.5)  # long enough for the metrics to be read meanwhile, and a level's threads to start (busy box)
         with lock:
             in_flight[0] -= 1
         choice = {"index": 0, "text": " ok", "finish_reason": "length", "logprobs": None}
