@@ -222,5 +222,8 @@ def _finite(value):
 def _json_text(data: dict) -> str:
     """Readable UTF-8 JSON in which no character a terminal acts on appears raw (only inside strings can
     they occur, where a \\u escape means the same)."""
-    text = json.dumps(_finite(data), ensure_ascii=False, indent=1, allow_nan=False)
+    try:
+        text = json.dumps(data, ensure_ascii=False, indent=1, allow_nan=False)
+    except ValueError:  # a NaN or infinity somewhere (a server's logprob, a ratio past any float): walked, as null
+        text = json.dumps(_finite(data), ensure_ascii=False, indent=1, allow_nan=False)
     return _UNSAFE_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text) + "\n"

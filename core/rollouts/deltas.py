@@ -83,7 +83,7 @@ class DeltaSpill:
         counts = torch.zeros(HISTOGRAM_BINS, dtype=torch.int64)
         width = (high - low) / HISTOGRAM_BINS
         for chunk in self._chunks():
-            place = ((of(chunk).double() - low) / width).floor().clamp(0, HISTOGRAM_BINS - 1).to(torch.int64)
+            place = ((of(chunk) - low) / width).floor().clamp(0, HISTOGRAM_BINS - 1).to(torch.int64)
             counts += torch.bincount(place, minlength=HISTOGRAM_BINS)
         edges = [low + width * i for i in range(HISTOGRAM_BINS)] + [high]
         return edges, counts.tolist()
