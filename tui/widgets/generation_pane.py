@@ -131,9 +131,7 @@ class GenerationPane(Vertical):
 
     @on(DataTable.RowHighlighted, "#gen-table")
     def _row(self, event: DataTable.RowHighlighted) -> None:
-        # the user's own move only: the cursor put back on the text shown (a refill, a re-layout) chooses nothing
-        shown = self._shown[1] if self._shown is not None else None
-        if event.data_table.has_focus and event.cursor_row != shown:
+        if event.data_table.has_focus:
             self.post_message(self.TextChosen(event.cursor_row))
 
     @property
