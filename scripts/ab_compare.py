@@ -2,15 +2,15 @@
 
     python scripts/ab_compare.py REV [--model qwen2-english-4m] [--dtype auto] [--rounds 40] [--invariant]
 
-Runs from the repository root. REV's `core/` (`git archive`) is loaded beside the working tree's as a package of its
-own, both on `bench`'s workload (16 texts of 32..128 tokens, batch size 8), and the floor (the bare passes), REV's
-comparison and this one are run in turn, the order rotating each round. On a box whose speed drifts from minute to
-minute a change of a millisecond or two is lost between two runs of `bench`; side by side it is not. Printed: each
-method's best, tenth percentile and median; the same for the time spent measuring (`group_rows`, `group_stats`,
-`group_results`: everything a comparison adds to its passes but its hooks and the loop); and the median of each
-round's difference, this minus REV. Reports are not compared here: `check --json` on both says whether they are the
-same. With `--invariant` both comparisons run in the batch-invariant mode (the floor stays bare): a change to the mode
-side by side with REV's.
+Runs from the repository root. REV's engine (`git archive` of src/batchtui/core, or of core/ before src/) is loaded
+beside the working tree's as a package of its own, both on `bench`'s workload (16 texts of 32..128 tokens, batch size
+8), and the floor (the bare passes), REV's comparison and this one are run in turn, the order rotating each round. On a
+box whose speed drifts from minute to minute a change of a millisecond or two is lost between two runs of `bench`; side
+by side it is not. Printed: each method's best, tenth percentile and median; the same for the time spent measuring
+(`group_rows`, `group_stats`, `group_results`: everything a comparison adds to its passes but its hooks and the loop);
+and the median of each round's difference, this minus REV. Reports are not compared here: `check --json` on both says
+whether they are the same. With `--invariant` both comparisons run in the batch-invariant mode (the floor stays bare): a
+change to the mode side by side with REV's.
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # the repository root: `core` as a package
+sys.path.insert(0, str(ROOT / "src"))  # the checkout's `batchtui.core`, installed or not
 
-from core.experiments.bench import floor_passes, workload  # noqa: E402
-from core.models.loading import load_model  # noqa: E402
-from core.numbers.cpu_memory import keep_freed_memory  # noqa: E402
-from core.run import engine  # noqa: E402
-from core.settings import Settings  # noqa: E402
+from batchtui.core.experiments.bench import floor_passes, workload  # noqa: E402
+from batchtui.core.models.loading import load_model  # noqa: E402
+from batchtui.core.numbers.cpu_memory import keep_freed_memory  # noqa: E402
+from batchtui.core.run import engine  # noqa: E402
+from batchtui.core.settings import Settings  # noqa: E402
 
 MEASURING = ("group_rows", "group_stats", "group_results")
 
@@ -83,10 +83,17 @@ def main() -> None:
 def _core_of(rev: str, folder: Path):
     """REV's engine module, its core imported under a name of its own (`other_core`): `run/engine.py`, or
     `engine.py` in revisions before core/ had packages."""
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "core"], check=True, capture_output=True)
+    listed = subprocess.run(
+        ["git", "-C", str(ROOT), "ls-tree", "--name-only", rev, "src/batchtui/core"],
+        text=True,
+        check=True,
+        capture_output=True,
+    )
+    where = "src/batchtui/core" if listed.stdout.strip() else "core"  # core/ at the root before src/
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, where], check=True, capture_output=True)
     subprocess.run(["tar", "-x", "-C", str(folder)], input=archive.stdout, check=True)
     spec = importlib.util.spec_from_file_location(
-        "other_core", folder / "core" / "__init__.py", submodule_search_locations=[str(folder / "core")]
+        "other_core", folder / where / "__init__.py", submodule_search_locations=[str(folder / where)]
     )
     package = importlib.util.module_from_spec(spec)
     sys.modules["other_core"] = package

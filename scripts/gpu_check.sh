@@ -27,6 +27,7 @@
 set -uo pipefail
 OUT="${OUT:-gpu-check}"
 mkdir -p "$OUT"
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"  # the checkout's batchtui.core, not installed
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 XDG_CACHE_HOME="${XDG_CACHE_HOME:-/tmp/batchtui-cache}"
 MODEL="${MODEL:-tiny-qwen2.5-1.5b-shape}"  # another built-in model for a quick run on a CPU
 SECTIONS="${*:-invariant repeat numbers bench endpoint profile levers}"
@@ -36,9 +37,9 @@ wants() { [[ " $SECTIONS " == *" $1 "* ]]; }
 
 python - "$OUT" "$MODEL" <<'PY'
 import sys
-from core.experiments.bench import workload
-from core.models.loading import load_model
-from core.settings import Settings
+from batchtui.core.experiments.bench import workload
+from batchtui.core.models.loading import load_model
+from batchtui.core.settings import Settings
 tokenizer = load_model(Settings(model=sys.argv[2], device="cpu")).tokenizer
 for name, shortest in (("texts-32x128.txt", 128), ("texts-32x16-128.txt", 16)):
     with open(f"{sys.argv[1]}/{name}", "w") as file:
@@ -51,20 +52,20 @@ PADDED="$OUT/texts-32x16-128.txt"
 
 if wants invariant; then
   for texts in FIXED PADDED; do
-    run python -m core generate --texts-file "${!texts}" --model $MODEL --dtype bfloat16 --batch-size 8 \
+    run python -m batchtui.core generate --texts-file "${!texts}" --model $MODEL --dtype bfloat16 --batch-size 8 \
         --max-new-tokens 32 --remedy invariant --json "$OUT/generate-invariant-${texts,,}.json"
   done
   for padding in right left; do
-    run python -m core check --texts-file "$PADDED" --model $MODEL --dtype bfloat16 --batch-size 8 \
+    run python -m batchtui.core check --texts-file "$PADDED" --model $MODEL --dtype bfloat16 --batch-size 8 \
         --padding-side $padding --remedy invariant --json "$OUT/check-invariant-$padding.json"
   done
 fi
 if wants repeat; then
   run python - "$MODEL" "$PADDED" <<'PY'
 import json, sys
-from core.run.engine import compare
-from core.reports.report import to_json_dict
-from core.settings import Settings
+from batchtui.core.run.engine import compare
+from batchtui.core.reports.report import to_json_dict
+from batchtui.core.settings import Settings
 texts = open(sys.argv[2]).read().splitlines()
 settings = Settings(model=sys.argv[1], dtype="bfloat16", batch_size=8)
 first, second = ({k: v for k, v in to_json_dict(compare(texts, settings)).items() if k != "elapsed_s"} for _ in "ab")
@@ -85,37 +86,37 @@ PY
 fi
 if wants numbers; then
   for attn in sdpa eager; do
-    run python -m core check a b c --model $MODEL --dtype bfloat16 --attn $attn --positions arange \
+    run python -m batchtui.core check a b c --model $MODEL --dtype bfloat16 --attn $attn --positions arange \
         --modules --decompose --reference --json "$OUT/check-abc-$attn.json"
-    run python -m core check --texts-file "$FIXED" --model $MODEL --dtype bfloat16 --attn $attn \
+    run python -m batchtui.core check --texts-file "$FIXED" --model $MODEL --dtype bfloat16 --attn $attn \
         --batch-size 8 --modules --decompose --json "$OUT/check-32x128-$attn.json" \
         --remedy tf32-off --remedy reduced-precision-off --remedy deterministic --remedy float32 \
         --remedy batch-invariant --remedy invariant
   done
-  run python -m core sweep --generate --texts-file "$FIXED" --model $MODEL --dtypes bfloat16 \
+  run python -m batchtui.core sweep --generate --texts-file "$FIXED" --model $MODEL --dtypes bfloat16 \
       --batch-sizes 1,8,32 --max-new-tokens 32 --json "$OUT/sweep-generate.json"
-  run python -m core sweep --texts-file "$FIXED" --model $MODEL --dtypes bfloat16,float32 \
+  run python -m batchtui.core sweep --texts-file "$FIXED" --model $MODEL --dtypes bfloat16,float32 \
       --batch-sizes 1,2,4,8,16,32 --attns sdpa,eager --padding-sides left --json "$OUT/sweep.json"
-  run python -m core probe --repeats 3 --json "$OUT/probe.json"
+  run python -m batchtui.core probe --repeats 3 --json "$OUT/probe.json"
 fi
 if wants bench; then
   for attn in sdpa eager; do
-    run python -m core bench --model $MODEL --dtype bfloat16 --attn $attn --rounds 5 --json "$OUT/bench-$attn.json"
+    run python -m batchtui.core bench --model $MODEL --dtype bfloat16 --attn $attn --rounds 5 --json "$OUT/bench-$attn.json"
   done
-  run python -m core bench --model $MODEL --dtype bfloat16 --texts 32 --min-tokens 256 --max-tokens 256 \
+  run python -m batchtui.core bench --model $MODEL --dtype bfloat16 --texts 32 --min-tokens 256 --max-tokens 256 \
       --batch-size 8 --rounds 2 --json "$OUT/bench-memory.json"
 fi
 # `endpoint` against vLLM where vLLM is installed (it brings the openai client): does load change its answers?
 if wants endpoint; then
   if python -c "import vllm" 2>/dev/null; then
-    SERVED=$(python -c "from core.models.builtin import builtin_path; print(builtin_path('$MODEL'))")
+    SERVED=$(python -c "from batchtui.core.models.builtin import builtin_path; print(builtin_path('$MODEL'))")
     PORT=$(python -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
     python -m vllm.entrypoints.openai.api_server --model "$SERVED" --host 127.0.0.1 --port "$PORT" \
         --dtype bfloat16 > "$OUT/vllm.log" 2>&1 &
     VLLM_PID=$!
     for _ in $(seq 90); do python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$PORT/health')" \
         2>/dev/null && break; sleep 2; done
-    run python -m core endpoint --url "http://127.0.0.1:$PORT/v1" --texts-file "$FIXED" \
+    run python -m batchtui.core endpoint --url "http://127.0.0.1:$PORT/v1" --texts-file "$FIXED" \
         --max-new-tokens 32 --rounds 3 --json "$OUT/endpoint-vllm.json"
     kill "$VLLM_PID"; wait "$VLLM_PID" 2>/dev/null
   else
@@ -134,7 +135,7 @@ if wants levers; then
   run python scripts/gpu_levers.py --model $MODEL --dtype bfloat16 2>&1 | tee "$OUT/levers.txt"
 fi
 if wants bench-quick; then
-  run python -m core bench --model $MODEL --dtype bfloat16 --attn sdpa --rounds 2 --max-new-tokens 8 \
+  run python -m batchtui.core bench --model $MODEL --dtype bfloat16 --attn sdpa --rounds 2 --max-new-tokens 8 \
       --json "$OUT/bench-quick.json"
 fi
 python - "$OUT" <<'PY'

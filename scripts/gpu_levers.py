@@ -31,20 +31,20 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root: `core` as a package
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))  # the checkout's `batchtui.core`
 
 from profile_compare import best_of, recorded_passes  # noqa: E402  (this script's folder comes first on the path)
 
-from core.experiments.bench import LARGE_VOCABULARY, floor_passes, peak_memory, workload  # noqa: E402
-from core.invariant import rows as invariant_rows  # noqa: E402
-from core.models.loading import load_model  # noqa: E402
-from core.numbers import metrics  # noqa: E402
-from core.numbers.cpu_memory import keep_freed_memory  # noqa: E402
-from core.reports.report import to_json_dict  # noqa: E402
-from core.run import engine  # noqa: E402
-from core.run.generation import generate_and_compare  # noqa: E402
-from core.run.runner import Runner, module_output  # noqa: E402
-from core.settings import Settings  # noqa: E402
+from batchtui.core.experiments.bench import LARGE_VOCABULARY, floor_passes, peak_memory, workload  # noqa: E402
+from batchtui.core.invariant import rows as invariant_rows  # noqa: E402
+from batchtui.core.models.loading import load_model  # noqa: E402
+from batchtui.core.numbers import metrics  # noqa: E402
+from batchtui.core.numbers.cpu_memory import keep_freed_memory  # noqa: E402
+from batchtui.core.reports.report import to_json_dict  # noqa: E402
+from batchtui.core.run import engine  # noqa: E402
+from batchtui.core.run.generation import generate_and_compare  # noqa: E402
+from batchtui.core.run.runner import Runner, module_output  # noqa: E402
+from batchtui.core.settings import Settings  # noqa: E402
 
 
 def main() -> None:

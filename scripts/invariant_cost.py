@@ -2,7 +2,7 @@
 
     python scripts/invariant_cost.py [--model tiny] [--dtype float32] [--rounds 40] [--root CHECKOUT]
 
-Measures the `core` of this repository, or of another checkout (`git worktree add /tmp/old REV`, then `--root
+Measures the engine of this repository, or of another checkout (`git worktree add /tmp/old REV`, then `--root
 /tmp/old`: an earlier revision side by side, one process each). `compare()` of `bench`'s workload (16 texts of
 32..128 tokens, batch size 8) is timed out of the mode and in it, in turn, the order swapped every round; printed: the
 median of the rounds' ratios (in / out) with its quartiles, and the median of their differences. On a box whose speed
@@ -13,6 +13,7 @@ percent of its value; forty pairs side by side do not.
 from __future__ import annotations
 
 import argparse
+import importlib
 import statistics
 import sys
 import time
@@ -26,12 +27,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent, help="a checkout")
     args = parser.parse_args()
-    sys.path.insert(0, str(args.root))  # its `core` as a package
-    from core.experiments.bench import workload
-    from core.models.loading import load_model
-    from core.numbers.cpu_memory import keep_freed_memory
-    from core.run.engine import compare
-    from core.settings import Settings
+    # Its engine, from src/ (`batchtui.core`), or the root's `core` in a checkout from before src/.
+    source = args.root / "src"
+    sys.path.insert(0, str(source if source.is_dir() else args.root))
+    package = "batchtui.core" if source.is_dir() else "core"
+    workload = importlib.import_module(f"{package}.experiments.bench").workload
+    load_model = importlib.import_module(f"{package}.models.loading").load_model
+    keep_freed_memory = importlib.import_module(f"{package}.numbers.cpu_memory").keep_freed_memory
+    compare = importlib.import_module(f"{package}.run.engine").compare
+    Settings = importlib.import_module(f"{package}.settings").Settings
 
     keep_freed_memory()
     settings = Settings(model=args.model, dtype=args.dtype)

@@ -23,11 +23,11 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # the repository root: `core` as a package
+sys.path.insert(0, str(ROOT / "src"))  # the checkout's `batchtui.core`, installed or not
 
-from core.invariant.mode import batch_invariant  # noqa: E402
-from core.models.loading import load_model  # noqa: E402
-from core.settings import KERNEL_CLASSES, Settings  # noqa: E402
+from batchtui.core.invariant.mode import batch_invariant  # noqa: E402
+from batchtui.core.models.loading import load_model  # noqa: E402
+from batchtui.core.settings import KERNEL_CLASSES, Settings  # noqa: E402
 
 
 def main() -> None:

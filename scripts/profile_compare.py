@@ -2,15 +2,15 @@
 
     python scripts/profile_compare.py [--model tiny-qwen2.5-1.5b-shape] [--dtype bfloat16] [--invariant]
 
-Runs from the repository root (as `python -m core` does on a box without textual) on `bench`'s workload (16 texts
-of 32..128 tokens, batch size 8). Prints the floor (the bare passes), the same passes recording the hidden states
-(what the hooks cost) and compare, best of interleaved rounds; then, for one more comparison under the profiler,
-each stage's calls, milliseconds (the device synchronized around it; the profiler slows every op) and what it asked
-of the device: kernel launches and waits for the device (a GPU; the timer's own waits not counted), or the torch ops
-it called (the CPU); a pass's count holds its hooks'. On a GPU a model of this size leaves the device idle while the
-host launches kernels, so launches and waits, not arithmetic, are what a stage costs there; the lines of code that
-wait follow, counted over one comparison (torch's sync debug mode), with the bare passes' count beside. Last, the
-peak memory of each (as `bench` measures it: the device's allocator, or the CPU's resident set).
+Runs from the repository root (as `PYTHONPATH=src python -m batchtui.core` does on a box without textual) on `bench`'s
+workload (16 texts of 32..128 tokens, batch size 8). Prints the floor (the bare passes), the same passes recording the
+hidden states (what the hooks cost) and compare, best of interleaved rounds; then, for one more comparison under the
+profiler, each stage's calls, milliseconds (the device synchronized around it; the profiler slows every op) and what it
+asked of the device: kernel launches and waits for the device (a GPU; the timer's own waits not counted), or the torch
+ops it called (the CPU); a pass's count holds its hooks'. On a GPU a model of this size leaves the device idle while the
+host launches kernels, so launches and waits, not arithmetic, are what a stage costs there; the lines of code that wait
+follow, counted over one comparison (torch's sync debug mode), with the bare passes' count beside. Last, the peak memory
+of each (as `bench` measures it: the device's allocator, or the CPU's resident set).
 """
 
 from __future__ import annotations
@@ -26,15 +26,15 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root: `core` as a package
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))  # the checkout's `batchtui.core`
 
-from core.experiments.bench import floor_passes, peak_memory, workload  # noqa: E402
-from core.models.loading import load_model  # noqa: E402
-from core.numbers.cpu_memory import keep_freed_memory  # noqa: E402
-from core.run import assemble, engine  # noqa: E402
-from core.run.runner import Runner  # noqa: E402
-from core.run.skeleton import chunks  # noqa: E402
-from core.settings import Settings  # noqa: E402
+from batchtui.core.experiments.bench import floor_passes, peak_memory, workload  # noqa: E402
+from batchtui.core.models.loading import load_model  # noqa: E402
+from batchtui.core.numbers.cpu_memory import keep_freed_memory  # noqa: E402
+from batchtui.core.run import assemble, engine  # noqa: E402
+from batchtui.core.run.runner import Runner  # noqa: E402
+from batchtui.core.run.skeleton import chunks  # noqa: E402
+from batchtui.core.settings import Settings  # noqa: E402
 
 STAGES = (  # (owner, attribute): what a comparison does besides its passes, and the passes themselves
     (Runner, "batched"),

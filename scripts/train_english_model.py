@@ -1,6 +1,6 @@
 """Train the built-in English model: a small Qwen2 causal LM with a byte-level BPE tokenizer.
 
-    python scripts/train_english_model.py [--steps 1400] [--out core/data/qwen2-english-4m]
+    python scripts/train_english_model.py [--steps 1400] [--out src/batchtui/core/data/qwen2-english-4m]
 
 The text is English prose that ships with every CPython: the reference manual's topics
 (`pydoc_data.topics`) and the docstrings of the standard library's modules, classes and functions
@@ -193,7 +193,7 @@ def main() -> int:
     parser.add_argument("--length", type=int, default=256)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--out", type=Path, default=ROOT / "core" / "data" / NAME)
+    parser.add_argument("--out", type=Path, default=ROOT / "src" / "batchtui" / "core" / "data" / NAME)
     args = parser.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)

@@ -3,5 +3,6 @@
 from pathlib import Path
 
 REPOSITORY = Path(__file__).resolve().parents[1]
+SOURCE = REPOSITORY / "src" / "batchtui"  # the packages batchtui.core and batchtui.tui
 DOCS = REPOSITORY / "docs"
 TEST_DATA = REPOSITORY / "tests" / "data"

@@ -1,12 +1,10 @@
-"""The frameworks' private names are read in one place, `core/compat/`: a framework's next release is met there."""
+"""The frameworks' private names are read in one place, `batchtui.core.compat`: their next release is met there."""
 
 from __future__ import annotations
 
 import re
 
-from paths import REPOSITORY
-
-ROOT = REPOSITORY
+from paths import REPOSITORY, SOURCE
 
 # A private name of torch, transformers, argparse or textual: a module path with a `_part`, or an attribute of
 # theirs that the engine reads.
@@ -19,17 +17,17 @@ PRIVATE = re.compile(
 
 def test_no_framework_internal_is_named_outside_the_compat_door():
     found = []
-    for path in sorted([*(ROOT / "core").rglob("*.py"), *(ROOT / "tui").rglob("*.py")]):
+    for path in sorted(SOURCE.rglob("*.py")):
         if path.parent.name == "compat":
             continue
         for number, line in enumerate(path.read_text().splitlines(), start=1):
             code = line.split("#", 1)[0]
             if PRIVATE.search(code):
-                found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+                found.append(f"{path.relative_to(REPOSITORY)}:{number}: {line.strip()}")
     assert not found, "\n".join(found)
 
 
 def test_the_door_itself_is_found_by_the_rule():
     """The rule is no dead letter: the door's own modules hold what it looks for."""
-    door = "".join(path.read_text() for path in (ROOT / "core" / "compat").glob("*.py"))
+    door = "".join(path.read_text() for path in (SOURCE / "core" / "compat").glob("*.py"))
     assert len(PRIVATE.findall(door)) >= 6

@@ -40,6 +40,7 @@ def test_wheel_installs_only_the_batchtui_namespace(wheel):
     for package in ("cli", "endpoint", "run", "reports", "terminal", "invariant", "models", "numbers"):
         assert f"batchtui/core/{package}/__init__.py" in names, package  # every package of core ships
     assert "batchtui/core/data/qwen2.5-1.5b-instruct.config.json" in names and "batchtui/tui/app.tcss" in names
+    assert "batchtui/core/py.typed" in names  # the engine's annotations reach a caller's type checker
     entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "batchtui = batchtui.tui.launcher:main" in entry_points
 
@@ -71,3 +72,16 @@ def test_installed_wheel_runs_the_check_without_textual(wheel, tmp_path):
     for shadowed in ("core", "tui"):
         probe = subprocess.run([python, "-c", f"import {shadowed}"], capture_output=True, cwd=tmp_path)
         assert probe.returncode != 0  # no top-level `core` or `tui` is installed
+
+
+def test_a_checkout_s_root_puts_no_top_level_package_of_ours_on_the_path():
+    """One importable name: from the repository's root (where `python -c` puts the folder first on sys.path) there
+    is no `core` or `tui` to import by mistake, only `batchtui` (installed, or from src/)."""
+    for shadowed in ("core", "tui"):
+        probe = subprocess.run([sys.executable, "-c", f"import {shadowed}"], capture_output=True, cwd=ROOT, timeout=60)
+        assert probe.returncode != 0, shadowed
+    found = subprocess.run(
+        [sys.executable, "-c", "import batchtui.core; print(batchtui.core.__file__)"],
+        capture_output=True, text=True, cwd=ROOT, timeout=60,
+    )  # fmt: skip
+    assert found.stdout.strip() == str(ROOT / "src" / "batchtui" / "core" / "__init__.py")

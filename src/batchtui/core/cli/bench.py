@@ -1,0 +1,152 @@
+"""`batchtui bench` (and `python -m batchtui.core bench`): the comparison's cost and memory against its floor."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..errors import InputError
+from ..numbers.generation import DEFAULT_MAX_NEW_TOKENS
+from ..settings import DTYPES, PADDING_SIDES, POSITION_MODES
+from ..terminal.plain import format_columns
+from .exit_codes import EXIT_OK, EXIT_TARGET_MISSED, parsed_and_guarded
+from .options import (
+    OneLineParser,
+    ProgressLine,
+    add_threads_option,
+    check_report_destination,
+    human_output,
+    settings_from_args,
+    start_torch,
+)
+
+BENCH_MODEL = "tiny"
+MATMUL_PATHS_SAID = (
+    "per kind of call, the path taken, the rows a shorter call is padded to and a taller one cut at (each height up "
+    "to it measured); each path measured"
+)
+
+
+def matmul_path_rows(paths: list[dict]) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    """The bench's table of the mode's matmul paths: headers and rows."""
+
+    def keeps(name: str, height: int | None, failed: list[str]) -> str:
+        if name in failed:
+            return "no kernel here"
+        return "none up to 16" if height is None else f"from {height}"
+
+    def short(path: str, height: int | None, ceiling: int) -> str:
+        if height is None:
+            return "tiles of 16"
+        return ("as it is" if height == 1 else f"padded to {height}") + f", cut at {ceiling}"
+
+    # (a layer measured through both of its op's overloads, `invariant.linear`, shows once where the two agree)
+    rows = [
+        (
+            p["op"],
+            p["operand"],
+            p["path"],
+            short(p["path"], p["height"], p["ceiling"]),
+            ", ".join(f"{name} {keeps(name, height, p['failed'])}" for name, height in p["heights"].items()),
+        )
+        for p in paths
+    ]
+    return ("op", "operand", "path", "short calls", "rows kept"), list(dict.fromkeys(rows))
+
+
+def run_bench(argv: list[str], prog: str = "batchtui bench") -> int:
+    parser = OneLineParser(
+        prog=prog,
+        description="Time compare() against the bare forward passes it compares, and generate mode against "
+        "the bare generate calls. Exit 0 when every target holds, 4 when one is missed, 2 on bad input.",
+    )
+    # The random tiny model by default: the small-model targets were set on it, and on the 4M English model
+    # (4096-token vocabulary) the per-position metrics weigh as much as the forward itself.
+    parser.add_argument(
+        "--model", default=BENCH_MODEL, help=f"built-in name, local path or Hub id (default: {BENCH_MODEL})"
+    )
+    parser.add_argument("--dtype", default="auto", choices=DTYPES, help="weights' dtype")
+    parser.add_argument("--device", default="auto", help="cuda, mps, cpu...")
+    parser.add_argument("--device-map", metavar="MAP", help="'auto': shard across this host's GPUs")
+    parser.add_argument("--attn", metavar="IMPL", help="attn_implementation (default: the model's)")
+    parser.add_argument("--padding-side", default="left", choices=PADDING_SIDES, help="side the padding goes")
+    parser.add_argument("--positions", default="mask", choices=POSITION_MODES, help="position ids")
+    parser.add_argument("--texts", type=int, default=16, metavar="N", help="number of texts")
+    parser.add_argument("--min-tokens", type=int, default=32, help="shortest text")
+    parser.add_argument("--max-tokens", type=int, default=128, help="longest text")
+    parser.add_argument("--batch-size", type=int, default=8, help="texts per batched pass")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds; each method's best is printed")
+    parser.add_argument(
+        "--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS, metavar="N", help="new tokens per generate"
+    )
+    parser.add_argument("--trust-remote-code", action="store_true", help="run the checkpoint's own Python code")
+    add_threads_option(parser)
+    parser.add_argument("--json", metavar="PATH", help="write the figures to PATH ('-' for stdout)")
+    return parsed_and_guarded(parser, argv, _bench)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    if args.texts < 1 or args.rounds < 1 or args.max_new_tokens < 1 or not 1 <= args.min_tokens <= args.max_tokens:
+        raise InputError("texts, rounds and new tokens must be at least 1, and 1 <= min-tokens <= max-tokens")
+    # --max-tokens is the longest text of the workload here, not a cut.
+    settings = settings_from_args(args, ignored=("max_tokens",))
+    check_report_destination(args.json)
+    start_torch(args)
+    from ..experiments.bench import bench, workload
+    from ..experiments.phase_clock import PHASES
+    from ..models.loading import load_model
+
+    texts = workload(load_model(settings).tokenizer, args.texts, args.min_tokens, args.max_tokens)
+    out = human_output(args.json)
+    from ..rollouts.bench import rollouts_methods
+
+    result = bench(
+        texts,
+        settings,
+        args.rounds,
+        progress=ProgressLine(),
+        new_tokens=args.max_new_tokens,
+        more=rollouts_methods,
+    )
+    print(
+        f"{result.model} · {result.dtype} on {result.device} · {result.texts} texts, {result.tokens} tokens, "
+        f"batch size {result.batch_size} · vocabulary {result.vocab_size} · best of {result.rounds} rounds",
+        file=out,
+    )
+    rows: list[tuple[str, ...]] = [(name, f"{seconds * 1000:.1f}") for name, seconds in result.seconds.items()]
+    print(format_columns(("method", "ms (best)"), rows, left={0}), file=out)
+    ratios = [(name, f"{value:.3f}") for name, value in result.ratios.items()]
+    print(format_columns(("ratio", "value"), ratios, left={0}), file=out)
+    if result.phases:
+        rows = [(name, *(f"{phases[phase] * 1000:.1f}" for phase in PHASES)) for name, phases in result.phases.items()]
+        print(format_columns(("forward passes of", "prefill ms", "decode ms"), rows, left={0}), file=out)
+    if result.matmul_paths:
+        print(f"the mode's matmuls ({MATMUL_PATHS_SAID}):", file=out)
+        print(format_columns(*matmul_path_rows(result.matmul_paths), left={0, 1, 2, 3, 4, 5}), file=out)
+    if result.library_kernels:
+        print(
+            "the mode's CPU kernels left to the library (this model calls them only where a batch changes nothing, "
+            "or inside the layers the mode computes itself): " + ", ".join(result.library_kernels),
+            file=out,
+        )
+    print(
+        "peak memory above the weights: "
+        + ", ".join(f"{name} {b / 2**20:.1f} MiB" for name, b in result.peak_bytes.items()),
+        file=out,
+    )
+    rows = [
+        (t["name"], f"{t['value']:.3f}", f"{t['limit']:.2f}", "PASS" if t["pass"] else "FAIL") for t in result.targets
+    ]
+    print(format_columns(("target", "value", "limit", "result"), rows, left={0}), file=out)
+    if args.json:
+        from ..reports.report import run_environment, write_json
+
+        write_json({**result.as_dict(), "environment": run_environment(settings.as_dict(), texts)}, args.json)
+    if not all(t["pass"] for t in result.targets):
+        print(
+            f"note: a target missed, exit {EXIT_TARGET_MISSED}; timings of {args.rounds} round(s) on a busy or small "
+            "machine swing by a tenth or more: run again with more --rounds on a quiet one before reading it as a "
+            "regression",
+            file=out,
+        )
+        return EXIT_TARGET_MISSED
+    return EXIT_OK

@@ -1,0 +1,98 @@
+"""`batchtui check --from DIR`: run a repro pack's command again on this machine and say, per text, whether its
+logits alone and in its batch are the pack's, bit for bit; the environment's differences first."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..numbers.comparison import RunResult
+from ..reports.report import number
+from ..terminal.plain import format_columns, format_float
+from ..visible import literal
+from .exit_codes import EXIT_DIVERGED, EXIT_OK
+from .options import check_report_destination, human_output, number_within, start_torch
+
+
+def _match_words(match) -> str:
+    if match is None:
+        return "no logits in the pack"
+    if match.bitwise_equal:
+        return "bitwise"
+    return f"max|Δ| {format_float(match.max_abs_diff)}, {match.flips} flips, from position {match.first_position}"
+
+
+def _match_json(match) -> dict | None:
+    if match is None:
+        return None
+    return {
+        "bitwise_equal": match.bitwise_equal,
+        "max_abs_diff": number(match.max_abs_diff),
+        "flips": match.flips,
+        "first_position": match.first_position,
+    }
+
+
+def check_from_pack(args: argparse.Namespace, given: set[str]) -> int:
+    """`given`: the options named on the command line; only `--model` (and with it `--trust-remote-code`)
+    changes what the pack runs."""
+    from ..reports.environment import differences
+    from ..reports.pack import choose_model, read_pack
+    from ..reports.report import run_environment, write_json
+    from ..reports.repro import KeptLogits, match_logits
+
+    number_within(args.repro_max_mb, "--repro-max-mb", 0, 1_000_000)  # (the largest logits file read)
+    pack = read_pack(args.from_pack, args.repro_max_mb)
+    chosen = choose_model(pack, args.model if "model" in given else None, args.trust_remote_code)
+    check_report_destination(args.json)
+    start_torch(args)
+    kept = KeptLogits(cap_bytes=2**62)
+    config = pack.report.get("config", {})
+    result: RunResult
+    if pack.is_generation:
+        from ..run.generation import generate_and_compare
+
+        result = generate_and_compare(
+            pack.texts, chosen.settings, config.get("max_new_tokens", 32), bool(config.get("from_embeds")),
+            lines=pack.lines, logits_sink=kept,
+        )  # fmt: skip
+    else:
+        from ..run.engine import compare
+
+        result = compare(pack.texts, chosen.settings, lines=pack.lines, logits_sink=kept)
+    here = run_environment(result.config, pack.texts)
+    changed = differences(pack.report.get("environment", {}), here, ignore=("fingerprint", "identity.folder"))
+    out = human_output(args.json)
+    print(literal(chosen.line), file=out)
+    if changed:
+        print(f"environment: {len(changed)} differences (the pack's → here)", file=out)
+        for name, theirs, ours in changed:
+            print(f"  {literal(str(name), 80)}: {literal(str(theirs), 60)} → {literal(str(ours), 60)}", file=out)
+    else:
+        print(f"environment: the same as the pack's (fingerprint {here['fingerprint']})", file=out)
+    rows, entries, same, compared = [], [], 0, 0
+    for index, (line, text) in enumerate(zip(pack.lines, pack.texts)):
+        single = match_logits(kept.single.get(index), pack.single.get(index))
+        batched = match_logits(kept.batched.get(index), pack.batched.get(index))
+        if single is not None and batched is not None:
+            compared += 1
+            same += single.bitwise_equal and batched.bitwise_equal
+        rows.append((str(line), literal(text, 32), _match_words(single), _match_words(batched)))
+        entries.append({"index": index, "line": line, "text": text, "single": _match_json(single),
+                        "batched": _match_json(batched)})  # fmt: skip
+    print(format_columns(("#", "text", "alone", "batched"), rows, left={1, 2, 3}), file=out)
+    print(f"{same} of {compared} texts reproduce the pack's logits bitwise, alone and batched", file=out)
+    if args.json:
+        write_json(
+            {
+                "pack": str(pack.path),
+                "model": chosen.settings.model,
+                "model_is_the_packs": chosen.settings.model == pack.settings.model,
+                "environment_differences": [{"field": f, "pack": a, "here": b} for f, a, b in changed],
+                "texts": entries,
+                "reproduced": same,
+                "compared": compared,
+                "environment": here,
+            },
+            args.json,
+        )
+    return EXIT_OK if same == compared else EXIT_DIVERGED

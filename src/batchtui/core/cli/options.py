@@ -1,0 +1,309 @@
+"""The options every batchtui command shares (DESIGN.md's CLI contract), and what they build."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import math
+import sys
+import time
+from dataclasses import fields
+from typing import Any, TextIO
+
+from ..compat.argparse import HelpWithDefaults, actions, option_strings
+from ..errors import InputError
+from ..experiments.remedies import REMEDIES
+from ..experiments.sweep import parse_batch_sizes, parse_counts, parse_names
+from ..safe_files import check_writable_file, is_standard_output
+from ..settings import (
+    DEFAULT_ATOL,
+    DEFAULT_MODEL,
+    DEFAULT_RTOL,
+    DTYPES,
+    KERNEL_CLASSES,
+    PADDING_SIDES,
+    POSITION_MODES,
+    Settings,
+)
+from ..texts import DEFAULT_TEXTS, NumberedTexts, read_texts_file, validate_texts
+from ..visible import literal
+
+
+class _DefaultsShown(HelpWithDefaults):
+    """Adds `(default: X)` to an option's help unless it says its default already (or has none)."""
+
+    def help_of(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        no_default = action.default in (None, False, argparse.SUPPRESS, "") or action.default == []
+        if not action.option_strings or "default" in text or no_default:
+            return text
+        default = ",".join(map(str, action.default)) if isinstance(action.default, list) else action.default
+        return f"{text} (default: {default})" if text else f"default: {default}"
+
+
+class ProgressLine:
+    """Progress on stderr: on a terminal tqdm's bar (`TqdmBar`: done/total, what ran last, the time so far and left,
+    fitted to the terminal's width); in a log file about ten plain lines."""
+
+    def __init__(self) -> None:
+        self._started = time.monotonic()
+        self._bar = TqdmBar(quiet=False, unit="it", leave=False)
+
+    def __call__(self, done: int, total: int, label: str) -> None:
+        if self._bar.shown:
+            self._bar.progress(done, total, label)
+            if done >= total:
+                self._bar.close()
+            return
+        if done == total or done % max(1, total // 10) == 0:
+            width = 24
+            filled = width * done // max(total, 1)
+            elapsed = time.monotonic() - self._started
+            timing = f"{elapsed:.0f} s" + (
+                f", about {elapsed / done * (total - done):.0f} s left" if 0 < done < total else ""
+            )
+            print(f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {label} · {timing}", file=sys.stderr)
+
+
+class TqdmBar:
+    """tqdm's bar on stderr while a long command works: off when stderr is not a terminal or with `quiet`.
+    `progress(done, total, label)`: a total of None counts without an end; a new total, or a count that goes back,
+    starts a bar of its own."""
+
+    def __init__(self, quiet: bool, unit: str, leave: bool = True) -> None:
+        self.shown = not quiet and sys.stderr.isatty()
+        self.unit = unit
+        self.leave = leave
+        self.bar: Any = None  # a tqdm bar, once shown
+        self.total: int | None = 0
+
+    def progress(self, done: int, total: int | None, label: str | None = None) -> None:
+        self.total = total
+        if not self.shown:
+            return
+        if self.bar is None or self.bar.total != total or done < self.bar.n:
+            from tqdm import tqdm
+
+            self.close()
+            self.bar = tqdm(
+                total=total, initial=done, unit=self.unit, file=sys.stderr, dynamic_ncols=True, leave=self.leave
+            )
+        if label is not None:
+            self.bar.set_description_str(label, refresh=False)
+        self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+    def __enter__(self) -> TqdmBar:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Usage errors as one line and exit code 2, never a traceback or a usage dump; --help shows every
+    option's default."""
+
+    def __init__(self, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", _DefaultsShown)
+        super().__init__(**kwargs)
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+    def parse_known_args(self, args=None, namespace=None):
+        # `--invariant=CLASSES` is `--invariant-classes CLASSES`: `--invariant` itself stays a flag, so that the text
+        # after it is never read as its value.
+        if args is not None and any(a.startswith("--invariant-classes") for a in option_strings(self)):
+            if "--invariant=" in args:  # (empty: it would run without the mode and pass)
+                self.error("--invariant= names none of the mode's classes: give them, or --invariant alone")
+            args = [f"--invariant-classes={a.split('=', 1)[1]}" if a.startswith("--invariant=") else a for a in args]
+        return super().parse_known_args(args, namespace)
+
+
+def command_parser(prog: str, description: str) -> OneLineParser:
+    """A command's parser with the options every comparing command takes."""
+    parser = OneLineParser(prog=prog, description=description)
+    add_common_options(parser)
+    return parser
+
+
+def add_common_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("texts", nargs="*", metavar="TEXT", help="texts to compare (default: a built-in set)")
+    parser.add_argument("--texts-file", metavar="FILE", help="read texts from FILE, one per line")
+    parser.add_argument(
+        "--model", default=DEFAULT_MODEL, help=f"built-in name, local path or Hub id (default: {DEFAULT_MODEL})"
+    )
+    parser.add_argument("--dtype", default="auto", choices=DTYPES, help="default: the checkpoint's dtype")
+    parser.add_argument("--device", default="auto", help="cuda, cuda:1, mps, cpu... (default: auto)")
+    parser.add_argument(
+        "--device-map", metavar="MAP", help="'auto': shard the model across this host's GPUs (needs accelerate)"
+    )
+    parser.add_argument("--batch-size", type=int, default=8, metavar="N", help="texts per batched pass (default: 8)")
+    parser.add_argument("--padding-side", default="left", choices=PADDING_SIDES, help="side the padding goes")
+    parser.add_argument("--positions", default="mask", choices=POSITION_MODES, help="position ids (default: mask)")
+    parser.add_argument("--attn", metavar="IMPL", help="attn_implementation: sdpa, eager, flash_attention_2...")
+    parser.add_argument(
+        "--max-tokens", type=int, metavar="N", help="cut longer texts to N tokens, flagged (default: the context)"
+    )
+    parser.add_argument("--top-k", type=int, default=5, metavar="K", help="top tokens kept per position")
+    parser.add_argument("--atol", type=float, default=DEFAULT_ATOL, help=f"default: {DEFAULT_ATOL:g}")
+    parser.add_argument("--rtol", type=float, default=DEFAULT_RTOL, help=f"default: {DEFAULT_RTOL:g}")
+    parser.add_argument(
+        "--bitwise",
+        action="store_true",
+        help="judge bitwise: a text passes only where every logit is the same in both runs (--atol 0 --rtol 0)",
+    )
+    parser.add_argument("--trust-remote-code", action="store_true", help="run the checkpoint's own Python code")
+    add_threads_option(parser)
+    parser.add_argument(
+        "--modules", action="store_true", help="localize per module: norms, attention, MLP, residual of each layer"
+    )
+    # The option's earlier name, kept working for scripts that use it.
+    parser.add_argument("--layers", dest="modules", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--decompose", action="store_true", help="also run each padded row alone: batch-size vs padding effect"
+    )
+    parser.add_argument("--reference", action="store_true", help="also run each text alone in float64 on the CPU")
+    parser.add_argument(
+        "--invariant", action="store_true", help="run in the batch-invariant mode: batched logits equal single runs"
+    )
+    parser.add_argument(
+        "--invariant-classes",
+        metavar="CLASSES",
+        default="",
+        help=f"only these parts of the mode, comma-separated ({','.join(KERNEL_CLASSES)}); also --invariant=CLASSES",
+    )
+
+
+def add_threads_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--threads",
+        type=int_at_least(1),
+        metavar="N",
+        help="CPU threads for torch's kernels (default: torch's own, the same on every run on this machine; the "
+        "count can change CPU results, so give the same N to runs you compare)",
+    )
+
+
+def start_torch(args: argparse.Namespace, keep_freed: bool = True) -> None:
+    """Torch loaded and set up for the run: its kernel threads (`--threads`) and, with `keep_freed`, the allocator
+    keeping freed blocks for reuse (a run of thousands of batches of other shapes would grow its heap with them).
+    Each command calls it once its arguments are known good, so a bad value is refused without the import (about two
+    seconds). A cache folder that cannot be used is said here, once: the run goes on without it."""
+    from ..cache_folder import cache_notice
+    from ..numbers.cpu_memory import keep_freed_memory
+    from ..threads import use_threads
+
+    if notice := cache_notice():
+        print(f"batchtui: notice: {literal(notice)}", file=sys.stderr)
+    use_threads(args.threads)
+    if keep_freed:
+        keep_freed_memory()
+
+
+def number_within(value: float, option: str, low: float, high: float, unit: str = "", low_too: bool = False) -> float:
+    """`value` where it is a finite number above `low` (or `low` itself, with `low_too`) and at most `high`; else
+    InputError naming `option` (an infinite timeout or a NaN limit would otherwise reach the code that uses it)."""
+    if not (math.isfinite(value) and (low <= value if low_too else low < value) and value <= high):
+        bound = "at least" if low_too else "above"
+        raise InputError(f"{option} must be a number {bound} {low:g} and at most {high:g}{unit}, not {value:g}")
+    return value
+
+
+def int_at_least(minimum: int):
+    """An argparse type: a whole number of at least `minimum`, in one message either way."""
+
+    def parsed(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            number = minimum - 1
+        if number < minimum:
+            raise argparse.ArgumentTypeError(f"must be a whole number of at least {minimum}, not {value!r}")
+        return number
+
+    return parsed
+
+
+def add_remedy_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--remedy",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help=f"measure a remedy before/after (repeatable): {', '.join(REMEDIES)}, invariant:CLASS+CLASS (the mode's "
+        "parts alone); the exit code then follows the "
+        "run with all applied",
+    )
+
+
+def settings_from_args(args: argparse.Namespace, ignored: tuple[str, ...] = ()) -> Settings:
+    """The settings the arguments name (each option's dest is its Settings field), checked. `ignored`: options
+    of the same name that mean something else to the command."""
+    given = {f.name: getattr(args, f.name) for f in fields(Settings) if hasattr(args, f.name) and f.name not in ignored}
+    if getattr(args, "bitwise", False):
+        if given.get("atol") not in (0, DEFAULT_ATOL) or given.get("rtol") not in (0, DEFAULT_RTOL):
+            raise InputError("--bitwise is --atol 0 --rtol 0: give it or other tolerances, not both")
+        given.update(atol=0.0, rtol=0.0)
+    if given.get("invariant_classes"):
+        given["invariant"] = True  # naming the mode's parts asks for the mode
+    return Settings(**given).validated()
+
+
+def texts_from_args(args: argparse.Namespace) -> NumberedTexts:
+    """Texts from the command line (numbered by position), then --texts-file (numbered by file line);
+    the default set when neither gives any. Checked here, before any model loads."""
+    texts, lines = list(args.texts), list(range(1, len(args.texts) + 1))
+    if args.texts_file:
+        from_file = read_texts_file(args.texts_file)
+        if not from_file.texts and not texts:
+            raise InputError(f"texts file {args.texts_file!r} has no texts")
+        texts += from_file.texts
+        lines += from_file.lines
+    if not texts:
+        texts, lines = list(DEFAULT_TEXTS), list(range(1, len(DEFAULT_TEXTS) + 1))
+    validate_texts(texts, lines)
+    return NumberedTexts(texts, lines)
+
+
+def given_options(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
+    """The destinations of the options `argv` gives explicitly, even when given at their default value
+    (`--batch-size 8` must beat a session's 4, though 8 is the default)."""
+    not_given = object()  # not a string, so argparse never runs it through an option's type
+    probe = copy.deepcopy(parser)
+    probe.set_defaults(**{action.dest: not_given for action in actions(probe)})
+    return {dest for dest, value in vars(probe.parse_args(argv)).items() if value is not not_given}
+
+
+def human_output(json_path: str | None) -> TextIO:
+    """Where tables and verdicts go: stderr when the JSON report takes stdout (`-`, `/dev/stdout`), so that
+    the report stays parseable; stdout otherwise."""
+    return sys.stderr if json_path and is_standard_output(json_path) else sys.stdout
+
+
+def check_report_destination(path: str | None) -> None:
+    """Refuse a --json destination that could not be written, before the run rather than after it."""
+    if path:
+        check_writable_file(path, "cannot write the report to")
+
+
+def _as_argument(parse):
+    """A core parser as an argparse type: its InputError becomes argparse's own message."""
+
+    def parsed(value: str):
+        try:
+            return parse(value)
+        except InputError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parsed
+
+
+names_argument = _as_argument(parse_names)  # "a,b,c" -> ["a", "b", "c"]
+ints_argument = _as_argument(parse_batch_sizes)  # "1,2,4" -> [1, 2, 4]
+levels_argument = _as_argument(lambda value: parse_counts(value, "concurrency levels"))

@@ -1,0 +1,143 @@
+"""`endpoint --save-rollouts`: rollouts sampled from an OpenAI-compatible server, written as `batchtui rollouts`
+reads them, so that one machine samples and another scores.
+
+Each prompt (a texts file's line, or a JSONL line's `prompt` or `prompt_ids`, read streaming: a file of any length)
+is completed `samples` times at `temperature`, sample k of prompt i with seed `seed + i * samples + k` (the same
+file and seed sample the same rollouts on a server that honours seeds). The server must give token ids (vLLM's
+`return_token_ids`, and its logprobs' tokens as `token_id:N`): the prompt's and the completion's ids, the logprob of
+each chosen token and its top-1. What it sends is checked as any answer from elsewhere; a line is written with one
+`write` on a file that did not exist.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from ..errors import InputError
+from ..texts import read_text_lines
+from .client import Endpoint, EndpointError
+
+_TOKEN_ID = "token_id:"
+
+
+@dataclass(frozen=True)
+class Prompt:
+    line: int
+    text: str | None
+    ids: list[int] | None
+
+    @property
+    def sent(self) -> str | list[int]:
+        """What the server is sent: the ids where the file gives them, else the text (a prompt has one of them)."""
+        if self.ids is not None:
+            return self.ids
+        assert self.text is not None
+        return self.text
+
+
+def read_prompts(path: str) -> Iterator[Prompt]:
+    """A prompts file's prompts: JSONL (`.jsonl`: `{"prompt": "..."}` or `{"prompt_ids": [...]}` a line, read line
+    by line) or one text a line."""
+    if not path.endswith(".jsonl"):
+        for number, text in enumerate(read_text_lines(path), start=1):
+            if text.strip():
+                yield Prompt(number, text, None)
+        return
+    from ..rollouts.source import json_lines
+
+    for number, raw in json_lines(path, "prompts file"):
+        if not raw.strip():
+            continue
+        try:
+            entry = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            entry = None
+        if not isinstance(entry, dict):
+            raise InputError(f"{path} line {number}: not a JSON object")
+        given, ids = entry.get("prompt"), entry.get("prompt_ids")
+        if isinstance(ids, list) and ids and all(type(i) is int and i >= 0 for i in ids):
+            yield Prompt(number, None, ids)
+        elif isinstance(given, str) and given.strip():
+            yield Prompt(number, given, None)
+        else:
+            raise InputError(f"{path} line {number}: no prompt (a non-empty string) nor prompt_ids (token ids)")
+
+
+def save_rollouts(
+    endpoint: Endpoint,
+    prompts: Iterator[Prompt],
+    path: str,
+    max_new_tokens: int,
+    temperature: float,
+    seed: int,
+    samples: int,
+    progress: Callable[[int], None] | None = None,
+) -> int:
+    """Every prompt's `samples` rollouts written to `path` (a new file) as they come; how many."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+    except FileExistsError:
+        raise InputError(f"{path} exists: rollouts are written to a new file") from None
+    except OSError as exc:
+        raise InputError(f"cannot write rollouts to {path}: {exc.strerror or exc}") from None
+    written = 0
+    try:
+        for index, prompt in enumerate(prompts):
+            for k in range(samples):
+                sample_seed = seed + index * samples + k
+                served = endpoint.complete(
+                    prompt.sent,
+                    max_new_tokens,
+                    top_logprobs=1,
+                    token_ids=True,
+                    temperature=temperature,
+                    seed=sample_seed,
+                    tokens_as_ids=True,
+                )
+                line = _rollout_line(served, prompt, sample_seed, endpoint.url)
+                data = (json.dumps(line) + "\n").encode()
+                done = os.write(fd, data)
+                while done < len(data):
+                    done += os.write(fd, data[done:])
+                written += 1
+                if progress is not None:
+                    progress(written)
+    finally:
+        os.close(fd)
+    return written
+
+
+def _rollout_line(served, prompt: Prompt, seed: int, url: str) -> dict:
+    where = f"{url}: the completion of prompt line {prompt.line}"
+    if served.prompt_token_ids is None or served.token_ids is None or served.steps is None:
+        raise EndpointError(f"{where} has no token ids or logprobs (vLLM's return_token_ids): rollouts need both")
+    ids, steps = list(served.token_ids), served.steps
+    if not ids or len(steps) != len(ids):
+        raise EndpointError(f"{where}: {len(ids)} token ids for {len(steps)} logprobs")
+    logprobs, top1 = [], []
+    for step, (token, s) in enumerate(zip(ids, steps)):
+        if s.logprob is None or not math.isfinite(s.logprob) or s.logprob > 0:
+            raise EndpointError(f"{where}: step {step}'s logprob is {s.logprob}, not a logprob")
+        if s.token != f"{_TOKEN_ID}{token}":
+            raise EndpointError(f"{where}: step {step} names token {s.token!r}, its id is {token}")
+        logprobs.append(s.logprob)
+        top1.append(_id(s.top[0][0]) if s.top else None)
+    line = {"prompt_ids": list(served.prompt_token_ids), "completion_ids": ids, "logprobs": logprobs}
+    if all(t is not None for t in top1):
+        line["top1_ids"] = top1
+    return {
+        **line,
+        **({"prompt": prompt.text} if prompt.text is not None else {}),
+        "seed": seed,
+        "prompt_line": prompt.line,
+    }
+
+
+def _id(token: str) -> int | None:
+    if not token.startswith(_TOKEN_ID) or not token[len(_TOKEN_ID) :].isdigit():
+        return None
+    return int(token[len(_TOKEN_ID) :])

@@ -1,0 +1,287 @@
+"""Computing each row of a call the way one fixed call height computes it, whatever the call's height.
+
+Kernels that treat rows independently in arithmetic still pick their blocking, threading and reduction order
+by the call's shape (a GEMM library's kernels, CUDA's reduction configuration, a CPU reduction split across
+threads). `by_rows(a, dim, key, paths)` runs one of `paths` (ways to compute the same thing: the library's op
+first, then others, such as another library's kernel for a linear layer) so that a row of `a` gets the bits it
+gets in a call of one fixed height:
+- where a path was measured on this machine to give a row the same bits in any call of h or more rows
+  (`_row_keeping_path`, per key, shape, dtype, layout and thread count: often h is 1 or 2), the path with the
+  smallest h is taken (the first on a tie): a call of h or more rows goes to it whole and a shorter one is
+  padded with zero rows to h;
+- where none keeps rows (and always on CUDA, where the library picks kernels per shape) every row is computed by
+  the first path in a call of exactly `tile_rows(device)` rows: shorter calls padded, taller ones cut into tiles;
+- on a small operand (`library_first`: a weight the CPU's caches hold) a call costs the kernel's fixed cost more
+  than its arithmetic: the library is taken wherever it keeps rows at all (a call of its height or more is its
+  own call), though another path keeps them from fewer (oneDNN's float32 call costs three times MKL's there);
+- a call is never taller than the tallest measured (`MEASURED_ROWS`, or up to 128 where every height to it was
+  measured: `_ceiling`): a taller one is cut into calls of that height, a prefill's and a trainer's rows computed as
+  a decoding step's are (a bfloat16 GEMM was seen to sum a row otherwise in calls of 33 rows and more).
+What was chosen for each key is kept for `chosen_paths()` (the bench shows why the mode costs what it costs).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+# The dispatch keys replacements are registered for: the mechanism is not CPU-specific.
+DEVICE_KEYS = ("CPU", "CUDA")
+_CPU_TILE_ROWS = 16
+# Kernel launches cost more than padding on a GPU: taller tiles there.
+_GPU_TILE_ROWS = 64
+# The tallest call measured at every height and place, and so made (unless `_ceiling` measures a taller one): a
+# taller one is cut into calls of this height.
+MEASURED_ROWS = 32
+
+
+def tile_rows(device: torch.device) -> int:
+    """The fixed call height every row is computed in on `device`."""
+    return _CPU_TILE_ROWS if device.type == "cpu" else _GPU_TILE_ROWS
+
+
+RowsFn = Callable[[torch.Tensor], torch.Tensor]  # rows of the row operand -> those rows of the result
+Path = tuple[str, RowsFn]  # a way to compute it, by name: "library" (the op itself), "onednn"...
+
+
+@dataclass(frozen=True)
+class ChosenPath:
+    """How the mode computes the rows of one kind of call on this machine (`by_rows`' choice)."""
+
+    key: tuple  # the computation, its dtype, the shape and layout of all but the rows, the device type, the thread
+    # count
+    path: str  # the path's name
+    height: int | None  # the row-keeping height it is padded to; None: tiles of `tile_rows` rows
+    heights: dict[str, int | None]  # each path's row-keeping height as measured (None: none up to 16, or it failed)
+    failed: tuple[str, ...] = ()  # the paths that could not run here (a kernel this CPU lacks)
+    ceiling: int = MEASURED_ROWS  # the tallest call made: a taller one is cut into calls of this height
+
+
+# (key, dtype, shape and layout of everything but the rows, device type, threads, calls) -> the path taken (its
+# index) and its row-keeping height
+_measured: dict[tuple, tuple[int, int | None, int]] = {}
+_chosen: dict[tuple, ChosenPath] = {}
+_measured_lock = threading.Lock()
+
+
+def _padded(rows: torch.Tensor, height: int, dim: int) -> torch.Tensor:
+    missing = height - rows.shape[dim]
+    if missing == 0:
+        return rows
+    shape = list(rows.shape)
+    shape[dim] = missing
+    return torch.cat([rows, rows.new_zeros(shape)], dim=dim)
+
+
+def by_rows(
+    a: torch.Tensor,
+    dim: int,
+    key: tuple,
+    library: RowsFn,
+    others: Callable[[], Sequence[Path]] = tuple,
+    **choice,
+) -> torch.Tensor:
+    """The computation `library` does (and `others()` can do another way: each path named) on `a`, with every row
+    of `a` (along `dim`) getting the bits it gets in a call of one fixed height: through the path measured to keep
+    rows from the smallest height, a shorter call padded to that height; where none does, the library in tiles of
+    the fixed height. `key` names the computation (the operation and its other operands). `others` is called
+    only where it is measured or taken: on the way of every call, the library costs a lookup. `choice`: the rest of
+    `choose`'s arguments (the first path's name, a decoding step's path, the library first)."""
+    if a.shape[dim] == 0:
+        return library(a)
+    return in_rows(a, dim, *choose(a, dim, key, library, others, **choice))
+
+
+def choose(
+    a: torch.Tensor,
+    dim: int,
+    key: tuple,
+    library: RowsFn,
+    others: Callable[[], Sequence[Path]] = tuple,
+    name: str = "library",
+    library_first: bool = False,
+    operand: torch.Tensor | None = None,
+) -> tuple[RowsFn, int | None, int]:
+    """`by_rows`' choice for calls like this one: (the path's function, the height it keeps rows from, None: tiles of
+    the library; the tallest call it makes), measured once per key, dtype, shape and layout of all but the rows, and
+    thread count.
+    `operand`: the [..., K, N] tensor the rows multiply, where they do (`_probe` makes rows whose sums show any
+    change of order with it)."""
+    # The library blocks a call by its thread count too, and that count is per thread (the app's workers run
+    # with one core fewer than the main thread): a measurement holds for one count only.
+    shape = (a.shape[:dim], a.shape[dim + 1 :], a.stride(-1) == 1)
+    # A model split across devices (--device-map) has the same shapes on CPU and CUDA: measured apart.
+    key = (key, a.dtype, *shape, a.device.type, torch.get_num_threads())
+    known = _measured.get(key)  # a dict read needs no lock
+    if known is None:
+        known = _row_keeping_path(a, dim, key, [(name, library), *others()], library_first, operand)
+    chosen, floor, ceiling = known
+    return (library if chosen == 0 else others()[chosen - 1][1]), floor, ceiling
+
+
+def in_rows(
+    a: torch.Tensor, dim: int, compute: RowsFn, floor: int | None, ceiling: int = MEASURED_ROWS
+) -> torch.Tensor:
+    """`compute(a)` with every row of `a` as in a call of `floor` to `ceiling` rows (a shorter call padded to the
+    floor, a taller one cut into pieces); with no floor, in tiles of the fixed height."""
+    m = a.shape[dim]
+    if floor is not None:
+        if floor <= m <= ceiling:
+            return compute(a)
+        if m < floor:
+            rows = compute(_padded(a, floor, dim)).narrow(dim, 0, m)
+            return rows if dim == 0 and rows.is_contiguous() else rows.clone()  # a leading cut is compact already
+        # Taller than any call measured: pieces of the tallest (a last short one padded to the floor)
+        pieces = [in_rows(a.narrow(dim, s, min(ceiling, m - s)), dim, compute, floor, ceiling)
+                  for s in range(0, m, ceiling)]  # fmt: skip
+        return torch.cat(pieces, dim=dim)
+    height = tile_rows(a.device)
+    if m <= height:
+        return compute(_padded(a, height, dim)).narrow(dim, 0, m).clone()
+    tiles = [compute(_padded(a.narrow(dim, s, min(height, m - s)), height, dim)) for s in range(0, m, height)]
+    return torch.cat(tiles, dim=dim).narrow(dim, 0, m)
+
+
+# The size of the terms that cancel in a probe's ordered rows, by the accumulator's precision: large enough that
+# the small terms' rounding against them shows in the result's own dtype, small enough for the dtype's range.
+_CANCELLING = {torch.float16: 2.0**14, torch.float64: 2.0**48}
+_CANCELLING_DEFAULT = 2.0**24  # bfloat16 and float32, accumulated in float32
+
+
+def _probe(a: torch.Tensor, dim: int, operand: torch.Tensor | None) -> torch.Tensor:
+    """67 rows like `a`'s to measure a path on: even rows random, odd rows random with two large terms that cancel
+    exactly in one output (each row its own output and pair of positions). A kernel that sums a row in another order
+    in a call of another height rounds the small terms otherwise against the large ones, and it shows: on random
+    rows alone, a bfloat16 result hides a float32 accumulator's other order almost always (1 row in 800 showed it).
+    With `operand` ([..., K, N], what the rows multiply; its first matrix), the terms cancel in the products."""
+    shape = list(a.shape)
+    shape[dim] = 67
+    probe = torch.randn(shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    k = shape[-1]
+    if k < 2 or not a.is_floating_point():
+        return probe.to(a.dtype)
+    big = _CANCELLING.get(a.dtype, _CANCELLING_DEFAULT)
+    rows = probe.movedim(dim, -2).reshape(-1, 67, k)[0]  # the first matrix's rows (a view of the probe)
+    weights = None if operand is None else operand.reshape(-1, *operand.shape[-2:])[0].to(torch.float64).cpu()
+    # the two terms near and far apart: a kernel that sums a row in blocks cancels a pair inside one block alike
+    gaps = sorted({1, k // 4 or 1, k // 2 or 1, (3 * k) // 4 or 1, k - 1})
+    for r in range(1, 67, 2):
+        i = (r * 7) % k
+        j = (i + gaps[(r // 2) % len(gaps)]) % k
+        if weights is None:  # a sum of the row itself
+            rows[r, i], rows[r, j] = big, -big
+            continue
+        c = r % weights.shape[1]
+        wi, wj = weights[i, c].item(), weights[j, c].item()
+        if wi == 0 or wj == 0:
+            continue
+        scale = 2.0 ** (math.floor(math.log2(big)) - math.ceil(math.log2(max(abs(wi), abs(wj)))))
+        rows[r, i], rows[r, j] = scale * wj, -scale * wi
+    return probe.to(a.dtype)
+
+
+# The call heights tried, smallest first: a library often takes other kernels for one row or a few.
+_FLOORS = (1, 2, 4, 8, 16)
+
+
+def chosen_paths() -> list[ChosenPath]:
+    """Every kind of call the mode has computed by rows in this process, and how."""
+    with _measured_lock:
+        return list(_chosen.values())
+
+
+def _row_keeping_path(
+    a: torch.Tensor,
+    dim: int,
+    key: tuple,
+    paths: Sequence[Path],
+    library_first: bool,
+    operand: torch.Tensor | None,
+) -> tuple[int, int | None, int]:
+    """(which path, its height h): the path that, measured once per key on random rows, gives every row of a call
+    of h or more rows the bits that row gets in a call of exactly h rows (wherever it sits) from the smallest h
+    (the first on a tie); h None when no path keeps rows even from 16 rows, and always on CUDA, where the library
+    picks kernels per shape (then: the first path that runs, in fixed-height tiles). A path that fails here is not
+    taken. With `library_first`, the library wherever it keeps rows."""
+    with torch.no_grad():  # measured on a probe, whatever the calling pass records
+        return _measure_paths(a, dim, key, paths, library_first, operand)
+
+
+def _measure_paths(a, dim, key, paths, library_first, operand) -> tuple[int, int | None, int]:
+    heights: dict[str, int | None] = dict.fromkeys((name for name, _ in paths), None)
+    failed: set[str] = set()
+    probe = _probe(a, dim, operand) if a.device.type == "cpu" else None
+    if probe is not None:
+        for name, compute in paths:
+            heights[name] = _measured_height(probe, dim, compute, name, failed)
+    floors = {i: height for i, (name, _) in enumerate(paths) if (height := heights[name]) is not None}
+    library = next((i for i, (name, _) in enumerate(paths) if name == "library"), None)
+    if floors:  # the smallest height, the first path on a tie
+        index = min(floors, key=lambda i: (floors[i], i))
+        if library_first and library in floors:  # not another kernel for less padding
+            index = library if floors[library] > floors[index] else index
+    else:  # none keeps rows: tiles, through the first path that runs here
+        index = next((i for i, (name, _) in enumerate(paths) if name not in failed), 0)
+    best = floors.get(index)
+    name = paths[index][0]
+    if best is None:
+        ceiling = MEASURED_ROWS
+    else:
+        assert probe is not None  # a height is measured on the probe
+        ceiling = _ceiling(probe, dim, paths[index][1], best, operand)
+    with _measured_lock:  # two threads measuring one key find the same
+        _chosen[key] = ChosenPath(key, name, best, heights, tuple(sorted(failed)), ceiling)
+        _measured[key] = (index, best, ceiling)
+    return index, best, ceiling
+
+
+# Taller calls tried, where measuring every height up to them costs at most `_CEILING_BUDGET` multiply-adds.
+_CEILINGS = (64, 128)
+_CEILING_BUDGET = 4e9
+
+
+def _ceiling(probe: torch.Tensor, dim: int, compute: RowsFn, floor: int, operand: torch.Tensor | None) -> int:
+    """The tallest call (`MEASURED_ROWS` or one of `_CEILINGS`) every height up to which gives every row the bits it
+    gets in calls of `MEASURED_ROWS` rows: a bfloat16 GEMM by a 704-wide weight summed rows otherwise in 222 of the
+    heights from 33 to 512, by 256-wide weights in none. Rows of a 2-D call only, every height measured (no sampling:
+    a height left out could be one that parts), within a budget (a large weight keeps `MEASURED_ROWS`)."""
+    if dim != 0 or probe is None or probe.dim() != 2:
+        return MEASURED_ROWS
+    width = probe.shape[1] * (1 if operand is None else operand.shape[-1])
+    best = MEASURED_ROWS
+    for ceiling in _CEILINGS:
+        if width * (ceiling * (ceiling + 1) / 2) > _CEILING_BUDGET:
+            break
+        rows = torch.cat([probe] * -(-ceiling // probe.shape[0]))[:ceiling]
+        pieces = in_rows(rows, 0, compute, floor, MEASURED_ROWS)
+        if not all(torch.equal(compute(rows[:m]), pieces[:m]) for m in range(best + 1, ceiling + 1)):
+            break
+        best = ceiling
+    return best
+
+
+def _measured_height(probe: torch.Tensor, dim: int, compute: RowsFn, name: str, failed: set[str]) -> int | None:
+    """The smallest height from which `compute` keeps rows (None: not up to 16); a path that cannot run here is
+    added to `failed`."""
+    try:
+        compute(probe)  # runs here at all?
+        return next((h for h in _FLOORS if _keeps_rows_from(h, probe, dim, compute)), None)
+    except RuntimeError:  # a kernel this CPU lacks (oneDNN's bf16 without AVX-512, or float64)
+        failed.add(name)
+        return None
+
+
+def _keeps_rows_from(height: int, probe: torch.Tensor, dim: int, compute: RowsFn) -> bool:
+    """Does every row of calls of `height` to `MEASURED_ROWS` rows get the bits it gets first in a `height`-row
+    call? (Measured at every position: a GEMM's edge tiles and its thread split by rows may sum a row otherwise, and
+    a tall call otherwise again: seen on bfloat16 from 64 rows, so no taller call is made.)"""
+    first = torch.cat([compute(probe.narrow(dim, s, height)).narrow(dim, 0, 1) for s in range(MEASURED_ROWS)], dim)
+    for rows in sorted({height, height + 1, height + 2, 2 * height + 1, 3 * height + 2, 17, MEASURED_ROWS - 1,
+                        MEASURED_ROWS}):  # fmt: skip
+        if rows <= MEASURED_ROWS and not torch.equal(compute(probe.narrow(dim, 0, rows)), first.narrow(dim, 0, rows)):
+            return False
+    return True

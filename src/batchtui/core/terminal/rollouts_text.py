@@ -1,0 +1,140 @@
+"""A `RolloutsSummary` on the terminal: the metrics, the percentiles of |δ|, histograms of δ and of the ratio
+(plotext's bars, where plotext is installed: core runs without it), the worst sequences and tokens, and a verdict."""
+
+from __future__ import annotations
+
+from ..numbers.rollouts import Histogram, RolloutsSummary, ScoredToken, WorstSequence
+from ..visible import literal
+from .plain import format_columns, format_float
+
+_METRICS = (
+    ("max_abs_diff", "max |δ|"),
+    ("mean_abs_diff", "mean |δ|"),
+    ("ratio_min", "ratio min"),
+    ("ratio_max", "ratio max"),
+    ("kl", "kl = mean(lr − lt)"),
+    ("k3_kl", "k3_kl = mean(ratio − 1 − δ)"),
+    ("chi2_token", "chi2_token = mean(ratio²) − 1"),
+    ("chi2_seq", "chi2_seq = mean(exp(2 Σδ)) − 1"),
+    ("training_ppl", "training_ppl"),
+    ("rollout_ppl", "rollout_ppl"),
+    ("log_ppl_diff", "log_ppl_diff"),
+    ("clip_fraction", "clip_fraction (|ratio − 1| > 0.2)"),
+    ("tis_fraction", "tis_fraction (ratio > 2)"),
+)
+
+
+def format_rollouts(summary: RolloutsSummary, color: bool = False, width: int = 72) -> str:
+    m = summary.metrics
+    parts = [
+        f"{m.sequences} sequences, {m.tokens} tokens scored",
+        format_columns(("metric", "value"), metric_rows(summary), {0}),
+    ]
+    for title, histogram in histograms(summary):
+        chart = histogram_chart(histogram, title, color, width)
+        if chart:
+            parts.append(chart)
+    if summary.worst_sequences:
+        parts.append(
+            "worst sequences (by |Σ δ|)\n" + format_columns(SEQUENCE_HEADER, worst_sequence_rows(summary), {4})
+        )
+    if summary.worst_tokens:
+        tokens = [(str(w.line), *token_row(w.token)) for w in summary.worst_tokens]
+        parts.append("worst tokens (by |δ|)\n" + format_columns(("line", *TOKEN_HEADER), tokens, {2}))
+    if summary.faults:
+        listed = "\n".join(f"  {literal(fault)}" for fault in summary.faults)
+        parts.append(f"{summary.skipped} faulty lines skipped; the first:\n{listed}")
+    return "\n\n".join(parts)
+
+
+SEQUENCE_HEADER = ("line", "tokens", "Σ δ", "max|δ|", "completion")
+TOKEN_HEADER = ("step", "token", "trainer lt", "sampler lr", "δ", "ratio")
+
+
+def metric_rows(summary: RolloutsSummary) -> list[tuple[str, str]]:
+    """(name, value) of every metric and percentile, in words."""
+    m = summary.metrics
+    rows = [(label, _number(getattr(m, name), name)) for name, label in _METRICS]
+    rows.append(("top1_disagree", "unknown (no top1_ids)" if m.top1_disagree is None else str(m.top1_disagree)))
+    rows += [(f"|δ| {name}", format_float(value)) for name, value in summary.abs_diff_percentiles.items()]
+    return rows
+
+
+def histograms(summary: RolloutsSummary) -> list[tuple[str, Histogram]]:
+    return [("δ = lt − lr", summary.delta_histogram), ("ratio = exp(δ)", summary.ratio_histogram)]
+
+
+def worst_sequence_rows(summary: RolloutsSummary, width: int = 40) -> list[tuple[str, ...]]:
+    return [
+        (str(s.line), str(len(s.tokens)), format_float(s.log_ratio), format_float(s.max_abs_diff),
+         literal(s.completion, width))
+        for s in summary.worst_sequences
+    ]  # fmt: skip
+
+
+def token_row(token: ScoredToken) -> tuple[str, ...]:
+    """A token's step, text, both logprobs, δ and ratio, in words (`TOKEN_HEADER`)."""
+    return (str(token.step), literal(token.token, 16), f"{token.trainer:.6f}", f"{token.sampler:.6f}",
+            format_float(token.delta), f"{token.ratio:.6f}")  # fmt: skip
+
+
+def token_words(sequence: WorstSequence, step: int) -> str:
+    """One token of a sequence in a sentence (the app's line under its tokens)."""
+    t = sequence.tokens[step]
+    return (
+        f"line {sequence.line}, step {t.step} of {len(sequence.tokens)}: {literal(t.token, 24)!s} · trainer "
+        f"{t.trainer:.6f} · sampler {t.sampler:.6f} · δ {format_float(t.delta)} · ratio {t.ratio:.6f}"
+    )
+
+
+def _number(value: float | None, name: str) -> str:
+    if value is None:
+        return "-"
+    six_decimals = (name.startswith("ratio") or name.endswith("ppl")) and abs(value) < 1e4
+    return f"{value:.6f}" if six_decimals else format_float(value)
+
+
+def histogram_chart(histogram: Histogram, title: str, color: bool, width: int) -> str | None:
+    """`histogram`'s bars drawn by plotext (None without plotext or counts)."""
+    if not histogram.counts:
+        return None
+    try:
+        import plotext as plt
+    except ImportError:
+        return None
+    plt.clear_figure()
+    plt.bar(bar_places(histogram), list(histogram.counts), width=1)
+    plt.title(f"{title}: tokens per bin")
+    plt.xticks(*histogram_ticks(histogram, title.startswith("ratio")))
+    plt.plotsize(width, 14)
+    chart = plt.build()
+    plt.clear_figure()
+    return chart if color else plt.uncolorize(chart)
+
+
+def bar_places(histogram: Histogram) -> list[float]:
+    """Where each bin's bar stands: at its index, the edges' values only in the ticks (a ratio's range out to
+    1e308 is no number a chart can place bars at)."""
+    return [i + 0.5 for i in range(len(histogram.counts))]
+
+
+def histogram_ticks(histogram: Histogram, ratio: bool) -> tuple[list[float], list[str]]:
+    """Ticks at a histogram's ends and middle, placed by bin (as `histogram_chart` draws), in words (a ratio to six
+    decimals, as the tables give it, but for one past 10,000)."""
+    edges = histogram.edges
+    bins = len(edges) - 1
+    places = [0, bins // 2, bins] if edges else []
+    words = [f"{edges[p]:.6f}" if ratio and edges[p] < 1e4 else format_float(edges[p]) for p in places]
+    return [float(p) for p in places], words
+
+
+def rollouts_verdict(summary: RolloutsSummary) -> str:
+    m = summary.metrics
+    resumed = f" ({summary.resumed} read back from the records)" if summary.resumed else ""
+    if summary.bitwise:
+        return f"{m.sequences} sequences{resumed}: every logprob the same bits (every ratio exactly 1, every metric 0)"
+    return (
+        f"{m.sequences} sequences{resumed}, {m.tokens} tokens: max|δ| {format_float(m.max_abs_diff)}, kl "
+        f"{format_float(m.kl)}, ratio {m.ratio_min:.6f}-{m.ratio_max:.6f}, clipped {m.clip_fraction:.1%}, "
+        f"over the TIS cap {m.tis_fraction:.1%}"
+    )
