@@ -17,11 +17,15 @@ class OracleText:
     single: torch.Tensor
 
 
-def seed_compare(path, texts, dtype, padding_side, positions="mask", atol=1e-5, rtol=1e-3) -> list[OracleText]:
-    """All texts in one padded batch (as the seed does), each text also alone."""
+def seed_compare(
+    path, texts, dtype, padding_side, positions="mask", atol=1e-5, rtol=1e-3, attn=None
+) -> list[OracleText]:
+    """All texts in one padded batch (as the seed does), each text also alone; `attn`: the attention the engine was
+    given (None: the model's default, which differs between transformers releases for some architectures)."""
     tokenizer = AutoTokenizer.from_pretrained(path)
     tokenizer.padding_side = padding_side
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
+    chosen = {} if attn is None else {"attn_implementation": attn}
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **chosen).eval()
     embed = model.get_input_embeddings()
     results = []
     with torch.no_grad():

@@ -67,7 +67,7 @@ def test_numbers_and_localization_match_independent_hooks(name, checkpoints, tin
     path, attn = checkpoints[name], ATTENTION.get(name)
     settings = Settings(model=str(path), dtype="float32", positions="arange", modules=True, attn=attn)
     result = compare(TEXTS, settings)
-    oracle = seed_compare(path, TEXTS, torch.float32, "left", positions="arange")
+    oracle = seed_compare(path, TEXTS, torch.float32, "left", positions="arange", attn=attn)
     assert [t.max_abs_diff for t in result.texts] == [o.max_abs_diff for o in oracle]
     assert [t.allclose for t in result.texts] == [o.allclose for o in oracle]
     for t, o in zip(result.texts, oracle):  # the logits' relative L2, ||B - S|| / ||S|| over the text's positions

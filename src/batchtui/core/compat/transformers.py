@@ -1,32 +1,20 @@
-"""transformers: the differences between its 4.4x and 5.x lines that the engine bridges, and the private names of
-its models and configs it reads (the attention implementation a config holds, whether a model takes another)."""
+"""transformers: the differences between its releases that the engine bridges (from 5.19, the lowest pyproject.toml
+claims and CI tests), and the private names of its models and configs it reads (the attention implementation a
+config holds, whether a model takes another)."""
 
 from __future__ import annotations
 
 import inspect
 
 
-def dtype_kwarg() -> str:
-    """The `from_pretrained` keyword for the weights' dtype (`torch_dtype` before 4.56)."""
-    import transformers
-    from packaging.version import Version
-
-    return "dtype" if Version(transformers.__version__) >= Version("4.56") else "torch_dtype"
-
-
 def experts_kwargs(dtype: str) -> dict:
-    """MoE checkpoints: transformers 5 picks a `grouped_mm` experts kernel that has no float64; the
-    eager experts loop computes every dtype."""
-    import transformers
-    from packaging.version import Version
-
-    if dtype == "float64" and Version(transformers.__version__) >= Version("5.0"):
-        return {"experts_implementation": "eager"}
-    return {}
+    """MoE checkpoints: transformers picks a `grouped_mm` experts kernel that has no float64; the eager experts loop
+    computes every dtype."""
+    return {"experts_implementation": "eager"} if dtype == "float64" else {}
 
 
 def module_output(output):
-    """A decoder layer returns a tensor in 5.x and a tuple whose first item is it in 4.4x."""
+    """A module's output tensor: a decoder layer returns it, an attention module a tuple whose first item it is."""
     return output[0] if isinstance(output, tuple) else output
 
 

@@ -120,7 +120,8 @@ class InOrderSdpa(TorchFunctionMode):
         _count_call()
         _local.direct = direct_sdpa_calls() + 1
         query, key, value = given["query"], given["key"], given["value"]
-        if not given.get("enable_gqa", False) and key.shape[1] != query.shape[1]:
+        # One key head broadcasts over the query's, as torch's own call broadcasts it (transformers 5.0's Falcon)
+        if not given.get("enable_gqa", False) and key.shape[1] not in (query.shape[1], 1):
             raise RuntimeError("scaled_dot_product_attention: the query's and the key's heads differ (no enable_gqa)")
         return _call(
             query, key, value, given.get("attn_mask"), bool(given.get("is_causal", False)), False, given.get("scale")

@@ -177,7 +177,7 @@ def _probe(a: torch.Tensor, dim: int, operand: torch.Tensor | None) -> torch.Ten
             continue
         c = r % weights.shape[1]
         wi, wj = weights[i, c].item(), weights[j, c].item()
-        if wi == 0 or wj == 0:
+        if wi == 0 or wj == 0 or not math.isfinite(wi * wj):  # (a NaN or infinite weight cancels nothing)
             continue
         scale = 2.0 ** (math.floor(math.log2(big)) - math.ceil(math.log2(max(abs(wi), abs(wj)))))
         rows[r, i], rows[r, j] = scale * wj, -scale * wi

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..cache_folder import cache_folder
-from ..compat.transformers import dtype_kwarg
 from .token_text import bytes_to_unicode
 
 # Bump when the recipe below changes, so stale caches are not reused.
@@ -121,7 +120,7 @@ def _build_model(spec: BuiltinModel):
     dtype = getattr(torch, config_dict.pop("torch_dtype", "float32"))
     config = AutoConfig.for_model(**config_dict)
     torch.manual_seed(spec.seed)
-    model = AutoModelForCausalLM.from_config(config, **{dtype_kwarg(): dtype})
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     return model.eval()
 
 

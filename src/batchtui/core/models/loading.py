@@ -8,7 +8,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..compat.transformers import attn_implementation, dtype_kwarg, experts_kwargs
+from ..compat.transformers import attn_implementation, experts_kwargs
 from ..errors import BatchtuiError, InputError, ModelLoadError
 from ..one_run import one_run_at_a_time
 from ..settings import Settings
@@ -110,7 +110,7 @@ def _load(settings: Settings, device: str) -> LoadedModel:
         cache_only = source == settings.model and hub_files_only(source)
         with _transformers_quiet():
             tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust, local_files_only=cache_only)
-        kwargs = {dtype_kwarg(): "auto" if settings.dtype == "auto" else getattr(torch, settings.dtype)}
+        kwargs = {"dtype": "auto" if settings.dtype == "auto" else getattr(torch, settings.dtype)}
         kwargs.update(experts_kwargs(settings.dtype))
         kwargs["local_files_only"] = cache_only
         if settings.attn:
