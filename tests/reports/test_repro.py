@@ -249,7 +249,7 @@ async def test_the_app_writes_a_pack_from_ctrl_s_and_shows_the_fingerprint_on_i(
     assert report["summary"]["max_abs_diff"] == on_screen.summary.max_abs_diff  # the same run, again
     command = json.loads((pack / "command.json").read_text())
     assert command["command"][:2] == ["batchtui", "check"] and "--positions" in command["command"]
-    from batchtui.core.reports.pack import read_pack
+    from batchtui.core.reports.pack_reader import read_pack
 
     kept = read_pack(str(pack))
     assert sorted(kept.single) == [0, 1, 2] and kept.single[1].shape[0] == len(on_screen.texts[1].token_ids)

@@ -79,7 +79,7 @@ def test_a_pack_runs_on_the_model_the_user_names_and_says_it_is_another(pack, ca
 
 
 def test_a_pack_s_remote_code_flag_is_never_read_as_permission(pack, capsys):
-    from batchtui.core.reports.pack import read_pack
+    from batchtui.core.reports.pack_reader import read_pack
 
     _edit(pack, "command.json", lambda c: c | {"settings": c["settings"] | {"trust_remote_code": True}})
     assert read_pack(str(pack)).settings.trust_remote_code is False
@@ -226,7 +226,7 @@ def test_a_pack_s_own_model_runs_only_when_built_in_or_already_in_the_hub_cache(
     from huggingface_hub import constants
 
     from batchtui.core.errors import InputError
-    from batchtui.core.reports.pack import choose_model, read_pack
+    from batchtui.core.reports.pack_reader import choose_model, read_pack
 
     cache = tmp_path / "hub"
     snapshot = cache / "models--someone--cached" / "snapshots" / "abc123"

@@ -108,7 +108,7 @@ def test_the_plan_holds_every_rollout_once_within_the_batch_tokens_the_same_ever
     import random
 
     from batchtui.core.rollouts.plan import WINDOW, batches
-    from batchtui.core.rollouts.source import Rollout
+    from batchtui.core.rollouts.rollouts_file import Rollout
 
     rng = random.Random(0)
     rollouts = [

@@ -21,7 +21,7 @@ from textual.widgets import DataTable, TextArea
 
 from ..core.endpoint.report import endpoint_verdict
 from ..core.errors import BatchtuiError
-from ..core.reports.repro import check_pack_destination
+from ..core.reports.pack_writer import check_pack_destination
 from ..core.settings import Settings
 from ..core.terminal.generation_text import generation_verdict
 from ..core.visible import literal_lines

@@ -167,7 +167,7 @@ class RunController:
         """Run the texts again and write a repro pack to `path`; `said(message, ...)` tells how it went."""
 
         def run() -> None:
-            from ..core.run.pack import make_pack
+            from ..core.run.repro_pack import make_pack
 
             call_engine(
                 self._app,

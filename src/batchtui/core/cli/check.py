@@ -6,7 +6,7 @@ import argparse
 
 from .exit_codes import parsed_and_guarded
 from .options import OneLineParser, add_remedy_option, command_parser, given_options
-from .report import ReportKind, add_repro_options, report_command
+from .report_command import ReportKind, add_repro_options, report_command
 
 DESCRIPTION = (
     "Compare each text's logits run alone and inside a padded batch. "

@@ -179,7 +179,7 @@ def _save_rollouts(args: argparse.Namespace) -> int:
     if args.local or args.invariant:
         raise InputError("--save-rollouts samples only: score the rollouts with `batchtui rollouts FILE --model M`")
     from ..endpoint.client import Endpoint
-    from ..endpoint.rollouts import Prompt, read_prompts, save_rollouts
+    from ..endpoint.rollout_sampling import Prompt, read_prompts, save_rollouts
 
     if args.texts_file and args.texts:
         raise InputError("give texts or --texts-file, not both")

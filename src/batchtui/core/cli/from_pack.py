@@ -36,9 +36,9 @@ def check_from_pack(args: argparse.Namespace, given: set[str]) -> int:
     """`given`: the options named on the command line; only `--model` (and with it `--trust-remote-code`)
     changes what the pack runs."""
     from ..reports.environment import differences
-    from ..reports.pack import choose_model, read_pack
+    from ..reports.pack_reader import choose_model, read_pack
+    from ..reports.pack_writer import KeptLogits, match_logits
     from ..reports.report import run_environment, write_json
-    from ..reports.repro import KeptLogits, match_logits
 
     number_within(args.repro_max_mb, "--repro-max-mb", 0, 1_000_000)  # (the largest logits file read)
     pack = read_pack(args.from_pack, args.repro_max_mb)

@@ -8,7 +8,7 @@ from ..errors import InputError
 from ..numbers.generation import DEFAULT_MAX_NEW_TOKENS
 from .exit_codes import parsed_and_guarded
 from .options import add_remedy_option, command_parser
-from .report import ReportKind, add_repro_options, report_command
+from .report_command import ReportKind, add_repro_options, report_command
 
 DESCRIPTION = (
     "Greedy-decode each text alone and inside its left-padded batch with transformers' generate "

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .environment import differences
-from .pack import Pack, read_pack
+from .pack_reader import Pack, read_pack
+from .pack_writer import LogitsMatch, match_logits
 from .reading import read_report
-from .repro import LogitsMatch, match_logits
 
 # Settings every report resolves that say nothing about the numbers.
 _NOT_SETTINGS = ("device_map", "trust_remote_code", "pad_token_id", "vocab_size", "url")

@@ -17,8 +17,8 @@ from ..run.trainer_forward import grpo_layout, training_without_dropout
 from ..settings import Settings
 from .job import RolloutsJob
 from .plan import DEFAULT_BATCH_TOKENS, batches
+from .rollouts_file import RolloutFaults, read_rollouts
 from .scoring import score_rollouts, vocabulary_of
-from .source import RolloutFaults, read_rollouts
 
 ROLLOUTS_LIMIT = 1.2  # the scoring's time over the bare forwards'
 

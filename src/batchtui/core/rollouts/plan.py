@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import islice
 
-from .source import Rollout
+from .rollouts_file import Rollout
 
 WINDOW = 1024
 DEFAULT_BATCH_TOKENS = 8192

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from ..errors import InputError
 from ..numbers.importance import SequenceLogprobs
 from ..untrusted import open_regular
-from .source import MAX_LINE_BYTES
+from .rollouts_file import MAX_LINE_BYTES
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from .job import RolloutsJob
 from .plan import Batch, batches
 from .ranks import Ranks, joined, rank_device
 from .records import Record, RecordsFile, read_records
-from .source import Rollout, RolloutFaults, Vocabulary, read_rollouts
+from .rollouts_file import Rollout, RolloutFaults, Vocabulary, read_rollouts
 from .tally import RolloutsTally
 
 ProgressFn = Callable[[int, int], None]  # (sequences done, sequences in all)

@@ -47,7 +47,7 @@ def read_prompts(path: str) -> Iterator[Prompt]:
             if text.strip():
                 yield Prompt(number, text, None)
         return
-    from ..rollouts.source import json_lines
+    from ..rollouts.rollouts_file import json_lines
 
     for number, raw in json_lines(path, "prompts file"):
         if not raw.strip():

@@ -45,7 +45,7 @@ def report_command(args: argparse.Namespace, run: Callable, kind: Callable[[], R
     shown = kind()
     kept = None
     if pack is not None:
-        from ..reports.repro import KeptLogits
+        from ..reports.pack_writer import KeptLogits
 
         kept = KeptLogits(int(args.repro_max_mb * 2**20))
     sinks = [kept]  # the first run is the baseline: its logits go to the pack
@@ -63,7 +63,7 @@ def report_command(args: argparse.Namespace, run: Callable, kind: Callable[[], R
     report = full_report(result, outcomes, shown.to_json, shown.summary_json) if args.json or pack else None
     followed = finish_report(result, outcomes, settings, args.json, report)
     if pack is not None:
-        from ..reports.repro import write_pack
+        from ..reports.pack_writer import write_pack
 
         assert report is not None and kept is not None  # (both made for a pack, above)
         write_pack(pack, report, numbered.texts, numbered.lines, args.command_line, settings, kept)
@@ -72,7 +72,7 @@ def report_command(args: argparse.Namespace, run: Callable, kind: Callable[[], R
 
 
 def add_repro_options(parser: argparse.ArgumentParser) -> None:
-    from ..reports.pack import DEFAULT_LOGITS_MB
+    from ..reports.pack_reader import DEFAULT_LOGITS_MB
 
     parser.add_argument(
         "--repro", metavar="DIR", help="write a repro pack to DIR: report, texts, command and both runs' logits"
@@ -89,7 +89,7 @@ def add_repro_options(parser: argparse.ArgumentParser) -> None:
 def _pack_destination(args: argparse.Namespace):
     if not getattr(args, "repro", None):
         return None
-    from ..reports.repro import check_pack_destination
+    from ..reports.pack_writer import check_pack_destination
 
     number_within(args.repro_max_mb, "--repro-max-mb", 0, 1_000_000, low_too=True)  # (0: the pack keeps no logits)
     return check_pack_destination(args.repro)

@@ -1,13 +1,13 @@
 """A repro pack made from a run: compare the texts keeping both runs' logits, then write the pack
-(`reports.repro`)."""
+(`reports.pack_writer`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from ..one_run import one_run_at_a_time
-from ..reports.pack import DEFAULT_LOGITS_MB
-from ..reports.repro import KeptLogits, check_command, write_pack
+from ..reports.pack_reader import DEFAULT_LOGITS_MB
+from ..reports.pack_writer import KeptLogits, check_command, write_pack
 from ..settings import Settings
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import InputError
 from ..settings import Settings
-from .pack import COMMAND, LOGITS, REPORT, TEXTS
+from .pack_reader import COMMAND, LOGITS, REPORT, TEXTS
 
 if TYPE_CHECKING:  # torch loads with the run, not with the command's parser
     import torch
