@@ -9,8 +9,8 @@ from textual.widgets import Input
 from tui_helpers import MIXED, detail_title, make_app, settle, wait_for
 
 from batchtui.tui.app import EDIT_DEBOUNCE_S
-from batchtui.tui.engine_calls import call_engine
-from batchtui.tui.messages import ComparisonReady, GenerationFailed, RunFailed, RunProgress
+from batchtui.tui.engine_calls import post_result
+from batchtui.tui.messages import ComparisonReady, GenerationFailed, ModelLoaded, RunFailed, RunProgress
 from batchtui.tui.screens.help_screen import HelpScreen
 from batchtui.tui.screens.prompt_screen import PromptScreen
 from batchtui.tui.views.navigation import next_divergent
@@ -121,14 +121,15 @@ async def test_a_run_that_ends_after_the_app_closed_is_dropped_without_an_error(
         await settle(pilot, app)
         run, shown = app.state.run_number, app.state.comparison
     assert not app.is_running
-    delivered = []
     app.on_run_progress(RunProgress(run, "late"))
     app.on_run_failed(RunFailed(run, "late"))
     app.on_comparison_ready(ComparisonReady(run, shown))
     app.on_generation_failed(GenerationFailed(run, "late"))
-    call_engine(app, lambda: "late", delivered.append)
-    call_engine(app, lambda: 1 / 0, delivered.append, delivered.append)
-    assert delivered == [] and app.state.settled_run == run and app.state.comparison is shown
+    made = []
+    post_result(app, lambda: "late", lambda result: made.append(result) or ModelLoaded(app.state.settings))
+    post_result(app, lambda: 1 / 0, lambda result: ModelLoaded(app.state.settings))
+    assert made == ["late"] and not app.post_message(ModelLoaded(app.state.settings))  # a closed app takes none
+    assert app.state.settled_run == run and app.state.comparison is shown
 
 
 async def test_engine_error_is_shown_and_the_app_survives():

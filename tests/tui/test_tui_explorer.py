@@ -292,3 +292,26 @@ async def test_a_fifo_given_as_texts_file_is_refused_and_the_app_stays_responsiv
         assert app.query_one(TextsEditor).source() == before
         await pilot.press("q")
     assert app.return_code == 0
+
+
+async def test_a_texts_file_read_in_its_thread_arrives_or_its_fault_is_said(tmp_path):
+    """ctrl+o reads the file in a worker: its lines come back to the editor as a message; a file that is not UTF-8
+    is said in one notification and the texts stay."""
+    good, bad = tmp_path / "good.txt", tmp_path / "bad.txt"
+    good.write_text("first text\nsecond text\n")
+    bad.write_bytes(b"ok\n\xff\xfe not utf-8\n")
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        editor = app.query_one(TextsEditor)
+        before = editor.source()
+        for path in (bad, good):
+            await pilot.press("ctrl+o")
+            app.screen.query_one(Input).value = str(path)
+            await pilot.press("enter")
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            if path is bad:
+                await wait_for(pilot, lambda: any("is not valid UTF-8" in n.message for n in app._notifications), "")
+                assert editor.source() == before
+        await wait_for(pilot, lambda: editor.source() == "first text\nsecond text\n", "the good file's texts")

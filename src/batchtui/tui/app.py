@@ -28,7 +28,19 @@ from ..core.visible import literal_lines
 from .daemon_executor import DaemonThreadExecutor
 from .explorer_state import ExplorerState, RunKey
 from .keys import LOCAL_ONLY_ACTIONS
-from .messages import ComparisonReady, EndpointReady, GenerationFailed, GenerationReady, RunFailed, RunProgress
+from .messages import (
+    ComparisonReady,
+    EndpointReady,
+    EngineFailed,
+    FingerprintReady,
+    GenerationFailed,
+    GenerationReady,
+    ModelLoaded,
+    ModelLoadFailed,
+    PackWritten,
+    RunFailed,
+    RunProgress,
+)
 from .outputs import SessionSaver, offered_report_path, report_on_screen, write_report, write_screenshot
 from .run_controller import EndpointTarget, RunController
 from .screens.explorer_screen import ExplorerScreen
@@ -304,14 +316,21 @@ class BatchtuiApp(App[None]):
                 trust = model == self.trusted_model
                 candidate = self.state.settings.with_changes(model=model, trust_remote_code=trust)
                 self.notify(f"loading the model {model}…", timeout=3)
-                self.runs.load_model(candidate, lambda _: self.apply_settings(candidate), self._switch_failed)
+                self.runs.load_model(candidate)
 
         hint = "a hub id (Qwen/Qwen2.5-1.5B-Instruct), a local folder, or tiny · "
         self.push_screen(PromptScreen("model", self.state.settings.model, hint), switch)
 
-    def _switch_failed(self, message: str) -> None:
-        still = f"{message} · still on {self.state.settings.model}"
+    def on_model_loaded(self, message: ModelLoaded) -> None:
+        self.apply_settings(message.settings)
+
+    def on_model_load_failed(self, message: ModelLoadFailed) -> None:
+        still = f"{message.message} · still on {self.state.settings.model}"
         self.notify(still, title="model not switched", severity="error", timeout=15)
+
+    def on_engine_failed(self, message: EngineFailed) -> None:
+        """A run's failure that the screen which asked did not take (or the app's own: a pack)."""
+        self.notify(message.message, title=message.title, severity="error", markup=False, timeout=10)
 
     # -- screens and output --------------------------------------------------------------
 
@@ -369,19 +388,20 @@ class BatchtuiApp(App[None]):
             self.notify(str(exc), title="pack not written", severity="error", timeout=10)
             return
         self.notify(f"running the texts again to keep their logits for {path}…", title="repro pack")
-        self.runs.write_pack(path, self.explorer.editor.numbered()[0], self.state.settings, self.notify)
+        self.runs.write_pack(path, self.explorer.editor.numbered()[0], self.state.settings)
+
+    def on_pack_written(self, message: PackWritten) -> None:
+        self.notify(f"repro pack written to {message.path.resolve()}", title="pack saved", timeout=10)
 
     def action_show_environment(self) -> None:
         """The fingerprint of this machine, its numerics and the model (hashed once per file): whole in a
         notification (it wraps at any width), and in the status line where it fits (F1 shows the line whole)."""
-        status = self.explorer.status
-        status.set_fingerprint("fingerprint: hashing the model's files…")
+        self.explorer.status.set_fingerprint("fingerprint: hashing the model's files…")
+        self.runs.fingerprint(self.explorer.editor.numbered()[0].texts, self.state.settings)
 
-        def ready(summary: str) -> None:
-            status.set_fingerprint(summary)
-            self.notify(summary, title="fingerprint", timeout=20)
-
-        self.runs.fingerprint(self.explorer.editor.numbered()[0].texts, self.state.settings, ready)
+    def on_fingerprint_ready(self, message: FingerprintReady) -> None:
+        self.explorer.status.set_fingerprint(message.summary)
+        self.notify(message.summary, title="fingerprint", timeout=20)
 
     def action_screenshot(self) -> None:
         written, said = write_screenshot(self.output_dir, self.export_screenshot())

@@ -1,15 +1,18 @@
-"""Messages the comparison and generation workers post to the app; each carries the number of the run it is of
-(a message of an older run than the latest is stale and dropped)."""
+"""Every engine run's outcome, posted from its worker to whoever asked (the app, or a screen: a closed screen takes
+none). The comparison, generation and served runs carry the number of the run they are of (a message of an older
+run than the latest is stale and dropped); a failure nobody handles bubbles to the app, which says it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from textual.message import Message
 
 from ..core.endpoint.result import EndpointComparison
 from ..core.numbers.comparison import Comparison
 from ..core.numbers.generation import GenerationComparison
+from ..core.settings import Settings
 
 
 @dataclass
@@ -50,3 +53,76 @@ class EndpointReady(Message):
 
     run_number: int
     result: EndpointComparison
+
+
+@dataclass
+class EngineFailed(Message):
+    """A run's failure in one line, for the app to say (a notification)."""
+
+    message: str
+    title: str = "failed"
+
+
+@dataclass
+class ModelLoaded(Message):
+    """The model of `settings` loaded (a switch with M): it becomes the settings'."""
+
+    settings: Settings
+
+
+@dataclass
+class ModelLoadFailed(Message):
+    message: str
+
+
+@dataclass
+class PackWritten(Message):
+    path: Path
+
+
+@dataclass
+class FingerprintReady(Message):
+    summary: str
+
+
+@dataclass
+class SweepProgress(Message):
+    """`done` of `total` cells measured, the last `cell` (None before the first)."""
+
+    done: int
+    total: int
+    cell: object
+
+
+@dataclass
+class SweepDone(Message):
+    cells: list
+
+
+@dataclass
+class RemediesMeasured(Message):
+    outcomes: list
+
+
+@dataclass
+class KernelClassesFound(Message):
+    found: object
+
+
+@dataclass
+class RolloutsProgress(Message):
+    done: int
+    total: int
+
+
+@dataclass
+class RolloutsScored(Message):
+    summary: object
+
+
+@dataclass
+class TextsFileRead(Message):
+    """A texts file's lines, read in a thread for the editor (ctrl+o)."""
+
+    path: str
+    lines: list[str]

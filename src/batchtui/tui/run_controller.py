@@ -2,16 +2,19 @@
 comparisons, generations, a served model's continuations, a model switch, a repro pack, the fingerprint, and the
 sweep, remedies and kernel classes of their screens.
 
-It reads the app's state only to tell a stale run (`is_current`) and changes none: a run's outcome comes back
-to the app as a message carrying its run number, or through the callbacks it is given, on the UI thread."""
+It reads the app's state only to tell a stale run (`is_current`) and changes none: every run's outcome comes back
+as a message (`messages.py`), to the app or to the screen that asked; a comparison's, generation's or served run's
+carries its run number."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from textual.app import App
+from textual.message_pump import MessagePump
 from textual.worker import get_current_worker
 
 from ..core.endpoint.result import EndpointComparison
@@ -20,8 +23,24 @@ from ..core.numbers.generation import GenerationComparison
 from ..core.one_run import one_run_at_a_time
 from ..core.settings import Settings
 from ..core.texts import NumberedTexts
-from .engine_calls import call_engine, on_ui_thread, post_outcome
-from .messages import ComparisonReady, EndpointReady, GenerationFailed, GenerationReady, RunFailed, RunProgress
+from .engine_calls import post_outcome, post_result
+from .messages import (
+    ComparisonReady,
+    EndpointReady,
+    EngineFailed,
+    FingerprintReady,
+    GenerationFailed,
+    GenerationReady,
+    KernelClassesFound,
+    ModelLoaded,
+    ModelLoadFailed,
+    PackWritten,
+    RemediesMeasured,
+    RunFailed,
+    RunProgress,
+    SweepDone,
+    SweepProgress,
+)
 
 # What the status line says while an older, cancelled run finishes its pass (runs take turns: `core.one_run`).
 _WAITING = "waiting for the previous run to stop"
@@ -153,33 +172,33 @@ class RunController:
 
         post_outcome(self._app, run_number, run, EndpointReady, RunFailed)
 
-    def load_model(self, candidate: Settings, on_loaded: Callable, on_failed: Callable[[str], None]) -> None:
-        """Load `candidate`'s model (a switch with M): `on_loaded(model)` or `on_failed(message)`."""
+    def load_model(self, candidate: Settings) -> None:
+        """Load `candidate`'s model (a switch with M): `ModelLoaded` or `ModelLoadFailed`."""
 
         def run() -> None:
             from ..core.models.loading import load_model  # torch loads here, off the UI thread
 
-            call_engine(self._app, lambda: load_model(candidate), on_loaded, on_failed)
+            post_result(self._app, lambda: load_model(candidate), lambda _: ModelLoaded(candidate), ModelLoadFailed)
 
         self._start(run, "model")
 
-    def write_pack(self, path: Path, numbered: NumberedTexts, settings: Settings, said: Callable[..., None]) -> None:
-        """Run the texts again and write a repro pack to `path`; `said(message, ...)` tells how it went."""
+    def write_pack(self, path: Path, numbered: NumberedTexts, settings: Settings) -> None:
+        """Run the texts again and write a repro pack to `path`: `PackWritten`, or `EngineFailed`."""
 
         def run() -> None:
             from ..core.run.repro_pack import make_pack
 
-            call_engine(
+            post_result(
                 self._app,
                 lambda: make_pack(path, numbered.texts, numbered.lines, settings),
-                lambda _: said(f"repro pack written to {path.resolve()}", title="pack saved", timeout=10),
-                lambda message: said(message, title="pack not written", severity="error", timeout=10),
+                lambda _: PackWritten(path),
+                partial(EngineFailed, title="pack not written"),
             )
 
         self._start(run, "pack", exclusive=False)
 
-    def fingerprint(self, texts: list[str], settings: Settings, on_ready: Callable[[str], None]) -> None:
-        """The environment's one-line fingerprint (the model's files hashed once), to `on_ready`."""
+    def fingerprint(self, texts: list[str], settings: Settings) -> None:
+        """The environment's one-line fingerprint (the model's files hashed once): `FingerprintReady`."""
 
         def run() -> None:
             from ..core.reports.environment import environment, environment_summary
@@ -187,23 +206,23 @@ class RunController:
             served = None
             if self.endpoint is not None:  # checked at launch: no credentials in the URL
                 served = {"url": self.endpoint.url, "model": self.endpoint.model}
-            call_engine(
+            post_result(
                 self._app,
                 lambda: environment_summary(environment(settings.model, texts, settings.invariant, served)),
-                on_ready,
+                FingerprintReady,
             )
 
         self._start(run, "environment")
 
-    # -- the experiments of a screen: its results go to it (dropped once it has closed) ----------------------------
+    # -- the experiments of a screen: their messages go to it (none once it has closed) ----------------------------
 
     def cancel(self, group: str) -> None:
         """Cancel the runs of `group` (a screen that closes cancels its own)."""
         self._app.workers.cancel_group(self._app, group)
 
-    def sweep(self, screen, texts: list[str], settings: Settings, axes, on_progress: Callable, on_cells: Callable):
-        """The grid of `axes` (dtypes, batch sizes) over `texts`: `on_progress(done, total, cell)` after each cell
-        (cell None before the first), then `on_cells(cells)`, on the UI thread."""
+    def sweep(self, screen: MessagePump, texts: list[str], settings: Settings, axes) -> None:
+        """The grid of `axes` (dtypes, batch sizes) over `texts`: `SweepProgress` after each cell (and before the
+        first), then `SweepDone`."""
 
         def run() -> None:
             from ..core.experiments.sweep import sweep, sweep_grid
@@ -211,30 +230,31 @@ class RunController:
 
             worker = get_current_worker()
             grid = sweep_grid(settings, *axes, [settings.attn or "default"], [settings.padding_side])
-            on_ui_thread(screen, on_progress, 0, len(grid), None)
+            screen.post_message(SweepProgress(0, len(grid), None))
 
             def progress(done: int, total: int, cell) -> None:
-                on_ui_thread(screen, on_progress, done, total, cell)
+                screen.post_message(SweepProgress(done, total, cell))
 
             cancelled = lambda: worker.is_cancelled  # noqa: E731
-            call_engine(screen, lambda: sweep(texts, grid, compare, progress=progress, cancelled=cancelled), on_cells)
+            post_result(screen, lambda: sweep(texts, grid, compare, progress=progress, cancelled=cancelled), SweepDone)
 
         self._start(run, "sweep")
 
-    def remedies(self, screen, texts: list[str], settings: Settings, names: list[str], on_outcomes: Callable) -> None:
-        """Each remedy in `names` measured on `texts`, then all together: `on_outcomes(outcomes)`."""
+    def remedies(self, screen: MessagePump, texts: list[str], settings: Settings, names: list[str]) -> None:
+        """Each remedy in `names` measured on `texts`, then all together: `RemediesMeasured`."""
 
         def run() -> None:
             from ..core.experiments.remedies import compare_remedies
 
-            call_engine(
-                screen, lambda: compare_remedies(texts, settings, names, self._cancellable_compare()), on_outcomes
+            post_result(
+                screen, lambda: compare_remedies(texts, settings, names, self._cancellable_compare()), RemediesMeasured
             )
 
         self._start(run, "remedies")
 
-    def kernel_classes(self, screen, texts: list[str], settings: Settings, on_found: Callable) -> None:
-        """Which of the batch-invariant mode's classes the difference comes from (`attribute_kernels`)."""
+    def kernel_classes(self, screen: MessagePump, texts: list[str], settings: Settings) -> None:
+        """Which of the batch-invariant mode's classes the difference comes from (`attribute_kernels`):
+        `KernelClassesFound`."""
 
         def run() -> None:
             from ..core.experiments.kernel_classes import attribute_kernels
@@ -243,7 +263,7 @@ class RunController:
                 settings.with_changes(invariant=False, invariant_classes=""),
                 self._cancellable_compare(),
             )
-            call_engine(screen, lambda: attribute_kernels(texts, plain, compare_fn), on_found)
+            post_result(screen, lambda: attribute_kernels(texts, plain, compare_fn), KernelClassesFound)
 
         self._start(run, "remedies")
 

@@ -13,6 +13,7 @@ from textual.widgets import Checkbox, DataTable, SelectionList, Static
 from ...core.experiments.kernel_classes import kernels_table, kernels_verdict
 from ...core.settings import Settings
 from ...core.terminal.plain import remedies_table
+from ..messages import KernelClassesFound, RemediesMeasured
 from ..widgets.steady_footer import SteadyFooter
 
 
@@ -83,7 +84,7 @@ class RemediesScreen(Screen[None]):
         self._measure(names)
 
     def _measure(self, names: list[str]) -> None:
-        self.app.runs.remedies(self, self.texts, self.settings, names, self._show)
+        self.app.runs.remedies(self, self.texts, self.settings, names)
 
     def on_unmount(self) -> None:
         self.app.runs.cancel("remedies")  # nobody is left to see them
@@ -97,7 +98,13 @@ class RemediesScreen(Screen[None]):
         self._attribute()
 
     def _attribute(self) -> None:
-        self.app.runs.kernel_classes(self, self.texts, self.settings, self._show_kernels)
+        self.app.runs.kernel_classes(self, self.texts, self.settings)
+
+    def on_remedies_measured(self, message: RemediesMeasured) -> None:
+        self._show(message.outcomes)
+
+    def on_kernel_classes_found(self, message: KernelClassesFound) -> None:
+        self._show_kernels(message.found)
 
     def _show_kernels(self, found) -> None:
         self.kernels = found

@@ -4,6 +4,8 @@ worst sequences. Enter on a sequence opens its tokens (`RolloutTokensScreen`).""
 
 from __future__ import annotations
 
+from functools import partial
+
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
@@ -29,7 +31,8 @@ from ...core.terminal.rollouts_text import (
 )
 from ...core.visible import literal
 from .. import chart_colors
-from ..engine_calls import call_engine, on_ui_thread
+from ..engine_calls import post_result
+from ..messages import EngineFailed, RolloutsProgress, RolloutsScored
 from ..move_keys import MOVE_BINDINGS
 from ..widgets.steady_footer import SteadyFooter
 
@@ -67,14 +70,24 @@ class RolloutsScreen(Screen[None]):
         from ...core.rollouts.scoring import score_rollouts
 
         def progress(done: int, total: int) -> None:
-            on_ui_thread(self, self._progress, done, total)
+            self.post_message(RolloutsProgress(done, total))
 
-        call_engine(
+        post_result(
             self,
             lambda: score_rollouts(self.job, progress, cancelled=lambda: worker.is_cancelled),
-            self._show,
-            self._failed,
+            RolloutsScored,
+            partial(EngineFailed, title="rollouts not scored"),
         )
+
+    def on_rollouts_progress(self, message: RolloutsProgress) -> None:
+        self._progress(message.done, message.total)
+
+    def on_rollouts_scored(self, message: RolloutsScored) -> None:
+        self._show(message.summary)
+
+    def on_engine_failed(self, message: EngineFailed) -> None:
+        message.stop()  # said here, in the status line and once as a notification
+        self._failed(message.message)
 
     def _progress(self, done: int, total: int) -> None:
         self.query_one(ProgressBar).update(total=total, progress=done)

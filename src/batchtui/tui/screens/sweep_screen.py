@@ -19,6 +19,7 @@ from ...core.experiments.sweep import describe_cell, parse_batch_sizes, parse_na
 from ...core.settings import LOW_PRECISION_GRID, Settings
 from ...core.terminal.plain import SWEEP_HEADER, sweep_row
 from .. import chart_colors
+from ..messages import SweepDone, SweepProgress
 from ..views.ticks import decade_ticks, log2_positions, sweep_series, thinned
 from ..widgets.steady_footer import SteadyFooter
 
@@ -83,10 +84,16 @@ class SweepScreen(Screen[None]):
         self._run(self.grid)
 
     def _run(self, axes: tuple[tuple[str, ...], tuple[int, ...]]) -> None:
-        self.app.runs.sweep(self, self.texts, self.settings, axes, self._progress, self._show)
+        self.app.runs.sweep(self, self.texts, self.settings, axes)
 
     def on_unmount(self) -> None:
         self.app.runs.cancel("sweep")  # nobody is left to see it
+
+    def on_sweep_progress(self, message: SweepProgress) -> None:
+        self._progress(message.done, message.total, message.cell)
+
+    def on_sweep_done(self, message: SweepDone) -> None:
+        self._show(message.cells)
 
     def _progress(self, done: int, total: int, cell) -> None:
         bar = self.query_one(ProgressBar)

@@ -15,10 +15,10 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import TextArea
 
-from ...core.errors import BatchtuiError
 from ...core.texts import NumberedTexts, numbered_texts, read_text_lines, split_lines
 from ...core.visible import from_editable, to_editable
-from ..engine_calls import on_ui_thread
+from ..engine_calls import post_result
+from ..messages import EngineFailed, TextsFileRead
 
 
 class TextsEditor(TextArea):
@@ -106,12 +106,16 @@ class TextsEditor(TextArea):
         self.run_worker(lambda: self._read_file(path), thread=True, group="texts-file", exclusive=True)
 
     def _read_file(self, path: str) -> None:
-        try:
-            lines = read_text_lines(path)
-        except BatchtuiError as exc:
-            on_ui_thread(self, partial(self.app.notify, title="texts not loaded", severity="error"), str(exc))
-            return
-        on_ui_thread(self, self._show_file, path, lines)
+        post_result(
+            self,
+            lambda: read_text_lines(path),
+            partial(TextsFileRead, path),
+            partial(EngineFailed, title="texts not loaded"),  # said by the app
+        )
+
+    def on_texts_file_read(self, message: TextsFileRead) -> None:
+        message.stop()
+        self._show_file(message.path, message.lines)
 
     def _show_file(self, path: str, lines: list[str]) -> None:
         self.replace_texts(lines)  # the app hears of it as of any edit
