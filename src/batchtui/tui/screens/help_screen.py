@@ -28,6 +28,37 @@ NAVIGATION = (
 
 
 class HelpScreen(ModalScreen[None]):
+    CSS = """
+    HelpScreen {
+        align: center middle;
+    }
+
+    #help {
+        width: 70;
+        max-width: 95%;
+        height: auto;
+        max-height: 90%;
+        border: round $accent;
+        background: $surface;
+        padding: 1 2;
+        scrollbar-size-horizontal: 1;
+        scrollbar-size-vertical: 1;
+    }
+
+    #help .help-heading {
+        text-style: bold;
+        margin-bottom: 1;
+    }
+
+    #help-status {
+        margin-bottom: 1;
+    }
+
+    #help-hint {
+        margin-top: 1;
+        color: $text-muted;
+    }
+    """
     BINDINGS = [Binding("escape,q,question_mark,f1", "dismiss", "Close help")]
 
     def __init__(self, bindings: list[tuple[str, str]], output_dir: Path, status: str = "") -> None:

@@ -11,6 +11,24 @@ from textual.widgets import Input, Static
 
 
 class PromptScreen(ModalScreen[str | None]):
+    CSS = """
+    PromptScreen {
+        align: center middle;
+    }
+
+    #prompt {
+        width: 70;
+        max-width: 95%;
+        height: auto;
+        border: round $accent;
+        background: $surface;
+        padding: 1 2;
+    }
+
+    #prompt-hint {
+        color: $text-muted;
+    }
+    """
     BINDINGS = [Binding("escape", "dismiss", "Cancel")]
 
     def __init__(self, question: str, value: str = "", hint: str = "") -> None:

@@ -32,6 +32,26 @@ class MarkedSelectionList(SelectionList[str]):
 
 
 class RemediesScreen(Screen[None]):
+    CSS = """
+    #title {
+        padding: 0 1;
+        text-style: bold;
+    }
+
+    #remedy-list {
+        height: auto;
+        max-height: 10;
+    }
+
+    #remedy-status {
+        padding: 0 1;
+        color: $text-muted;
+    }
+
+    #remedy-table {
+        height: 1fr;
+    }
+    """
     BINDINGS = [
         Binding("escape", "dismiss", "Back"),
         Binding("r", "measure", "Measure"),

@@ -30,6 +30,57 @@ CHART_FURNITURE = 5
 
 
 class SweepScreen(Screen[None]):
+    CSS = """
+    #title {
+        padding: 0 1;
+        text-style: bold;
+    }
+
+    /* The chart gets the rows that keep its decades apart, the table (which scrolls) the rest. */
+    #sweep-chart {
+        height: 2fr;
+        min-height: 11;
+    }
+
+    #sweep-table {
+        height: 1fr;
+        min-height: 4;
+    }
+
+    #sweep-grid {
+        height: 1;
+        padding: 0 1;
+    }
+
+    #sweep-grid Label {
+        padding: 0 1;
+        color: $text-muted;
+    }
+
+    #sweep-grid Input {
+        width: 1fr;
+    }
+
+    #sweep-state {
+        height: auto;
+        padding: 0 1;
+    }
+
+    #sweep-progress {
+        width: auto;
+        padding: 0 1 0 0;
+    }
+
+    #sweep-status {
+        width: 1fr;
+        height: auto;
+    }
+
+    #sweep-legend {
+        height: 1;
+        padding: 0 1;
+    }
+    """
     BINDINGS = [Binding("escape", "dismiss", "Back"), Binding("ctrl+r", "run", "Run the grid")]
 
     def __init__(self, texts: list[str], settings: Settings, finished=None, on_finished=None) -> None:

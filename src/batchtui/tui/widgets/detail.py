@@ -26,6 +26,21 @@ class DetailPane(VerticalScroll, can_focus=True):
     """Scrolls where its lines do not fit (a short screen, a long first-op cause): Tab reaches it, ↑/↓ and the
     page keys scroll it, and its title says when lines are out of view."""
 
+    DEFAULT_CSS = """
+    DetailPane > Horizontal {
+        height: auto;
+    }
+
+    #detail-numbers {
+        text-wrap: nowrap;
+        text-overflow: ellipsis;
+    }
+
+    #detail-strip {
+        height: 1;
+    }
+    """
+
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.border_title = "detail"

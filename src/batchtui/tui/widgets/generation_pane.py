@@ -24,6 +24,42 @@ from .topk_table import runs_topk_table
 
 
 class GenerationPane(Vertical):
+    DEFAULT_CSS = """
+    #gen-state {
+        height: auto;
+        color: $text-muted;
+    }
+
+    #gen-table {
+        height: auto;
+        max-height: 9;
+    }
+
+    #gen-continuations {
+        height: auto;
+        max-height: 10;
+    }
+
+    #gen-single, #gen-batched {
+        width: 1fr;
+        padding: 0 1 0 0;
+    }
+
+    #gen-chart {
+        height: 1fr;
+        min-height: 6;
+    }
+
+    #gen-topk, #gen-chart-legend, #gen-checks {
+        height: auto;
+    }
+
+    #gen-ladder {
+        height: 1fr;
+        min-height: 8;
+    }
+    """
+
     class TextChosen(Message):
         def __init__(self, text: int) -> None:
             super().__init__()

@@ -26,6 +26,17 @@ NO_DIVERGENT = "no divergent position: every position is allclose with no top-1 
 
 
 class Heatmap(Vertical, can_focus=True):
+    DEFAULT_CSS = """
+    Heatmap PlotextPlot {
+        height: 8;
+    }
+
+    #legend {
+        height: auto;
+        color: $text-muted;
+    }
+    """
+
     # Its keys (arrows, hjkl, Home/End, PgUp/PgDn, z, the jumps) are the explorer screen's: they work from
     # every pane, and come here.
     # Positions a page key moves when the heatmap has not been drawn yet.

@@ -14,6 +14,16 @@ from .. import chart_colors
 
 
 class LadderChart(Vertical):
+    DEFAULT_CSS = """
+    #ladder-plot {
+        height: 1fr;
+    }
+
+    #ladder-caption {
+        height: auto;
+    }
+    """
+
     def compose(self) -> ComposeResult:
         yield PlotextPlot(id="ladder-plot")
         yield Static("", id="ladder-caption")

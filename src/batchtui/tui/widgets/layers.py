@@ -17,6 +17,17 @@ from .chart_pane import ChartPane
 
 
 class LayersPane(ChartPane):
+    DEFAULT_CSS = """
+    #layers-chart {
+        height: 1fr;
+    }
+
+    #layers-legend {
+        height: auto;
+        color: $text-muted;
+    }
+    """
+
     PANE_TITLE = "layers"
 
     def compose(self) -> ComposeResult:

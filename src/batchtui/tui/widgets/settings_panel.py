@@ -55,6 +55,36 @@ class SettingsPanel(Grid):
     One stop on the app's Tab cycle: up and down move between its fields, enter opens a select or
     toggles a box, Escape goes back to the heatmap."""
 
+    DEFAULT_CSS = """
+    SettingsPanel Label {
+        color: $text-muted;
+    }
+
+    SettingsPanel Select, SettingsPanel Input {
+        width: 1fr;
+    }
+
+    SettingsPanel Checkbox {
+        column-span: 2;
+    }
+
+    /* An open menu covers the fields under it: it must not read as one of them (a framed, lighter panel; the
+       frame over the compact option list's own `border: none !important`). */
+    SettingsPanel Select > SelectOverlay {
+        background: $panel-lighten-2;
+    }
+
+    SettingsPanel Select > SelectOverlay.-textual-compact {
+        border: round $accent !important;
+    }
+
+    /* The focused setting stands out by more than a shade. */
+    SettingsPanel Select:focus > SelectCurrent, SettingsPanel Input:focus, SettingsPanel Checkbox:focus {
+        background: $accent 45%;
+        text-style: bold;
+    }
+    """
+
     BINDINGS = [
         Binding("up", "step_field(-1)", "Previous setting", show=False),
         Binding("down", "step_field(1)", "Next setting", show=False),

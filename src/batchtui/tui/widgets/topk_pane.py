@@ -23,6 +23,18 @@ PLOT_FURNITURE, MAX_TICKS = 3, 6
 
 
 class TopkPane(ChartPane):
+    DEFAULT_CSS = """
+    #topk-legend {
+        height: 1;
+        color: $text-muted;
+    }
+
+    #topk-values {
+        height: auto;
+        max-height: 2;
+    }
+    """
+
     PANE_TITLE = "top-k"
 
     def compose(self) -> ComposeResult:
