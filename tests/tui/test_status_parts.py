@@ -43,3 +43,32 @@ def test_a_first_part_wider_than_the_line_is_cut_never_dropped():
 def test_empty_parts_take_no_room():
     shown, left_out = fit_status([StatusPart(""), StatusPart("ok")], 10)
     assert [p.text for p in shown] == ["ok"] and left_out == 0
+
+
+def test_the_run_status_reads_most_important_first():
+    """The explorer state's `RunStatus` as the line says it: the error first (its first line, escaped), the
+    remote-code warning, the activity with a running run's seconds, the setup, then the rest."""
+    from batchtui.tui.views.status import RunStatus, setup_words, status_parts
+
+    status = RunStatus(
+        setup=setup_words("tiny", "cpu", "bfloat16", auto=True),
+        trust_remote_code=True,
+        activity=("3 of 5 texts diverge", "worst text 2"),
+        run_started=100.0,
+        last_run_s=1.234,
+        blank_lines=1,
+        error="boom\x1b[31m\nsecond line",
+    )
+    texts = [part.text for part in status_parts(status, now=107.4) if part.text]
+    assert texts == [
+        "last run failed: boom\\x1b[31m",
+        "TRUST REMOTE CODE ON",
+        "3 of 5 texts diverge · 7 s",
+        "tiny · cpu · bfloat16 (auto)",
+        "worst text 2",
+        "last run 1.23 s",
+        "1 blank line skipped",
+    ]
+    assert [p.kind for p in status_parts(status, now=107.4)][:2] == ["error", "warning"]
+    idle = [part.text for part in status_parts(RunStatus(), now=0.0) if part.text]
+    assert idle == ["starting…"]

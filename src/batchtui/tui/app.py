@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import time
+from dataclasses import replace
 from pathlib import Path
 
 from textual import on
@@ -47,6 +49,7 @@ from .screens.explorer_screen import ExplorerScreen
 from .screens.help_screen import HelpScreen
 from .screens.prompt_screen import PromptScreen
 from .views.navigation import SUMMARY_ORDERS, clamp_cell, describe_outcome
+from .views.status import setup_words
 from .widgets.generation_pane import GenerationPane
 from .widgets.heatmap import Heatmap
 from .widgets.settings_panel import SettingsPanel, next_in
@@ -109,6 +112,7 @@ class BatchtuiApp(App[None]):
             asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, self._save_and_exit)
 
     def on_explorer_screen_ready(self) -> None:
+        self._take_texts()
         self._show_setup(self.state.settings.dtype, self.state.settings.device)
         self.save_session()  # from the first moment, a restart finds these texts
         self.explorer.action_focus_heatmap()
@@ -119,22 +123,17 @@ class BatchtuiApp(App[None]):
     def action_rerun(self) -> None:
         if self._debounce is not None:
             self._debounce.stop()
-        try:
-            editor = self.explorer.editor
-        except NoMatches:  # an edit's timer firing as the app closes: its widgets are gone, the texts saved
+        if not self._take_texts():  # an edit's timer firing as the app closes: the texts are saved
             return
-        numbered, blank = editor.numbered()
+        numbered, blank = self.state.texts, self.state.blank_lines
         if not numbered.texts:
-            self.state.run_text = editor.text
+            self.state.run_text = self.state.editor_text
             self.notify("no texts to compare: type one per line", severity="warning")
             return
-        run = self.state.start_run(editor.text, numbered)
-        status = self.explorer.status
+        run = self.state.start_run()
         device = self.state.comparison.config["device"] if self.state.comparison else self.state.settings.device
         self._show_setup(self.state.settings.dtype, device)  # the dtype this run uses, not the last one's
-        status.set_skipped(blank)
-        status.set_activity("starting run")
-        status.start_run()
+        self.show_status(blank_lines=blank, activity=("starting run",), run_started=time.monotonic())
         if self.endpoint is not None:
             self.explorer.wait_for_generation("asking the server: each text alone twice, then all under load…")
             self.runs.measure_endpoint(numbered, run)
@@ -148,15 +147,12 @@ class BatchtuiApp(App[None]):
 
     def on_run_progress(self, message: RunProgress) -> None:
         if self.shows_run(message.run_number):
-            self.explorer.status.set_activity(message.label)
+            self.show_status(activity=(message.label,))
 
     def on_run_failed(self, message: RunFailed) -> None:
         if self.shows_run(message.run_number):
             self.state.settle(message.run_number)
-            status = self.explorer.status
-            status.end_run()
-            status.set_activity("failed")
-            status.set_error(message.message)  # stays until a run succeeds
+            self.show_status(run_started=None, activity=("failed",), error=message.message)  # until a run succeeds
             self.notify(message.message, title="comparison failed", severity="error", timeout=10)
 
     def on_comparison_ready(self, message: ComparisonReady) -> None:
@@ -164,12 +160,13 @@ class BatchtuiApp(App[None]):
             return  # a stale run's result is never shown
         comparison = message.comparison
         self.state.settle(message.run_number, comparison)
-        status = self.explorer.status
-        status.end_run()
-        status.clear_error()
         self._show_setup(comparison.config["dtype"], comparison.config["device"])
-        status.set_activity(describe_outcome(comparison, comparison.config["batch_size"]))
-        status.set_last_run(comparison.elapsed_s)
+        self.show_status(
+            run_started=None,
+            error="",
+            activity=tuple(describe_outcome(comparison, comparison.config["batch_size"])),
+            last_run_s=comparison.elapsed_s,
+        )
         for note in comparison.notes:
             self.notify(note, severity="warning")
         self.explorer.show_summary(comparison, self.state)
@@ -187,13 +184,13 @@ class BatchtuiApp(App[None]):
             return
         self.state.keep_generation(message.run_number, message.result)
         outcome = describe_outcome(self.state.comparison, self.state.comparison.config["batch_size"])
-        self.explorer.status.set_activity([outcome[0], generation_verdict(message.result), *outcome[1:]])
+        self.show_status(activity=(outcome[0], generation_verdict(message.result), *outcome[1:]))
         self.explorer.show_generation(self.state)
 
     def on_generation_failed(self, message: GenerationFailed) -> None:
         if not self.shows_run(message.run_number):
             return
-        self.explorer.status.set_error(f"generation: {message.message}")
+        self.show_status(error=f"generation: {message.message}")
         self.explorer.wait_for_generation(f"generation failed: {message.message}")
         self.notify(message.message, title="generation failed", severity="error", timeout=10)
 
@@ -203,22 +200,33 @@ class BatchtuiApp(App[None]):
         result = message.result
         self.state.settle(message.run_number)
         self.state.keep_generation(message.run_number, result)
-        status = self.explorer.status
-        status.end_run()
-        status.set_activity(endpoint_verdict(result))
-        status.set_last_run(result.elapsed_s)
-        if result.failure is None:
-            status.clear_error()
-        else:  # what was measured before the fault stays on screen
-            status.set_error(result.failure)
+        self.show_status(
+            run_started=None,
+            activity=(endpoint_verdict(result),),
+            last_run_s=result.elapsed_s,
+            error=result.failure or "",  # what was measured before a fault stays on screen
+        )
+        if result.failure is not None:
             self.notify(result.failure, title="the server failed", severity="error", timeout=10)
         for note in result.notes:
             self.notify(note, severity="warning")
         self.select(*self.state.selected)
 
     def _show_setup(self, dtype: str, device: str) -> None:
-        served = None if self.endpoint is None else (self.endpoint.model or "the served model", self.endpoint.url)
-        self.explorer.show_setup(self.state.settings, dtype, device, served)
+        """The model, device and dtype in the status and the settings' title; over a server, its model and address."""
+        settings = self.state.settings
+        if self.endpoint is not None:
+            served = self.endpoint.model or "the served model"
+            self.show_status(setup=setup_words(served, self.endpoint.url, "served", False), trust_remote_code=False)
+            return
+        words = setup_words(settings.model, device, dtype, settings.dtype == "auto")
+        self.show_status(setup=words, trust_remote_code=settings.trust_remote_code)
+        self.explorer.show_setup(settings, dtype, device)
+
+    def show_status(self, **changes) -> None:
+        """Change the run status the state holds (the app is its one writer) and hand it to the status line."""
+        self.state.status = replace(self.state.status, **changes)
+        self.explorer.status.show(self.state.status)
 
     # -- the selection and the views -----------------------------------------------------
 
@@ -272,12 +280,22 @@ class BatchtuiApp(App[None]):
 
     # -- texts and settings --------------------------------------------------------------
 
+    def _take_texts(self) -> bool:
+        """The editor's texts into the state (False once its widgets are gone: the app is closing)."""
+        try:
+            editor = self.explorer.editor
+        except NoMatches:
+            return False
+        self.state.take_texts(editor.text, editor.source(), *editor.numbered())
+        return True
+
     def save_session(self) -> None:
         """Texts and settings to the session file; called on every edit, so a kill loses nothing typed."""
         if self.session_path is not None:
-            self._session_saver.save(self.session_path, self.explorer.editor.source(), self.state.settings)
+            self._session_saver.save(self.session_path, self.state.texts_source, self.state.settings)
 
     def _save_and_exit(self) -> None:
+        self._take_texts()  # a keystroke whose edit message is still queued is not lost
         self.save_session()
         self.exit()
 
@@ -286,6 +304,7 @@ class BatchtuiApp(App[None]):
 
     @on(TextArea.Changed, "#editor")
     def _texts_edited(self, event: TextArea.Changed) -> None:
+        self._take_texts()
         self.save_session()
         if self._debounce is not None:
             self._debounce.stop()
@@ -336,7 +355,7 @@ class BatchtuiApp(App[None]):
 
     def on_screen_key(self) -> RunKey:
         """What the remedies and the sweep run on: the editor's texts and the settings."""
-        return (tuple(self.explorer.editor.numbered()[0].texts), self.state.settings)
+        return (tuple(self.state.texts.texts), self.state.settings)
 
     def action_remedies(self) -> None:
         from .screens.remedies_screen import RemediesScreen
@@ -388,7 +407,7 @@ class BatchtuiApp(App[None]):
             self.notify(str(exc), title="pack not written", severity="error", timeout=10)
             return
         self.notify(f"running the texts again to keep their logits for {path}…", title="repro pack")
-        self.runs.write_pack(path, self.explorer.editor.numbered()[0], self.state.settings)
+        self.runs.write_pack(path, self.state.texts, self.state.settings)
 
     def on_pack_written(self, message: PackWritten) -> None:
         self.notify(f"repro pack written to {message.path.resolve()}", title="pack saved", timeout=10)
@@ -396,11 +415,11 @@ class BatchtuiApp(App[None]):
     def action_show_environment(self) -> None:
         """The fingerprint of this machine, its numerics and the model (hashed once per file): whole in a
         notification (it wraps at any width), and in the status line where it fits (F1 shows the line whole)."""
-        self.explorer.status.set_fingerprint("fingerprint: hashing the model's files…")
-        self.runs.fingerprint(self.explorer.editor.numbered()[0].texts, self.state.settings)
+        self.show_status(fingerprint="fingerprint: hashing the model's files…")
+        self.runs.fingerprint(self.state.texts.texts, self.state.settings)
 
     def on_fingerprint_ready(self, message: FingerprintReady) -> None:
-        self.explorer.status.set_fingerprint(message.summary)
+        self.show_status(fingerprint=message.summary)
         self.notify(message.summary, title="fingerprint", timeout=20)
 
     def action_screenshot(self) -> None:

@@ -10,6 +10,7 @@ from ..core.numbers.comparison import Comparison
 from ..core.numbers.generation import GenerationComparison
 from ..core.settings import Settings
 from ..core.texts import NumberedTexts
+from .views.status import RunStatus
 
 # What the remedies and the sweep ran on: the texts and the settings.
 RunKey = tuple[tuple[str, ...], Settings]
@@ -18,6 +19,12 @@ RunKey = tuple[tuple[str, ...], Settings]
 @dataclass
 class ExplorerState:
     settings: Settings
+    # The texts, as the editor holds them (taken at every edit and before every save): its buffer, every line as
+    # the text it stands for (what a session keeps), the non-blank ones numbered, and how many lines were blank.
+    editor_text: str = ""
+    texts_source: str = ""
+    texts: NumberedTexts = field(default_factory=lambda: NumberedTexts([], []))
+    blank_lines: int = 0
     comparison: Comparison | None = None  # the latest comparison on screen
     selected: tuple[int, int] = (0, 0)  # (text, position) of the cell in view
     module_view: bool = False  # the layers pane shows per-module divergence
@@ -30,13 +37,17 @@ class ExplorerState:
     run_settings: Settings | None = None
     # The generation of a run's texts, as (run number, result): shown only while that run is the latest.
     generated: tuple[int, GenerationComparison | EndpointComparison] | None = None
+    status: RunStatus = field(default_factory=RunStatus)  # what the status line says of the runs
     _last_sweep: tuple[RunKey, tuple] | None = field(default=None, repr=False)  # (dtypes, sizes, cells)
     _last_remedies: tuple[RunKey, list] | None = field(default=None, repr=False)
 
-    def start_run(self, editor_text: str, texts: NumberedTexts) -> int:
-        """A new run of `texts` with the settings now in use; returns its number (older runs turn stale)."""
-        self.run_text = editor_text
-        self.run_texts, self.run_settings = texts, self.settings
+    def take_texts(self, editor_text: str, source: str, texts: NumberedTexts, blank_lines: int) -> None:
+        self.editor_text, self.texts_source, self.texts, self.blank_lines = editor_text, source, texts, blank_lines
+
+    def start_run(self) -> int:
+        """A new run of the texts with the settings now in use; returns its number (older runs turn stale)."""
+        self.run_text = self.editor_text
+        self.run_texts, self.run_settings = self.texts, self.settings
         self.run_number += 1
         return self.run_number
 

@@ -230,14 +230,8 @@ class ExplorerScreen(Screen[None]):
     def wait_for_generation(self, state: str) -> None:
         self.query_one(GenerationPane).waiting(state)
 
-    def show_setup(self, settings: Settings, dtype: str, device: str, served: tuple[str, str] | None) -> None:
-        """The model, device and dtype in the status line and the settings' title; `auto` as what it resolved
-        to, once a run has loaded the model; over a server, its model and address."""
-        if served is not None:
-            self.status.set_setup(served[0], served[1], "served", False)
-            return
-        shown = f"{dtype} (auto)" if settings.dtype == "auto" and dtype != "auto" else dtype
-        self.status.set_setup(settings.model, device, shown, settings.trust_remote_code)
+    def show_setup(self, settings: Settings, dtype: str, device: str) -> None:
+        """The model, device and the dtype `auto` resolved to (once a run loaded the model) in the settings' title."""
         panel = self.query_one(SettingsPanel)
         panel.show_model(settings.model, device)
         panel.show_resolved_dtype(dtype if settings.dtype == "auto" else None)
