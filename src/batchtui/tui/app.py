@@ -286,7 +286,7 @@ class BatchtuiApp(App[None]):
             editor = self.explorer.editor
         except NoMatches:
             return False
-        self.state.take_texts(editor.text, editor.source(), *editor.numbered())
+        self.state.take_texts(editor.text, *editor.contents())
         return True
 
     def save_session(self) -> None:

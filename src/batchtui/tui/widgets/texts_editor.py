@@ -2,7 +2,7 @@
 
 The editor holds each text in its editable form (control characters as `\\x1b`-style escapes), so no
 control character ever reaches the terminal from it, and a form feed or U+2028 stays inside its line;
-`source()` and `numbered()` give the texts back byte for byte.
+`source()` and `contents()` give the texts back byte for byte.
 """
 
 from __future__ import annotations
@@ -65,11 +65,12 @@ class TextsEditor(TextArea):
         """Every line, blank ones included, as the texts it stands for, joined by newlines."""
         return "\n".join(self._lines())
 
-    def numbered(self) -> tuple[NumberedTexts, int]:
-        """The non-blank lines with their editor line numbers, and how many blank lines were skipped."""
+    def contents(self) -> tuple[str, NumberedTexts, int]:
+        """`source()`, the non-blank lines with their editor line numbers, and how many blank lines were skipped:
+        one pass over the lines (the app takes them at every edit)."""
         lines = self._lines()
         numbered = numbered_texts(lines)
-        return numbered, len(lines) - len(numbered.texts)
+        return "\n".join(lines), numbered, len(lines) - len(numbered.texts)
 
     def replace_texts(self, lines: list[str]) -> None:
         """Every line replaced, as one edit the editor's undo takes back."""
