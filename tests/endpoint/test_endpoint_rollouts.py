@@ -82,3 +82,19 @@ def test_samples_get_their_own_seeds_and_an_existing_file_is_refused(tmp_path, c
         "exists: rollouts are written to a new file" in capsys.readouterr().err
         and len(out.read_text().splitlines()) == 6
     )
+
+
+def test_a_served_model_s_name_reaches_the_terminal_escaped(tmp_path, capsys):
+    """The one model a server lists is taken without --model, and its name is printed: never its escape codes."""
+    hostile = "\x1b]0;PWNED\x07\x1b[31mm"
+    models = json.dumps({"object": "list", "data": [{"id": hostile, "object": "model"}]}).encode()
+
+    def script(connection, request, stopped):
+        connection.sendall(http_json(models if request.startswith(b"GET /v1/models") else GOOD))
+
+    out = tmp_path / "rollouts.jsonl"
+    with scripted_server(script) as (url, _):
+        assert main(["endpoint", "--url", url, "one", "--save-rollouts", str(out), "--timeout", "5"]) == 0
+    captured = capsys.readouterr()
+    assert "\x1b" not in captured.out + captured.err and "\x07" not in captured.out + captured.err
+    assert "1 rollouts of \\x1b]0;PWNED\\x07\\x1b[31mm written to" in captured.out, captured.out

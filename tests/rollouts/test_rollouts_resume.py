@@ -102,6 +102,47 @@ def test_an_existing_records_file_is_never_overwritten_without_resume(rollouts, 
     assert "exists: --resume continues it" in capsys.readouterr().err and records.read_text() == "mine\n"
 
 
+def test_a_file_that_is_not_records_loses_nothing_to_resume_even_without_a_newline(rollouts, tmp_path, capsys):
+    """Only the start of a record, after whole records of this run, is a cut line to drop: notes kept whole."""
+    path, *_ = rollouts
+    notes = tmp_path / "notes.txt"
+    for content in (b"my notes, no newline", b"first line\nmy notes, no newline", b"{\"lines\": 3"):
+        notes.write_bytes(content)
+        assert main(["rollouts", str(path), *ARGS, "--records", str(notes), "--resume"]) == 2
+        assert "not a record of `batchtui rollouts`" in capsys.readouterr().err
+        assert notes.read_bytes() == content
+
+
+def test_a_second_run_on_a_records_file_in_use_is_one_line_and_exit_2(rollouts, tmp_path, capsys):
+    """Another run holds the file (its lock, taken as it opens it): neither a fresh run nor --resume appends."""
+    path, whole, _ = rollouts
+    records = tmp_path / "records.jsonl"
+    records.write_bytes(whole[: whole.index(b"\n") + 1])
+    other = rollout_records.RecordsFile(str(records), resume=True)  # a run still writing it
+    try:
+        assert main(["rollouts", str(path), *ARGS, "--records", str(records), "--resume"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "is being written by another run" in err, err
+    finally:
+        other.close()
+    assert records.read_bytes() == whole[: whole.index(b"\n") + 1]  # untouched by the refused run
+    assert main(["rollouts", str(path), *ARGS, "--records", str(records), "--resume"]) == 1  # once it is free
+    assert records.read_bytes() == whole
+
+
+def test_a_fifo_as_records_is_refused_at_once_never_waited_on(rollouts, tmp_path):
+    path, *_ = rollouts
+    fifo = tmp_path / "records.fifo"
+    os.mkfifo(fifo)
+    for resume in (["--resume"], []):
+        done = subprocess.run(
+            [sys.executable, "-m", "batchtui.core", "rollouts", str(path), *ARGS, "--records", str(fifo), *resume],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+        assert "not a regular file" in done.stderr or "exists" in done.stderr
+
+
 @pytest.mark.slow
 def test_a_real_sigint_leaves_whole_records_and_resume_completes(tmp_path):
     """The command in its own process, stopped by SIGINT once some records are written (bounded in time)."""

@@ -47,6 +47,20 @@ def is_standard_output(path: str | Path) -> bool:
     return (named.st_dev, named.st_ino) == (stdout.st_dev, stdout.st_ino)
 
 
+def overlapping(a: str | Path, b: str | Path) -> bool:
+    """Whether `a` and `b` name the same file or one holds the other: the same resolved path, a path inside the
+    other's folder (through symlinks), or the same inode (a hard link, a bind mount). A path that does not exist yet
+    is compared by where it would be."""
+    real_a, real_b = Path(os.path.realpath(a)), Path(os.path.realpath(b))
+    if real_a == real_b or real_a in real_b.parents or real_b in real_a.parents:
+        return True
+    try:
+        first, second = os.stat(a), os.stat(b)
+    except (OSError, ValueError):
+        return False
+    return (first.st_dev, first.st_ino) == (second.st_dev, second.st_ino)
+
+
 def write_text(path: str | Path, text: str) -> Path:
     """Replace the content of `path` (through a symlink) with `text`; returns the file written."""
     try:

@@ -5,6 +5,12 @@ every report records it."""
 
 from __future__ import annotations
 
+import os
+
+# `--threads` at most this many times the machine's cores: more only slows the kernels down, and far more (tens of
+# thousands) crashes the OpenMP runtime.
+THREADS_PER_CORE = 4
+
 _torch_default: int | None = None  # torch's own count, read before any change
 
 
@@ -15,6 +21,11 @@ def default_threads() -> int:
     if _torch_default is None:
         _torch_default = torch.get_num_threads()
     return _torch_default
+
+
+def most_threads() -> int:
+    """The largest `--threads` taken on this machine."""
+    return THREADS_PER_CORE * (os.cpu_count() or 1)
 
 
 def use_threads(requested: int | None) -> int:

@@ -10,6 +10,7 @@ from pathlib import Path
 from ..core.cache_folder import cache_notice
 from ..core.cli import COMMANDS, commands_epilog, run_command
 from ..core.cli.exit_codes import EXIT_BAD_INPUT, error_line
+from ..core.cli.file_roles import check_files_apart
 from ..core.cli.options import OneLineParser, add_common_options, given_options, settings_from_args, texts_from_args
 from ..core.errors import BatchtuiError
 from ..core.reports import session as session_file
@@ -130,6 +131,11 @@ def build_app(argv: list[str], set_aside: bool = True):
         args = parser.parse_args(argv)
     except SystemExit as exit_:
         return int(exit_.code or 0)
+    try:
+        check_files_apart(args)  # (the session is written over and over: never over a file the app reads)
+    except BatchtuiError as exc:
+        print(error_line(exc), file=sys.stderr)
+        return EXIT_BAD_INPUT
     if args.rollouts:
         return _rollouts_app(args)
     try:

@@ -192,7 +192,7 @@ def _save_rollouts(args: argparse.Namespace) -> int:
     endpoint = Endpoint(args.url, args.model, args.api_key_env, args.timeout, args.max_answer_mb)
     bar = TqdmBar(quiet=False, unit="rollout")
     try:
-        endpoint.resolve_model()
+        model = endpoint.resolve_model()
         with bar:
             count = save_rollouts(
                 endpoint, prompts, args.save_rollouts, args.max_new_tokens, args.temperature, args.seed,
@@ -200,5 +200,5 @@ def _save_rollouts(args: argparse.Namespace) -> int:
             )  # fmt: skip
     finally:
         endpoint.close()
-    print(f"{count} rollouts of {endpoint.model} written to {literal(args.save_rollouts)}")
+    print(f"{count} rollouts of {literal(model)} written to {literal(args.save_rollouts)}")
     return EXIT_OK

@@ -7,6 +7,7 @@ import sys
 from collections.abc import Callable
 
 from ..errors import BatchtuiError
+from .file_roles import check_files_apart
 
 EXIT_OK, EXIT_DIVERGED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 # `bench`: every figure measured, but a speed or memory target missed (not a divergence).
@@ -56,9 +57,15 @@ def _discard_stdout() -> None:
 
 
 def parsed_and_guarded(parser, argv: list[str], body: Callable) -> int:
-    """Parse argv (usage errors and --help end here, already printed) and run body(args) guarded."""
+    """Parse argv (usage errors and --help end here, already printed) and run body(args) guarded, once no file it
+    writes is one it reads (`file_roles`)."""
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_:
         return int(exit_.code or 0)
-    return guarded(lambda: body(args))
+
+    def checked_body() -> int:
+        check_files_apart(args)
+        return body(args)
+
+    return guarded(checked_body)

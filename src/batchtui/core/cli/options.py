@@ -26,6 +26,7 @@ from ..settings import (
     Settings,
 )
 from ..texts import DEFAULT_TEXTS, NumberedTexts, read_texts_file, validate_texts
+from ..threads import THREADS_PER_CORE, most_threads
 from ..visible import literal
 
 
@@ -183,11 +184,20 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
 def add_threads_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--threads",
-        type=int_at_least(1),
+        type=_thread_count,
         metavar="N",
-        help="CPU threads for torch's kernels (default: torch's own, the same on every run on this machine; the "
-        "count can change CPU results, so give the same N to runs you compare)",
+        help="CPU threads for torch's kernels, at most 4 times the cores (default: torch's own, the same on every run "
+        "on this machine; the count can change CPU results, so give the same N to runs you compare)",
     )
+
+
+def _thread_count(value: str) -> int:
+    count = int_at_least(1)(value)
+    if count > most_threads():
+        raise argparse.ArgumentTypeError(
+            f"must be at most {most_threads()} ({THREADS_PER_CORE} times this machine's cores), not {value!r}"
+        )
+    return count
 
 
 def start_torch(args: argparse.Namespace, keep_freed: bool = True) -> None:

@@ -26,4 +26,6 @@ class RolloutsJob:
             raise InputError("--resume goes on from a records file: give it with --records")
         if self.records and not self.resume and os.path.lexists(self.records):
             raise InputError(f"records file {self.records} exists: --resume continues it (or give another path)")
+        if self.records and os.path.exists(self.records) and not os.path.isfile(self.records):
+            raise InputError(f"records file {self.records} is not a regular file (a folder, FIFO or device)")
         return self

@@ -9,6 +9,7 @@ come out as an uninterrupted run's. A records file is read as any file from else
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
@@ -20,6 +21,8 @@ from ..errors import InputError
 from ..numbers.importance import SequenceLogprobs
 from ..untrusted import open_regular
 from .rollouts_file import MAX_LINE_BYTES
+
+RECORD_START = b'{"line": '  # how every record's line begins (`Record.as_json`)
 
 
 @dataclass(frozen=True)
@@ -49,20 +52,31 @@ class Record:
 
 
 class RecordsFile:
-    """The records file, open for appending."""
+    """The records file, open for appending and locked (`flock`) for as long as this run holds it: a second run on
+    the same file, fresh or resumed, is refused at once instead of appending the same records again."""
 
     def __init__(self, path: str, resume: bool) -> None:
         self.path = path
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | (0 if resume else os.O_EXCL)
-        try:
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | (0 if resume else os.O_EXCL)
+        try:  # (without waiting: a FIFO is refused below, never written)
             self._fd = os.open(path, flags | getattr(os, "O_NOCTTY", 0), 0o644)
         except FileExistsError:
             raise InputError(f"records file {path} exists: --resume continues it (or give another path)") from None
         except OSError as exc:
             raise InputError(f"cannot write records file {path}: {exc.strerror or exc}") from None
-        if not stat.S_ISREG(os.fstat(self._fd).st_mode):
+        try:
+            if not stat.S_ISREG(os.fstat(self._fd).st_mode):
+                raise InputError(f"records file {path} is not a regular file")
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise InputError(
+                    f"records file {path} is being written by another run: wait for it to end, or give another path"
+                ) from None
+            os.set_blocking(self._fd, True)
+        except BaseException:
             os.close(self._fd)
-            raise InputError(f"records file {path} is not a regular file")
+            raise
 
     def write(self, record: Record) -> None:
         data = (record.as_json() + "\n").encode()
@@ -75,8 +89,10 @@ class RecordsFile:
 
 
 def read_records(path: str) -> Iterator[Record]:
-    """The whole records of the file in order; a cut last line (a run stopped while writing it) is removed from the
-    file, so that appending goes on after the last whole one."""
+    """The whole records of the file in order. A cut last line (a run stopped while writing it) is removed from the
+    file, so that appending goes on after the last whole one; only once every whole line has been taken (the caller
+    checks each against its run before asking for the next) and only where the cut line is the start of a record:
+    a file that is not this run's records loses nothing."""
     if not os.path.lexists(path):
         return
     with open_regular(path, "records file", writable=True) as handle:
@@ -86,6 +102,8 @@ def read_records(path: str) -> Iterator[Record]:
             if not raw.endswith(b"\n"):
                 if len(raw) > MAX_LINE_BYTES:
                     raise InputError(f"records file {path} line {number}: longer than any record")
+                if not (raw.startswith(RECORD_START) or RECORD_START.startswith(raw)):
+                    raise InputError(f"records file {path} line {number}: not a record of `batchtui rollouts`")
                 handle.truncate(whole)  # the line a stopped run was writing
                 return
             whole += len(raw)

@@ -92,6 +92,7 @@ class _Scoring:
         self.progress, self.cancelled = progress, cancelled
         self.tally = RolloutsTally()
         self.flat_heap = FlatHeap() if torch.device(loaded.device).type == "cpu" else None
+        # opened and locked before anything is read back or scored: another run on the file is refused here
         self.records = RecordsFile(job.records, job.resume) if job.records and ranks.first else None
         self.resumed = 0
 
