@@ -57,3 +57,30 @@ async def test_a_run_waiting_for_the_previous_one_says_so_and_runs_once_its_turn
         await settle(pilot, app)
         assert app.state.comparison.config["batch_size"] == app.state.settings.batch_size
         assert "waiting" not in status.full_text()
+
+
+async def test_the_mode_s_first_measuring_is_said_in_the_status_line_as_it_goes(monkeypatch, tmp_path):
+    """No kept measurements: turning the mode on measures its kernels in the first passes, and the status line says
+    what it measures and how many are done (never a bare pass count that looks like a hang)."""
+    from tui_helpers import wait_for
+
+    from batchtui.core.invariant import linear, measured_store, mode, rows
+
+    store = measured_store.MeasuredStore(tmp_path)
+    monkeypatch.setattr(rows, "store", store)
+    monkeypatch.setattr(mode, "store", store)
+    monkeypatch.setattr(rows, "_measured", {})
+    monkeypatch.setattr(rows, "_chosen", {})
+    linear.forget_layer_paths()
+    app = make_app(texts=["one", "two three"])
+    said: list[str] = []
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        progress = app.runs._progress
+        monkeypatch.setattr(app.runs, "_progress", lambda run, label: said.append(label) or progress(run, label))
+        await pilot.press("i")
+        await settle(pilot, app)
+        await wait_for(pilot, lambda: app.state.comparison.config["invariant"], "the mode's run")
+    measuring = [label for label in said if label.startswith("measuring the mode's kernels on this machine (once)")]
+    assert measuring and measuring[0].endswith(", 0 done") and "linear" in " ".join(measuring), said
+    assert store.path.exists()  # kept for the next process

@@ -8,7 +8,8 @@ carries its run number."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -73,9 +74,20 @@ class RunController:
     def _progress(self, run_number: int, label: str) -> None:
         self._app.post_message(RunProgress(run_number, label))
 
-    def _turn(self, run_number: int):
-        """Run `run_number`'s turn (`core.one_run`): the status line says so while it waits for the previous run."""
-        return one_run_at_a_time(waiting=lambda: self._progress(run_number, _WAITING))
+    @contextlib.contextmanager
+    def _turn(self, run_number: int) -> Iterator[None]:
+        """Run `run_number`'s turn (`core.one_run`): the status line says so while it waits for the previous run, and
+        what the mode measures while its first passes on this machine measure it."""
+        from ..core.invariant.measuring import Measuring, measuring_reported
+
+        def measuring(event: Measuring) -> None:
+            if event.notice is not None:
+                self._app.call_from_thread(self._app.notify, event.notice, severity="warning")
+            elif not event.finished:
+                self._progress(run_number, event.words())
+
+        with one_run_at_a_time(waiting=lambda: self._progress(run_number, _WAITING)), measuring_reported(measuring):
+            yield
 
     def compare(self, numbered: NumberedTexts, settings: Settings, run_number: int) -> None:
         """Compare the texts batched and alone; `ComparisonReady` or `RunFailed`."""

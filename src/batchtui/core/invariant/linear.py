@@ -164,6 +164,11 @@ def _where(weight: torch.Tensor, bias: torch.Tensor | None) -> tuple:
 _kept: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+def forget_layer_paths() -> None:
+    """The paths each layer chose dropped (`rows.forget_measured`): chosen again on their next call."""
+    _kept.clear()
+
+
 class RowInvariantLinears(ModuleForwards["_Forward"]):
     """The CPU `nn.Linear` layers of a model computing their rows themselves while entered (`ModuleForwards`). Enter
     it inside `RowInvariantMatmuls`."""

@@ -47,10 +47,13 @@ from .attention import (
 )
 from .census import needless_cpu_kernels
 from .elementwise import TailFreeActivations, TailFreeElementwise
-from .linear import RowInvariantLinears
+from .linear import RowInvariantLinears, forget_layer_paths
 from .matmul import RowInvariantMatmuls
+from .measured_store import registered_kernels, store
+from .measuring import finished as measuring_finished
 from .reduction import RowInvariantReductions
 from .routing import NAME, AttentionRouting, inner_implementation
+from .rows import forget_measured
 
 # The aten kernels the mode replaces while entered (and `outside_the_mode` pauses), by the class each makes
 # batch-independent; the fourth class, attention, is the model's routing to `attend_in_order`.
@@ -74,12 +77,19 @@ def batch_invariant(model, classes: tuple[str, ...] = KERNEL_CLASSES) -> Iterato
     """Run `model` batch-invariantly inside the block; `NotInvariant` if it cannot be (see the module doc).
     `classes`: which of the mode's parts to apply (`KERNEL_CLASSES`, all by default), to find which one a
     difference comes from."""
+    if store.use_kernels(registered_kernels()):  # a kernel registered since the last entry: measured anew
+        forget_measured()
+        forget_layer_paths()
     modules = list(model.modules())  # walked once an entry: the probe's key, the layers' forwards, the configs
     _, gap, calls_sdpa, needless = _probed(model, modules)
     if gap is not None:
         raise NotInvariant(gap)
-    with _mode(model, catch_sdpa=calls_sdpa, classes=classes, library_on_cpu=needless, modules=modules):
-        yield
+    try:
+        with _mode(model, catch_sdpa=calls_sdpa, classes=classes, library_on_cpu=needless, modules=modules):
+            yield
+    finally:
+        store.flush()  # what this block measured, for the next process
+        measuring_finished()
 
 
 @contextlib.contextmanager

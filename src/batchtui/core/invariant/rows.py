@@ -29,6 +29,9 @@ from dataclasses import dataclass
 
 import torch
 
+from .measured_store import Kept, store
+from .measuring import count_kept, say
+
 # The dispatch keys replacements are registered for: the mechanism is not CPU-specific.
 DEVICE_KEYS = ("CPU", "CUDA")
 _CPU_TILE_ROWS = 16
@@ -118,7 +121,10 @@ def choose(
     key = (key, a.dtype, *shape, a.device.type, torch.get_num_threads())
     known = _measured.get(key)  # a dict read needs no lock
     if known is None:
-        known = _row_keeping_path(a, dim, key, [(name, library), *others()], library_first, operand)
+        paths = [(name, library), *others()]
+        known = _kept_answer(a, dim, key, paths, operand) or _row_keeping_path(
+            a, dim, key, paths, library_first, operand
+        )
     chosen, floor, ceiling = known
     return (library if chosen == 0 else others()[chosen - 1][1]), floor, ceiling
 
@@ -188,6 +194,13 @@ def _probe(a: torch.Tensor, dim: int, operand: torch.Tensor | None) -> torch.Ten
 _FLOORS = (1, 2, 4, 8, 16)
 
 
+def forget_measured() -> None:
+    """Every answer of this process dropped: the kernels they were measured on are no longer the ones registered."""
+    with _measured_lock:
+        _measured.clear()
+        _chosen.clear()
+
+
 def chosen_paths() -> list[ChosenPath]:
     """Every kind of call the mode has computed by rows in this process, and how."""
     with _measured_lock:
@@ -216,6 +229,8 @@ def _measure_paths(a, dim, key, paths, library_first, operand) -> tuple[int, int
     failed: set[str] = set()
     probe = _probe(a, dim, operand) if a.device.type == "cpu" else None
     if probe is not None:
+        say(described(key))
+    if probe is not None:
         for name, compute in paths:
             heights[name] = _measured_height(probe, dim, compute, name, failed)
     floors = {i: height for i, (name, _) in enumerate(paths) if (height := heights[name]) is not None}
@@ -233,10 +248,69 @@ def _measure_paths(a, dim, key, paths, library_first, operand) -> tuple[int, int
     else:
         assert probe is not None  # a height is measured on the probe
         ceiling = _ceiling(probe, dim, paths[index][1], best, operand)
+    if probe is not None:  # (on CUDA nothing is measured: tiles)
+        store.put(_stored_key(key), Kept(name, best, ceiling, heights, tuple(sorted(failed))))
+    return _taken(key, index, Kept(name, best, ceiling, heights, tuple(sorted(failed))))
+
+
+def _taken(key: tuple, index: int, kept: Kept) -> tuple[int, int | None, int]:
+    """The answer for `key` kept for this process (and `chosen_paths`): (the path's index, its floor, the ceiling)."""
     with _measured_lock:  # two threads measuring one key find the same
-        _chosen[key] = ChosenPath(key, name, best, heights, tuple(sorted(failed)), ceiling)
-        _measured[key] = (index, best, ceiling)
-    return index, best, ceiling
+        _chosen[key] = ChosenPath(key, kept.path, kept.floor, kept.heights, kept.failed, kept.ceiling)
+        _measured[key] = (index, kept.floor, kept.ceiling)
+    return index, kept.floor, kept.ceiling
+
+
+def _kept_answer(a, dim, key, paths, operand) -> tuple[int, int | None, int] | None:
+    """The answer the measurements file keeps for `key` (`measured_store`), where it names these paths and the path
+    still keeps rows as it says (`_still_keeps`); None where it must be measured."""
+    if a.device.type != "cpu":
+        return None
+    kept = store.get(_stored_key(key))
+    for notice in store.take_notices():
+        say("", notice=notice)
+    names = [name for name, _ in paths]
+    if kept is None or kept.path not in names or set(kept.heights) != set(names):
+        return None
+    index = names.index(kept.path)
+    if kept.floor is not None:
+        with torch.no_grad():
+            if not _still_keeps(_probe(a, dim, operand), dim, paths[index][1], kept.floor, kept.ceiling):
+                return None
+    count_kept()
+    return _taken(key, index, kept)
+
+
+def _stored_key(key: tuple) -> tuple:
+    """`key` as the measurements file keeps it: with how it was measured (the heights tried, the tallest call), so
+    that an answer measured otherwise is never taken."""
+    return (key, _FLOORS, MEASURED_ROWS, _CEILINGS, _CEILING_BUDGET)
+
+
+def _still_keeps(probe: torch.Tensor, dim: int, compute: RowsFn, floor: int, ceiling: int) -> bool:
+    """A few calls that a path keeping rows from `floor` up to `ceiling`, as measured, gives alike: the first and the
+    last row of a `MEASURED_ROWS` call as in `floor`-row calls, and a call of `ceiling` rows as in pieces. Cheap (a
+    few calls against hundreds measuring); a kept answer that fails it is measured again."""
+    tall = compute(probe.narrow(dim, 0, MEASURED_ROWS))
+    last = MEASURED_ROWS - 1
+    if not (
+        torch.equal(tall.narrow(dim, 0, floor), compute(probe.narrow(dim, 0, floor)))
+        and torch.equal(tall.narrow(dim, last, 1), compute(probe.narrow(dim, last, floor)).narrow(dim, 0, 1))
+    ):
+        return False
+    if ceiling <= MEASURED_ROWS or dim != 0 or probe.dim() != 2:
+        return True
+    rows = torch.cat([probe] * -(-ceiling // probe.shape[0]))[:ceiling]
+    return torch.equal(compute(rows), in_rows(rows, 0, compute, floor, MEASURED_ROWS))
+
+
+def described(key: tuple) -> str:
+    """A kind of call in a few words: `linear 1536x8960 bfloat16` (the op, its other operand's sizes, the dtype)."""
+    call, dtype = key[0], key[1]
+    op = call[0] if isinstance(call, tuple) and call else str(call)
+    sizes = next((part for part in (call[1:] if isinstance(call, tuple) else ()) if isinstance(part, torch.Size)), None)
+    shape = f" {'x'.join(map(str, sizes))}" if sizes else ""
+    return f"{op}{shape} {str(dtype).removeprefix('torch.')}"
 
 
 # Taller calls tried, where measuring every height up to them costs at most `_CEILING_BUDGET` multiply-adds.
