@@ -82,5 +82,7 @@ async def test_the_mode_s_first_measuring_is_said_in_the_status_line_as_it_goes(
         await settle(pilot, app)
         await wait_for(pilot, lambda: app.state.comparison.config["invariant"], "the mode's run")
     measuring = [label for label in said if label.startswith("measuring the mode's kernels on this machine (once)")]
-    assert measuring and measuring[0].endswith(", 0 done") and "linear" in " ".join(measuring), said
+    counts = [int(label.rsplit(", ", 1)[1].removesuffix(" done")) for label in measuring]
+    assert counts and counts == list(range(counts[0], counts[0] + len(counts))), said  # one more each time
+    assert "linear" in " ".join(measuring)
     assert store.path.exists()  # kept for the next process
