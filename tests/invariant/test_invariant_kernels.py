@@ -404,33 +404,49 @@ def test_a_measurement_on_one_device_is_not_used_on_another(monkeypatch):
     assert sorted(c.key[5] for c in invariant_rows.chosen_paths()) == ["cpu", "meta"]
 
 
-def test_a_call_taller_than_its_ceiling_is_cut_into_calls_of_it_and_a_short_last_one_padded_to_the_floor():
+def test_a_tall_call_is_made_only_at_heights_checked_its_last_piece_padded_up_where_that_wastes_little():
     heights: list[int] = []
 
     def twice(rows):
         heights.append(rows.shape[0])
         return rows * 2
 
-    a = torch.randn(300, 4)
-    assert torch.equal(invariant_rows.in_rows(a, 0, twice, 2, 128), a * 2) and heights == [128, 128, 44]
-    heights.clear()
-    assert torch.equal(invariant_rows.in_rows(a[:129], 0, twice, 8, 128), a[:129] * 2) and heights == [128, 8]
-    heights.clear()
-    assert torch.equal(invariant_rows.in_rows(a[:40], 0, twice, 4), a[:40] * 2) and heights == [32, 8]  # measured 32
+    a = torch.randn(1200, 4)
+    cases = [  # (rows, floor, ceiling) -> the calls' heights
+        ((300, 2, 128), [128, 128, 48]),  # 44 left, padded to 48
+        ((129, 8, 128), [128, 8]),  # the last row padded to the floor
+        ((40, 4, 32), [32, 8]),  # nothing checked above 32
+        ((800, 1, 1024), [768, 32]),  # 1024 would waste 224 of 800
+        ((900, 1, 1024), [1024]),  # padded: 124 of 900 is under a quarter
+        ((256, 2, 1024), [256]),  # a height checked: as it is
+        ((60, 2, 1024), [64]),  # 4 rows of padding
+        ((1200, 16, 1024), [1024, 192]),  # the last 176 padded to 192
+    ]
+    for (m, floor, ceiling), calls in cases:
+        heights.clear()
+        assert torch.equal(invariant_rows.in_rows(a[:m], 0, twice, floor, ceiling), a[:m] * 2), m
+        assert heights == calls, (m, heights)
+        assert all(h <= 32 or h in invariant_rows.TALL_HEIGHTS for h in heights)
 
 
-def test_a_ceiling_above_the_measured_height_is_kept_only_where_every_height_to_it_keeps_rows(monkeypatch):
-    """A path whose rows part from a call of 33 rows keeps 32; one that never parts gets the tallest tried (within
-    the budget); a call of more than two dims is never measured taller."""
+def test_a_ceiling_above_the_measured_height_is_the_tallest_height_up_to_which_every_one_checked_keeps_rows(
+    monkeypatch,
+):
+    """A path whose rows part in a call of 96 rows keeps 64 (the heights below it checked); one whose rows part only
+    at 33 rows keeps every height checked, 33 never being made; one that never parts gets the tallest; a call of more
+    than two dims is never made taller than 32; a kind whose checks run out of time keeps what was checked."""
     monkeypatch.setattr(invariant_rows, "_measured", {})
     probe = torch.randn(67, 8)
 
-    def parts_from_33(rows):
-        return rows * 2 + (1e-3 if rows.shape[0] >= 33 else 0.0)
+    def parts_at(height):
+        return lambda rows: rows * 2 + (1e-3 if rows.shape[0] == height else 0.0)
 
-    assert invariant_rows._ceiling(probe, 0, parts_from_33, 1, None) == 32
-    assert invariant_rows._ceiling(probe, 0, lambda rows: rows * 2, 1, None) == max(invariant_rows._CEILINGS)
+    assert invariant_rows._ceiling(probe, 0, parts_at(96), 1, None) == 64
+    assert invariant_rows._ceiling(probe, 0, parts_at(33), 1, None) == max(invariant_rows.TALL_HEIGHTS)
+    assert invariant_rows._ceiling(probe, 0, lambda rows: rows * 2, 1, None) == max(invariant_rows.TALL_HEIGHTS)
     assert invariant_rows._ceiling(probe[None], 1, lambda rows: rows * 2, 1, None) == 32
+    monkeypatch.setattr(invariant_rows, "_TALL_BUDGET_S", 0.0)
+    assert invariant_rows._ceiling(probe, 0, lambda rows: rows * 2, 1, None) == 48  # (the first check, then time)
 
 
 def test_a_kernel_registered_for_the_functional_mm_alone_is_measured_where_the_layers_call_it(monkeypatch):

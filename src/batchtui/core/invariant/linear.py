@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from .gradients import plain_backward
 from .matmul import RowInvariantMatmuls, onednn_linear, onednn_usable, small_operand
-from .rows import Path, RowsFn, choose, in_rows
+from .rows import MEASURED_ROWS, Path, RowsFn, choose, in_rows
 from .scopes import ModuleForwards, has_own_forward
 
 
@@ -70,7 +70,7 @@ class _Forward:
         self._dtype, self._in, self._out = module.weight.dtype, module.in_features, module.out_features
         self._library, self._op = _library(module.weight, module.bias), _op(module.bias)
         # (thread count, whether the op's CPU kernel is replaced now) -> (compute, floor, the elements between which a
-        # call is the library's op whole, from the floor's rows to the ceiling's: such a call is `F.linear`'s own,
+        # call is the library's op whole, from the floor's rows to `MEASURED_ROWS`: such a call is `F.linear`'s own,
         # None where the path is another; the ceiling). The library's path calls the op's out overload while the mode
         # replaces the op, the op itself while not (`_library`): two kernels, where one is registered for the op alone
         # (a kernel library's), each measured for itself.
@@ -145,7 +145,7 @@ class _Forward:
             key = ("linear", self._weight.shape, self._bias is not None, "out overload" if op_replaced else "op")
             paths = _paths(rows, self._weight, self._bias, self._library)
             compute, floor, ceiling = choose(rows, 0, key, *paths, operand=self._weight.t())
-            measured = (floor * self._in, ceiling * self._in) if floor is not None else None
+            measured = (floor * self._in, MEASURED_ROWS * self._in) if floor is not None else None
             whole = measured if compute is self._library else None
             self._chosen[torch.get_num_threads(), op_replaced] = (compute, floor, whole, ceiling)
             return self(x)  # the call again, its path chosen

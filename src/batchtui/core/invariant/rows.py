@@ -14,9 +14,11 @@ gets in a call of one fixed height:
 - on a small operand (`library_first`: a weight the CPU's caches hold) a call costs the kernel's fixed cost more
   than its arithmetic: the library is taken wherever it keeps rows at all (a call of its height or more is its
   own call), though another path keeps them from fewer (oneDNN's float32 call costs three times MKL's there);
-- a call is never taller than the tallest measured (`MEASURED_ROWS`, or up to 128 where every height to it was
-  measured: `_ceiling`): a taller one is cut into calls of that height, a prefill's and a trainer's rows computed as
-  a decoding step's are (a bfloat16 GEMM was seen to sum a row otherwise in calls of 33 rows and more).
+- a call taller than `MEASURED_ROWS` is made only at a height the path was checked to keep rows at (one of
+  `TALL_HEIGHTS` up to its ceiling, each checked by one call against calls of `MEASURED_ROWS` rows: `_ceiling`): a
+  taller call is cut into calls of those heights, its last piece padded up to the next one where that wastes little,
+  so a prefill's and a trainer's rows are computed as a decoding step's are (a bfloat16 GEMM was seen to sum a row
+  otherwise in calls of 33 rows and more), in a few calls, each reading the weight once, not one per 32 rows.
 What was chosen for each key is kept for `chosen_paths()` (the bench shows why the mode costs what it costs).
 """
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -37,8 +40,8 @@ DEVICE_KEYS = ("CPU", "CUDA")
 _CPU_TILE_ROWS = 16
 # Kernel launches cost more than padding on a GPU: taller tiles there.
 _GPU_TILE_ROWS = 64
-# The tallest call measured at every height and place, and so made (unless `_ceiling` measures a taller one): a
-# taller one is cut into calls of this height.
+# The tallest call measured at every height and place (`_keeps_rows_from`); a taller one is made only at the heights
+# `_ceiling` checks, else cut into calls of this height.
 MEASURED_ROWS = 32
 
 
@@ -61,7 +64,7 @@ class ChosenPath:
     height: int | None  # the row-keeping height it is padded to; None: tiles of `tile_rows` rows
     heights: dict[str, int | None]  # each path's row-keeping height as measured (None: none up to 16, or it failed)
     failed: tuple[str, ...] = ()  # the paths that could not run here (a kernel this CPU lacks)
-    ceiling: int = MEASURED_ROWS  # the tallest call made: a taller one is cut into calls of this height
+    ceiling: int = MEASURED_ROWS  # the tallest call made: a taller one is cut into calls of the heights checked
 
 
 # (key, dtype, shape and layout of everything but the rows, device type, threads, calls) -> the path taken (its
@@ -132,24 +135,48 @@ def choose(
 def in_rows(
     a: torch.Tensor, dim: int, compute: RowsFn, floor: int | None, ceiling: int = MEASURED_ROWS
 ) -> torch.Tensor:
-    """`compute(a)` with every row of `a` as in a call of `floor` to `ceiling` rows (a shorter call padded to the
-    floor, a taller one cut into pieces); with no floor, in tiles of the fixed height."""
+    """`compute(a)` with every row of `a` as in a call of `floor` to `MEASURED_ROWS` rows: a call of that height, or
+    of one of `TALL_HEIGHTS` up to `ceiling` (checked to give the same rows), whole; a shorter one padded to the
+    floor, a taller one cut into calls of those heights (`_next_piece`); with no floor, in tiles of the fixed
+    height."""
     m = a.shape[dim]
     if floor is not None:
-        if floor <= m <= ceiling:
+        if floor <= m <= MEASURED_ROWS or (m <= ceiling and m in TALL_HEIGHTS):
             return compute(a)
         if m < floor:
             rows = compute(_padded(a, floor, dim)).narrow(dim, 0, m)
             return rows if dim == 0 and rows.is_contiguous() else rows.clone()  # a leading cut is compact already
-        # Taller than any call measured: pieces of the tallest (a last short one padded to the floor)
-        pieces = [in_rows(a.narrow(dim, s, min(ceiling, m - s)), dim, compute, floor, ceiling)
-                  for s in range(0, m, ceiling)]  # fmt: skip
+        pieces, start = [], 0
+        while start < m:
+            left = m - start
+            height = _next_piece(left, ceiling)
+            piece = a.narrow(dim, start, min(height, left))
+            if height > left and left > MEASURED_ROWS:  # the last piece, padded up to a height checked
+                pieces.append(compute(_padded(piece, height, dim)).narrow(dim, 0, left))
+            else:
+                pieces.append(in_rows(piece, dim, compute, floor, ceiling))
+            start += height
         return torch.cat(pieces, dim=dim)
     height = tile_rows(a.device)
     if m <= height:
         return compute(_padded(a, height, dim)).narrow(dim, 0, m).clone()
     tiles = [compute(_padded(a.narrow(dim, s, min(height, m - s)), height, dim)) for s in range(0, m, height)]
     return torch.cat(tiles, dim=dim).narrow(dim, 0, m)
+
+
+def _next_piece(left: int, ceiling: int) -> int:
+    """The height of the next call for `left` rows of a tall call: `left` itself where that is a height the path
+    keeps rows at (at most `MEASURED_ROWS`, or one of `TALL_HEIGHTS` up to `ceiling`); else the next height up where
+    padding to it wastes at most a quarter of the rows, else the largest height below."""
+    if left <= MEASURED_ROWS:
+        return left
+    heights = [MEASURED_ROWS, *(h for h in TALL_HEIGHTS if h <= ceiling)]
+    if left in heights:
+        return left
+    up = next((h for h in heights if h > left), None)
+    if up is not None and up - left <= left // 4:
+        return up
+    return max(h for h in heights if h < left)
 
 
 # The size of the terms that cancel in a probe's ordered rows, by the accumulator's precision: large enough that
@@ -284,7 +311,7 @@ def _kept_answer(a, dim, key, paths, operand) -> tuple[int, int | None, int] | N
 def _stored_key(key: tuple) -> tuple:
     """`key` as the measurements file keeps it: with how it was measured (the heights tried, the tallest call), so
     that an answer measured otherwise is never taken."""
-    return (key, _FLOORS, MEASURED_ROWS, _CEILINGS, _CEILING_BUDGET)
+    return (key, _FLOORS, MEASURED_ROWS, TALL_HEIGHTS)
 
 
 def _still_keeps(probe: torch.Tensor, dim: int, compute: RowsFn, floor: int, ceiling: int) -> bool:
@@ -313,28 +340,31 @@ def described(key: tuple) -> str:
     return f"{op}{shape} {str(dtype).removeprefix('torch.')}"
 
 
-# Taller calls tried, where measuring every height up to them costs at most `_CEILING_BUDGET` multiply-adds.
-_CEILINGS = (64, 128)
-_CEILING_BUDGET = 4e9
+# The heights above `MEASURED_ROWS` a path may be checked to keep rows at, each with one call (so a tall call is
+# made at one of them), and the time the checks of one kind of call may take: a height past it is not checked (the
+# bits are the same whatever the ceiling: only the number of calls changes).
+TALL_HEIGHTS = (48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
+_TALL_BUDGET_S = 1.5
 
 
 def _ceiling(probe: torch.Tensor, dim: int, compute: RowsFn, floor: int, operand: torch.Tensor | None) -> int:
-    """The tallest call (`MEASURED_ROWS` or one of `_CEILINGS`) every height up to which gives every row the bits it
-    gets in calls of `MEASURED_ROWS` rows: a bfloat16 GEMM by a 704-wide weight summed rows otherwise in 222 of the
-    heights from 33 to 512, by 256-wide weights in none. Rows of a 2-D call only, every height measured (no sampling:
-    a height left out could be one that parts), within a budget (a large weight keeps `MEASURED_ROWS`)."""
+    """The tallest of `TALL_HEIGHTS` up to which every one gives every row of a call of that height the bits it gets
+    in calls of `MEASURED_ROWS` rows, checked in order and stopped at the first that does not (a bfloat16 GEMM by a
+    704-wide weight summed rows otherwise in 222 of the heights from 33 to 512, by 256-wide weights in none), or once
+    the checks took `_TALL_BUDGET_S`; `MEASURED_ROWS` where none does. Rows of a 2-D call only (its row's bits
+    depend on the call's shape alone, not on what the other rows hold: one call a height checks every place)."""
     if dim != 0 or probe is None or probe.dim() != 2:
         return MEASURED_ROWS
-    width = probe.shape[1] * (1 if operand is None else operand.shape[-1])
+    rows = torch.cat([probe] * -(-max(TALL_HEIGHTS) // probe.shape[0]))
+    started = time.perf_counter()
     best = MEASURED_ROWS
-    for ceiling in _CEILINGS:
-        if width * (ceiling * (ceiling + 1) / 2) > _CEILING_BUDGET:
+    for height in TALL_HEIGHTS:
+        tall = rows[:height]
+        if not torch.equal(compute(tall), in_rows(tall, 0, compute, floor, MEASURED_ROWS)):
             break
-        rows = torch.cat([probe] * -(-ceiling // probe.shape[0]))[:ceiling]
-        pieces = in_rows(rows, 0, compute, floor, MEASURED_ROWS)
-        if not all(torch.equal(compute(rows[:m]), pieces[:m]) for m in range(best + 1, ceiling + 1)):
+        best = height
+        if time.perf_counter() - started > _TALL_BUDGET_S:
             break
-        best = ceiling
     return best
 
 

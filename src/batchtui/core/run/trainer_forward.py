@@ -100,3 +100,21 @@ def scored_in_training(
         logprobs = before.log_softmax(-1).gather(-1, chosen[:, None])[:, 0]
         scores.append(TrainerScores(logprobs, before.argmax(-1)))
     return scores
+
+
+def training_step(model, prompts: list[list[int]], completions: list[list[int]], pad_id: int) -> float:
+    """One step's forward and backward as a trainer takes it (no optimizer step): the batch in the trainer's layout,
+    the loss the mean over every completion token of minus its logprob (float32 log_softmax at the token), its
+    gradients computed into the parameters and dropped after. Returns the loss."""
+    with trainer_modes(model):
+        ids, mask, start = grpo_layout(prompts, completions, pad_id, next(model.parameters()).device)
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask, "mask"), use_cache=False)
+        width = max(len(c) for c in completions)
+        before = logits.logits[:, start - 1 : start - 1 + width].float()
+        chosen = ids[:, start : start + width]
+        logprobs = before.log_softmax(-1).gather(-1, chosen[..., None])[..., 0]
+        kept = mask[:, start : start + width].to(logprobs.dtype)  # the completions' own tokens, not their padding
+        loss = -(logprobs * kept).sum() / kept.sum()
+        loss.backward()
+        model.zero_grad(set_to_none=True)
+        return loss.item()
