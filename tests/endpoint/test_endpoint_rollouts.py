@@ -98,3 +98,17 @@ def test_a_served_model_s_name_reaches_the_terminal_escaped(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "\x1b" not in captured.out + captured.err and "\x07" not in captured.out + captured.err
     assert "1 rollouts of \\x1b]0;PWNED\\x07\\x1b[31mm written to" in captured.out, captured.out
+
+
+@pytest.mark.parametrize("key", ["token_id:²", "token_id:٣", "token_id:" + "9" * 5000], ids=["superscript", "arabic",
+                                                                                          "5000-digits"])  # fmt: skip
+def test_a_top1_key_naming_no_id_is_one_line_exit_2_and_leaves_no_file(key, tmp_path, capsys):
+    body = json.loads(_completion([5, 6], [-0.5, -1.25]))
+    body["choices"][0]["logprobs"]["top_logprobs"][1] = {key: -0.1}
+    out = tmp_path / "rollouts.jsonl"
+    with _server([json.dumps(body).encode()]) as (url, _):
+        code = main(["endpoint", "--url", url, "--model", "m", "one", "--save-rollouts", str(out), "--timeout", "5"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("batchtui: error") == 1 and "Traceback" not in err, err
+    assert "step 1's top-1 is" in err and "not a token id" in err
+    assert not out.exists()  # (made only once a first line is ready: a rerun is not refused)

@@ -30,6 +30,8 @@ FAULTS = [
     (json.dumps({**GOOD, "top1_ids": [1]}), "line 2: top1_ids has 1 ids, the completion 2 tokens"),
     (json.dumps({**GOOD, "prompt": 5, "prompt_ids": None}), "line 2: prompt must be a string"),
     (b"\xff\xfe".decode("latin-1"), "line 2: not a JSON object"),
+    ('{"prompt_ids": [97], "completion_ids": [99], "logprobs": [-1' + "0" * 400 + "]}",
+     "line 2: logprob 0 is -10000000000... (402 digits): a logprob is a finite number at most 0"),
 ]  # fmt: skip
 
 
@@ -102,3 +104,30 @@ def test_a_ratio_past_the_largest_float_is_infinite_and_every_view_draws(tmp_pat
     assert "ratio = exp(δ): tokens per bin" in out and "δ = lt − lr: tokens per bin" in out
     metrics = json.loads(report.read_text())["rollouts"]
     assert metrics["ratio_max"] is None and metrics["chi2_token"] is None and 990 < metrics["max_abs_diff"] < 1000
+
+
+def test_a_folder_as_the_rollouts_or_prompts_file_is_one_line_and_exit_2(tmp_path, capsys):
+    folder = tmp_path / "a-folder.jsonl"
+    folder.mkdir()
+    assert main(["rollouts", str(folder), "--model", "tiny", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is not a regular file" in err and "Traceback" not in err, err
+    out = tmp_path / "out.jsonl"
+    assert main(["endpoint", "--url", "http://127.0.0.1:9/v1", "--texts-file", str(folder), "--save-rollouts",
+                 str(out)]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is not a regular file" in err and not out.exists(), err
+
+
+def test_logprobs_of_minus_1e308_score_to_an_infinite_ratio_not_a_crash(tmp_path, capsys):
+    """Their δ sum past the largest float: the sequence's log ratio is infinite, every table and the report draw."""
+    bad = {**GOOD, "logprobs": [-1e308, -1e308]}
+    path = tmp_path / "in.jsonl"
+    path.write_text(json.dumps(bad) + "\n" + json.dumps(GOOD) + "\n")
+    report = tmp_path / "r.json"
+    assert main(["rollouts", str(path), "--model", "tiny", "--quiet", "--json", str(report)]) == 1
+    out = capsys.readouterr().out
+    assert "ratio " in out and "-inf" in out or "inf" in out
+    assert max(len(line) for line in out.splitlines()) < 200  # (no logprob written out in 309 digits)
+    data = json.loads(report.read_text())["rollouts"]
+    assert data["ratio_max"] is None  # infinite: written as null

@@ -171,3 +171,28 @@ def test_a_real_sigint_leaves_whole_records_and_resume_completes(tmp_path):
     assert resumed.returncode in (0, 1), resumed.stderr
     done = [json.loads(line)["line"] for line in records.read_bytes().splitlines()]
     assert sorted(done) == list(range(1, 49))  # every rollout once
+
+
+def test_a_records_file_that_cannot_grow_is_one_line_exit_2_and_stays_resumable(rollouts, tmp_path):
+    """The records file hits the process's file size limit (as a full disk would stop it): one line saying so, exit
+    2, the records before it whole; --resume, with room again, completes them as an uninterrupted run."""
+    import resource
+
+    path, whole, summary = rollouts
+    records = tmp_path / "records.jsonl"
+    limit = len(whole) // 3
+
+    def limited() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # (EFBIG from the write, not the signal's kill)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    command = [sys.executable, "-m", "batchtui.core", "rollouts", str(path), *ARGS, "--records", str(records)]
+    done = subprocess.run(command, preexec_fn=limited, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "cannot write records file" in done.stderr and "File too large" in done.stderr
+    assert "--resume goes on from them" in done.stderr
+    kept = records.read_bytes()
+    assert whole.startswith(kept[: kept.rfind(b"\n") + 1]) and len(kept) <= limit
+    report = tmp_path / "r.json"
+    assert main(["rollouts", str(path), *ARGS, "--records", str(records), "--resume", "--json", str(report)]) == 1
+    assert records.read_bytes() == whole and _summary(report) == summary

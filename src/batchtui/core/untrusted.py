@@ -32,11 +32,10 @@ def open_regular(path: str | Path, what: str, writable: bool = False, links: boo
         if not links and os.path.islink(path):
             raise InputError(f"{what} {path} is a symbolic link: not followed") from None
         raise InputError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
-    handle = os.fdopen(fd, "r+b" if writable else "rb")
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        handle.close()
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # (before fdopen, which refuses a folder with IsADirectoryError)
+        os.close(fd)
         raise InputError(f"{what} {path} is not a regular file (a folder, FIFO, device or socket): not read")
-    return handle
+    return os.fdopen(fd, "r+b" if writable else "rb")
 
 
 def read_capped(path: str | Path, cap: int, what: str, links: bool = True) -> bytes:

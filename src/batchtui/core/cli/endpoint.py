@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import sys
 
@@ -185,6 +186,10 @@ def _save_rollouts(args: argparse.Namespace) -> int:
         raise InputError("give texts or --texts-file, not both")
     if args.texts_file:
         prompts = read_prompts(args.texts_file)
+        first = next(prompts, None)  # the file opened and its first prompt read before any request
+        if first is None:
+            raise InputError(f"prompts file {args.texts_file} has no prompts")
+        prompts = itertools.chain([first], prompts)
     else:
         prompts = (Prompt(i, text, None) for i, text in enumerate(texts_from_args(args).texts, start=1))
     if os.path.lexists(args.save_rollouts):

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from ..settings import DTYPES, KERNEL_CLASSES
 from ..visible import literal
-from .exit_codes import EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_OK, parsed_and_guarded
+from .exit_codes import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_OK, error_line, parsed_and_guarded
 from .options import (
     OneLineParser,
     TqdmBar,
@@ -28,6 +29,7 @@ DESCRIPTION = (
 
 
 def rollouts_parser(prog: str) -> OneLineParser:
+    from ..rollouts.job import DEFAULT_DIST_TIMEOUT_S
     from ..rollouts.plan import DEFAULT_BATCH_TOKENS
 
     parser = OneLineParser(prog=prog, description=DESCRIPTION)
@@ -55,6 +57,10 @@ def rollouts_parser(prog: str) -> OneLineParser:
     parser.add_argument("--resume", action="store_true", help="go on from --records: score only what it lacks")
     parser.add_argument("--skip-bad", action="store_true", help="skip faulty lines (counted in the report)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--dist-timeout", type=float, default=DEFAULT_DIST_TIMEOUT_S, metavar="S",
+        help="under torchrun: seconds the ranks wait for each other, to meet and at each round, before ending",
+    )  # fmt: skip
     add_threads_option(parser)
     parser.add_argument("--json", metavar="PATH", help="write the report to PATH ('-' for stdout)")
     return parser
@@ -80,21 +86,23 @@ def _rollouts(args: argparse.Namespace) -> int:
     from ..reports.report import write_json
     from ..reports.rollouts import rollouts_json
     from ..rollouts.job import RolloutsJob
+    from ..rollouts.ranks import RanksLost
     from ..rollouts.scoring import score_rollouts
     from ..terminal.rollouts_text import format_rollouts, rollouts_verdict
 
-    job = RolloutsJob(args.file, settings, args.batch_tokens, args.records, args.resume, args.skip_bad).checked()
+    job = RolloutsJob(
+        args.file, settings, args.batch_tokens, args.records, args.resume, args.skip_bad, args.dist_timeout
+    ).checked()
     bar = TqdmBar(args.quiet, unit="seq")
     try:
         with bar:
             summary = score_rollouts(job, bar.progress)
     except KeyboardInterrupt:
-        if args.records:
-            kept = f"{_whole_lines(args.records)} of {bar.total} sequences in {literal(args.records)}"
-            print(f"batchtui: interrupted; {kept}: --resume scores the rest", file=sys.stderr)
-        else:
-            print("batchtui: interrupted; nothing kept (--records keeps each sequence scored)", file=sys.stderr)
+        print(f"batchtui: interrupted; {_kept(args.records, bar.total)}", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except RanksLost as exc:
+        print(f"{error_line(exc)}; {_kept(args.records, bar.total)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     if summary is None:  # another rank than the first of a torchrun: rank 0 reports
         return EXIT_OK
     out = human_output(args.json)
@@ -103,6 +111,15 @@ def _rollouts(args: argparse.Namespace) -> int:
     if args.json:
         write_json(rollouts_json(summary), args.json)
     return EXIT_OK if summary.bitwise else EXIT_DIVERGED
+
+
+def _kept(records: str | None, total: int | None) -> str:
+    """What a stopped run leaves: the records written so far, resumable."""
+    if not records:
+        return "nothing kept (--records keeps each sequence scored)"
+    if not os.path.exists(records):
+        return "nothing scored yet"
+    return f"{_whole_lines(records)} of {total} sequences in {literal(records)}: --resume scores the rest"
 
 
 def _whole_lines(path: str) -> int:

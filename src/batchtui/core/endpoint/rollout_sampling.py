@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from ..errors import InputError
 from ..texts import read_text_lines
+from ..visible import literal
 from .client import Endpoint, EndpointError
 
 _TOKEN_ID = "token_id:"
@@ -77,13 +78,9 @@ def save_rollouts(
     samples: int,
     progress: Callable[[int], None] | None = None,
 ) -> int:
-    """Every prompt's `samples` rollouts written to `path` (a new file) as they come; how many."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
-    except FileExistsError:
-        raise InputError(f"{path} exists: rollouts are written to a new file") from None
-    except OSError as exc:
-        raise InputError(f"cannot write rollouts to {path}: {exc.strerror or exc}") from None
+    """Every prompt's `samples` rollouts written to `path` (a new file, made once its first line is ready: a fault
+    before it leaves none behind) as they come; how many."""
+    fd: int | None = None
     written = 0
     try:
         for index, prompt in enumerate(prompts):
@@ -100,6 +97,8 @@ def save_rollouts(
                 )
                 line = _rollout_line(served, prompt, sample_seed, endpoint.url)
                 data = (json.dumps(line) + "\n").encode()
+                if fd is None:
+                    fd = _new_file(path)
                 done = os.write(fd, data)
                 while done < len(data):
                     done += os.write(fd, data[done:])
@@ -107,7 +106,8 @@ def save_rollouts(
                 if progress is not None:
                     progress(written)
     finally:
-        os.close(fd)
+        if fd is not None:
+            os.close(fd)
     return written
 
 
@@ -125,7 +125,7 @@ def _rollout_line(served, prompt: Prompt, seed: int, url: str) -> dict:
         if s.token != f"{_TOKEN_ID}{token}":
             raise EndpointError(f"{where}: step {step} names token {s.token!r}, its id is {token}")
         logprobs.append(s.logprob)
-        top1.append(_id(s.top[0][0]) if s.top else None)
+        top1.append(_id(s.top[0][0], f"{where}: step {step}'s top-1") if s.top else None)
     line = {"prompt_ids": list(served.prompt_token_ids), "completion_ids": ids, "logprobs": logprobs}
     if all(t is not None for t in top1):
         line["top1_ids"] = top1
@@ -137,7 +137,21 @@ def _rollout_line(served, prompt: Prompt, seed: int, url: str) -> dict:
     }
 
 
-def _id(token: str) -> int | None:
-    if not token.startswith(_TOKEN_ID) or not token[len(_TOKEN_ID) :].isdigit():
+def _new_file(path: str) -> int:
+    try:
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+    except FileExistsError:
+        raise InputError(f"{path} exists: rollouts are written to a new file") from None
+    except OSError as exc:
+        raise InputError(f"cannot write rollouts to {path}: {exc.strerror or exc}") from None
+
+
+def _id(token: str, where: str) -> int | None:
+    """The id a `token_id:N` key names; None for a key of another form (a server that does not name ids); an
+    EndpointError for one that names no id this tool reads (`token_id:²`, `token_id:٣`, thousands of digits)."""
+    if not token.startswith(_TOKEN_ID):
         return None
-    return int(token[len(_TOKEN_ID) :])
+    digits = token[len(_TOKEN_ID) :]
+    if not (digits.isascii() and digits.isdigit() and len(digits) <= 12):
+        raise EndpointError(f"{where} is {literal(token, 40)!r}: not a token id")
+    return int(digits)

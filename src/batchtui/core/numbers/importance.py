@@ -62,8 +62,12 @@ class SequenceLogprobs:
 
     @cached_property
     def log_ratio(self) -> float:
-        """Σ δ, exactly rounded: the log of the sequence's importance ratio."""
-        return math.fsum(self.deltas)
+        """Σ δ, exactly rounded: the log of the sequence's importance ratio (±inf past the largest float: logprobs
+        of -1e308 sum past it)."""
+        try:
+            return math.fsum(self.deltas)
+        except OverflowError:
+            return sum(self.deltas)  # (a partial sum past the largest float: inf, or nan where both ways)
 
     @cached_property
     def metrics(self) -> ImportanceMetrics:

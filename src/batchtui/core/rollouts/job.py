@@ -8,6 +8,9 @@ from dataclasses import dataclass
 from ..errors import InputError
 from ..settings import Settings
 from .plan import DEFAULT_BATCH_TOKENS
+from .torchrun_place import torchrun_place
+
+DEFAULT_DIST_TIMEOUT_S = 120.0  # `--dist-timeout`: how long ranks wait for each other (torch's own is 30 minutes)
 
 
 @dataclass(frozen=True)
@@ -18,8 +21,12 @@ class RolloutsJob:
     records: str | None = None  # `--records`
     resume: bool = False
     skip_bad: bool = False
+    dist_timeout_s: float = DEFAULT_DIST_TIMEOUT_S
 
     def checked(self) -> RolloutsJob:
+        torchrun_place()  # torchrun's variables, when set, are torchrun's: checked before anything waits on them
+        if not 0 < self.dist_timeout_s <= 86_400:
+            raise InputError(f"--dist-timeout must be above 0 and at most 86400 seconds, not {self.dist_timeout_s:g}")
         if self.batch_tokens < 1:
             raise InputError(f"--batch-tokens must be at least 1, not {self.batch_tokens}")
         if self.resume and not self.records:

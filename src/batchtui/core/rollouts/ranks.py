@@ -4,6 +4,7 @@ torch.distributed (gloo on CPUs, nccl on GPUs). Outside torchrun, one rank of on
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -12,6 +13,10 @@ from typing import TypeVar
 import torch
 import torch.distributed as dist
 
+from ..errors import InputError
+from .job import DEFAULT_DIST_TIMEOUT_S
+from .torchrun_place import torchrun_place
+
 Value = TypeVar("Value")
 
 
@@ -19,6 +24,7 @@ Value = TypeVar("Value")
 class Ranks:
     rank: int
     size: int
+    timeout_s: float = DEFAULT_DIST_TIMEOUT_S
 
     @property
     def first(self) -> bool:
@@ -29,7 +35,8 @@ class Ranks:
         if self.size == 1:
             return [value]
         out = [None] * self.size if self.first else None
-        dist.gather_object(value, out, dst=0)
+        with _answered(self.timeout_s):
+            dist.gather_object(value, out, dst=0)
         return out
 
     def from_first(self, value: Value) -> Value:
@@ -37,12 +44,28 @@ class Ranks:
         if self.size == 1:
             return value
         box = [value]
-        dist.broadcast_object_list(box, src=0)
+        with _answered(self.timeout_s):
+            dist.broadcast_object_list(box, src=0)
         return box[0]
 
 
 def under_torchrun() -> bool:
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+    return torchrun_place()[1] > 1
+
+
+@contextlib.contextmanager
+def _answered(timeout_s: float) -> Iterator[None]:
+    """A collective call: another rank's death or silence past the timeout is `RanksLost`, one line."""
+    try:
+        yield
+    except RuntimeError as exc:  # (gloo's and nccl's errors: DistBackendError and its kin)
+        raise RanksLost(f"another rank stopped or did not answer within {timeout_s:g} s (--dist-timeout): "
+                        f"{str(exc).splitlines()[0][:200]}") from None  # fmt: skip
+
+
+class RanksLost(InputError):
+    """Another rank did not come, stopped or did not answer in time: this one ends too (its records stay
+    resumable)."""
 
 
 def rank_device(device: str) -> str:
@@ -53,16 +76,21 @@ def rank_device(device: str) -> str:
 
 
 @contextlib.contextmanager
-def joined(device: str) -> Iterator[Ranks]:
-    """This process's place among the ranks, the process group joined for the block where there is one."""
+def joined(device: str, timeout_s: float = DEFAULT_DIST_TIMEOUT_S) -> Iterator[Ranks]:
+    """This process's place among the ranks, the process group joined for the block where there is one; the ranks
+    wait `timeout_s` for each other at most, to meet and at every gather (`RanksLost` after it)."""
     if not under_torchrun():
         yield Ranks(0, 1)
         return
     cuda = device.startswith("cuda")
     if cuda:
         torch.cuda.set_device(torch.device(device))
-    dist.init_process_group("nccl" if cuda else "gloo")
     try:
-        yield Ranks(dist.get_rank(), dist.get_world_size())
+        dist.init_process_group("nccl" if cuda else "gloo", timeout=datetime.timedelta(seconds=timeout_s))
+    except (RuntimeError, ValueError) as exc:  # (torch's DistStoreError and DistNetworkError are RuntimeErrors)
+        raise RanksLost(f"the {torchrun_place()[1]} ranks did not all meet within {timeout_s:g} s "
+                        f"(--dist-timeout): {str(exc).splitlines()[0][:200]}") from None  # fmt: skip
+    try:
+        yield Ranks(dist.get_rank(), dist.get_world_size(), timeout_s)
     finally:
         dist.destroy_process_group()

@@ -80,9 +80,15 @@ class RecordsFile:
 
     def write(self, record: Record) -> None:
         data = (record.as_json() + "\n").encode()
-        written = os.write(self._fd, data)
-        while written < len(data):  # (a short write on a full disk: the rest, or the error)
-            written += os.write(self._fd, data[written:])
+        try:
+            written = os.write(self._fd, data)
+            while written < len(data):  # (a short write on a full disk: the rest, or the error)
+                written += os.write(self._fd, data[written:])
+        except OSError as exc:  # a full disk, a file past its size limit, a quota: what was written stays
+            raise InputError(
+                f"cannot write records file {self.path}: {exc.strerror or exc}; the records before stay whole "
+                "(--resume goes on from them once there is room)"
+            ) from None
 
     def close(self) -> None:
         os.close(self._fd)

@@ -153,7 +153,16 @@ def _logprobs(value: object, tokens: int, where: str) -> tuple[float, ...]:
         raise InputError(f"{where}: logprobs must be a list of numbers")
     if len(value) != tokens:
         raise InputError(f"{where}: logprobs has {len(value)} values, the completion {tokens} tokens")
-    if not all(map(math.isfinite, value)) or (value and max(value) > 0):
-        step, v = next((step, v) for step, v in enumerate(value) if not math.isfinite(v) or v > 0)
-        raise InputError(f"{where}: logprob {step} is {v}: a logprob is a finite number at most 0")
+    if not all(map(_finite, value)) or (value and max(value) > 0):
+        step, v = next((step, v) for step, v in enumerate(value) if not _finite(v) or v > 0)
+        shown = f"{str(v)[:12]}... ({len(str(v))} digits)" if isinstance(v, int) else str(v)
+        raise InputError(f"{where}: logprob {step} is {shown}: a logprob is a finite number at most 0")
     return tuple(map(float, value))
+
+
+def _finite(value: int | float) -> bool:
+    """A finite float, or an integer one converts to (a 400-digit integer does not: OverflowError)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False

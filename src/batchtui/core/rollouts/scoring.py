@@ -55,7 +55,7 @@ def score_rollouts(
     if not total:
         skipped = f" ({faults.count} faulty lines skipped)" if faults.count else ""
         raise InputError(f"{job.path} holds no rollouts{skipped}")
-    with joined(settings.device) as ranks:
+    with joined(settings.device, job.dist_timeout_s) as ranks:
         scored = _Scoring(job, loaded, vocabulary, ranks, progress, cancelled)
         try:
             run_guarded(loaded, lambda: scored.all(total, settings))

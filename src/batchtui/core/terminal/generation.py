@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ..numbers.comparison import TopToken
 from ..numbers.generation import GenerationComparison, TextGeneration
-from .plain import format_float
+from .plain import format_float, format_precise
 
 
 @dataclass(frozen=True)
@@ -70,8 +70,9 @@ def local_checks(text: TextGeneration) -> str:
         words.append(
             "trainer vs sampler: "
             + ("bitwise (every ratio 1)" if m.bitwise else
-               f"max|δ| {format_float(m.max_abs_diff)}, kl {format_float(m.kl)}, ratio {m.ratio_min:.6f}-"
-               f"{m.ratio_max:.6f}, first at step {text.vs_trainer.first_differing_step}"
+               f"max|δ| {format_float(m.max_abs_diff)}, kl {format_float(m.kl)}, ratio "
+               f"{format_precise(m.ratio_min)}-{format_precise(m.ratio_max)}, first at step "
+               f"{text.vs_trainer.first_differing_step}"
                + (f" in {text.vs_trainer_module}" if text.vs_trainer_module else "")
                + (f", at {text.vs_trainer_op.words()}: {text.vs_trainer_op.cause()}" if text.vs_trainer_op else ""))
         )  # fmt: skip

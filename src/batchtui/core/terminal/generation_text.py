@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..numbers.generation import GenerationComparison, TextGeneration
 from ..numbers.importance import SequenceLogprobs
 from ..visible import literal
-from .plain import format_columns, format_float
+from .plain import format_columns, format_float, format_precise
 
 
 def split_words(t: TextGeneration) -> tuple[str, str]:
@@ -37,8 +37,8 @@ def _trainer_row(t: TextGeneration, vs_trainer: SequenceLogprobs) -> tuple[str, 
         format_float(m.max_abs_diff),
         format_float(m.mean_abs_diff),
         format_float(m.kl),
-        f"{m.ratio_min:.6f}",  # (a ratio near 1 needs its digits: 0.999993 and 1.000007 are not "1")
-        f"{m.ratio_max:.6f}",
+        f"{format_precise(m.ratio_min)}",  # (a ratio near 1 needs its digits: 0.999993 and 1.000007 are not "1")
+        f"{format_precise(m.ratio_max)}",
         f"{m.clip_fraction:.0%}",
         "same" if first is None else str(first),
     )
@@ -94,7 +94,8 @@ def _trainer_verdict(comparison: GenerationComparison) -> str:
         return words + " (every ratio exactly 1, every metric 0)"
     words += (
         f", max|δ| {format_float(overall.max_abs_diff)}, kl {format_float(overall.kl)}, ratio "
-        f"{overall.ratio_min:.6f}-{overall.ratio_max:.6f}, clipped {overall.clip_fraction:.1%}, "
+        f"{format_precise(overall.ratio_min)}-{format_precise(overall.ratio_max)}, "
+        f"clipped {overall.clip_fraction:.1%}, "
         f"top-1 differs at {overall.top1_disagree} of {overall.tokens} tokens"
     )
     parted = [(t, vs) for t, vs in measured if vs.first_differing_step is not None]

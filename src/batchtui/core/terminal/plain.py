@@ -21,6 +21,16 @@ def format_float(value: float | None) -> str:
     return f"{value:.3g}" if 1e-3 <= abs(value) < 1e4 else f"{value:.2e}"
 
 
+def format_precise(value: float | None) -> str:
+    """A logprob or ratio as the rollouts tables give them: six decimals from 0.0001 to a million, else seven
+    significant digits (a tiny ratio is not 0.000000, a logprob of -1e308 not 309 digits); "-" for nothing."""
+    if value is None:
+        return "-"
+    if not math.isfinite(value) or value == 0:
+        return str(value) if value != 0 else "0.000000"
+    return f"{value:.6f}" if 1e-4 <= abs(value) < 1e6 else f"{value:.7g}"
+
+
 def counted(n: int, noun: str) -> str:
     """`n` and its noun, plural but for one: "1 top-1 flip", "3 top-1 flips"."""
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

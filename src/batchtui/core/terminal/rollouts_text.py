@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..numbers.rollouts import Histogram, RolloutsSummary, ScoredToken, WorstSequence
 from ..visible import literal
-from .plain import format_columns, format_float
+from .plain import format_columns, format_float, format_precise
 
 _METRICS = (
     ("max_abs_diff", "max |δ|"),
@@ -74,8 +74,8 @@ def worst_sequence_rows(summary: RolloutsSummary, width: int = 40) -> list[tuple
 
 def token_row(token: ScoredToken) -> tuple[str, ...]:
     """A token's step, text, both logprobs, δ and ratio, in words (`TOKEN_HEADER`)."""
-    return (str(token.step), literal(token.token, 16), f"{token.trainer:.6f}", f"{token.sampler:.6f}",
-            format_float(token.delta), f"{token.ratio:.6f}")  # fmt: skip
+    return (str(token.step), literal(token.token, 16), format_precise(token.trainer), format_precise(token.sampler),
+            format_float(token.delta), format_precise(token.ratio))  # fmt: skip
 
 
 def token_words(sequence: WorstSequence, step: int) -> str:
@@ -83,7 +83,8 @@ def token_words(sequence: WorstSequence, step: int) -> str:
     t = sequence.tokens[step]
     return (
         f"line {sequence.line}, step {t.step} of {len(sequence.tokens)}: {literal(t.token, 24)!s} · trainer "
-        f"{t.trainer:.6f} · sampler {t.sampler:.6f} · δ {format_float(t.delta)} · ratio {t.ratio:.6f}"
+        f"{format_precise(t.trainer)} · sampler {format_precise(t.sampler)} · δ {format_float(t.delta)} · ratio "
+        f"{format_precise(t.ratio)}"
     )
 
 
@@ -91,7 +92,7 @@ def _number(value: float | None, name: str) -> str:
     if value is None:
         return "-"
     six_decimals = (name.startswith("ratio") or name.endswith("ppl")) and abs(value) < 1e4
-    return f"{value:.6f}" if six_decimals else format_float(value)
+    return format_precise(value) if six_decimals else format_float(value)
 
 
 def histogram_chart(histogram: Histogram, title: str, color: bool, width: int) -> str | None:
@@ -135,6 +136,7 @@ def rollouts_verdict(summary: RolloutsSummary) -> str:
         return f"{m.sequences} sequences{resumed}: every logprob the same bits (every ratio exactly 1, every metric 0)"
     return (
         f"{m.sequences} sequences{resumed}, {m.tokens} tokens: max|δ| {format_float(m.max_abs_diff)}, kl "
-        f"{format_float(m.kl)}, ratio {m.ratio_min:.6f}-{m.ratio_max:.6f}, clipped {m.clip_fraction:.1%}, "
+        f"{format_float(m.kl)}, ratio {format_precise(m.ratio_min)}-{format_precise(m.ratio_max)}, "
+        f"clipped {m.clip_fraction:.1%}, "
         f"over the TIS cap {m.tis_fraction:.1%}"
     )
