@@ -82,7 +82,8 @@ def _free_port() -> int:
 def test_ranks_that_never_come_end_the_run_within_its_dist_timeout(tmp_path):
     """WORLD_SIZE=1000 by hand, one process: it waits --dist-timeout for the others, then one line, exit 2."""
     path = write_jsonl(tmp_path / "in.jsonl", [{"prompt_ids": [1, 2], "completion_ids": [3], "logprobs": [-0.5]}])
-    env = {**os.environ, "WORLD_SIZE": "1000", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
+    env = {**os.environ, "WORLD_SIZE": "1000", "RANK": "0", "MASTER_ADDR": "127.0.0.1"}
+    env["MASTER_PORT"] = str(_free_port())
     started = time.monotonic()
     done = subprocess.run(_command(path, "--dist-timeout", "2"), capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 2 and time.monotonic() - started < 100, done.stderr
@@ -99,8 +100,10 @@ def test_a_rank_that_dies_ends_the_others_in_one_line_with_the_records_resumable
     records = tmp_path / "records.jsonl"
     args = ["--model", "qwen2-english-4m", "--dtype", "float32", "--batch-tokens", "24", "--threads", "1"]
     env = {**os.environ, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
-    first = subprocess.Popen([*_command(path, *args, "--records", str(records), "--dist-timeout", "10")],
-                             env={**env, "RANK": "0", "LOCAL_RANK": "0"}, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    first = subprocess.Popen(
+        [*_command(path, *args, "--records", str(records), "--dist-timeout", "10")],
+        env={**env, "RANK": "0", "LOCAL_RANK": "0"}, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
     second = subprocess.Popen(_command(path, *args), env={**env, "RANK": "1", "LOCAL_RANK": "1"},
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     try:
