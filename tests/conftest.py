@@ -45,7 +45,7 @@ def pytest_configure(config):
 
 # Fixtures that start a real server: a test taking one is `served` (the tiers are derived, never listed by hand).
 SERVER_FIXTURES = {"server", "served", "vllm"}
-VLLM_TESTS_MARKS = ({"served"}, {"served", "app"})  # the marks tests/test_vllm.py's tests carry
+VLLM_TESTS_MARKS = ({"served"}, {"served", "app"})  # the marks tests/endpoint/test_vllm.py's tests carry
 
 
 def pytest_collection_modifyitems(config, items):

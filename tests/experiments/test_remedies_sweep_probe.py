@@ -98,8 +98,10 @@ def test_sweep_summary_counts_cells_and_names_the_clean_dtypes():
     ]
     assert sweep_summary(cells) == (
         "1 of 5 cells diverge · worst bfloat16 batch 4 sdpa left padding: max|Δ| 0.25 (1 text, 1 flip)"
-        " · float32 allclose in every cell · 1 could not run"
+        " · float32 allclose in every cell (not bitwise: max|Δ| 1e-06; --bitwise judges every bit) · 1 could not run"
     )
+    bitwise = [c for c in cells if c.max_abs_diff != 1e-6]  # float32 the same bits in every cell: nothing to add
+    assert sweep_summary(bitwise).endswith(" · float32 allclose in every cell · 1 could not run")
 
 
 def test_probe_shape_and_json(tmp_path, capsys):

@@ -117,7 +117,13 @@ def test_a_linear_layer_takes_the_path_that_keeps_rows_from_the_fewest(dtype, bi
         assert chosen.height == min(floors, default=None), (chosen, heights)
         if floors:
             assert chosen.path == next(name for name, h in heights.items() if h == min(floors)), (chosen, heights)
-    assert chosen.heights == heights  # the bench's table says what was measured
+    # the bench's table says what was measured: each path's height, but for a path measured only below the chosen
+    # one's (it could be taken only for fewer rows), which keeps rows from no fewer
+    for name, height in heights.items():
+        if name in chosen.unneeded:
+            assert chosen.heights[name] is None and (height is None or height >= chosen.height), (name, chosen)
+        else:
+            assert chosen.heights[name] == height, (name, chosen, heights)
     # oneDNN sums in another order than the library: the same product, not the same bits
     close = {} if dtype == torch.bfloat16 else {"rtol": 1e-4, "atol": 1e-4}
     torch.testing.assert_close(inside, torch.nn.functional.linear(a[:1], weight, b), **close)

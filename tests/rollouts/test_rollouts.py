@@ -126,3 +126,21 @@ def test_the_plan_holds_every_rollout_once_within_the_batch_tokens_the_same_ever
         assert padded <= 256 or len(rows) == 1
     # a window's rollouts stay in it: the plan reads the file a window at a time
     assert {r.line for b in plan[: len(plan) // 4] for r in b.rollouts} <= set(range(1, WINDOW + 1))
+
+
+def test_a_histogram_s_middle_tick_is_its_centre_value_and_a_token_s_space_is_shown():
+    """δ's middle tick at 0 and the ratio's at 1 wherever the range holds them (placed by bin), not the range's
+    midpoint; a token's leading space shown as `␣` in the token table, as in the explorer."""
+    from batchtui.core.numbers.rollouts import Histogram, ScoredToken
+    from batchtui.core.terminal.rollouts_text import histogram_ticks, token_row
+
+    delta = Histogram((-0.3, -0.1, 0.1, 0.3, 0.5), (1, 2, 3, 4))  # midpoint 0.1; 0 halfway into the second bin
+    assert histogram_ticks(delta, ratio=False) == ([0.0, 1.5, 4.0], ["-0.3", "0", "0.5"])
+    ratio = Histogram((0.5, 0.9, 1.3, 1.7), (1, 1, 1))
+    places, words = histogram_ticks(ratio, ratio=True)
+    assert places[1] == pytest.approx(1.25) and words == ["0.500000", "1.000000", "1.700000"]
+    away = Histogram((2.0, 3.0, 4.0), (1, 1))  # no 1 in range: the middle edge
+    assert histogram_ticks(away, ratio=True) == ([0.0, 1.0, 2.0], ["2.000000", "3.000000", "4.000000"])
+    row = token_row(ScoredToken(step=0, token_id=7, token=" the", trainer=-17.0, sampler=-0.1))
+    assert row[1] == "␣the" and row[2] == "-17.000000"
+    assert row[5] == f"{math.exp(-16.9):.7g}" and row[5].endswith("e-08")  # a tiny ratio, not 0.000000

@@ -131,3 +131,11 @@ def test_logprobs_of_minus_1e308_score_to_an_infinite_ratio_not_a_crash(tmp_path
     assert max(len(line) for line in out.splitlines()) < 200  # (no logprob written out in 309 digits)
     data = json.loads(report.read_text())["rollouts"]
     assert data["ratio_max"] is None  # infinite: written as null
+
+
+def test_a_byte_order_mark_before_the_first_line_is_not_part_of_it(tmp_path, capsys):
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(GOOD).encode() + b"\n")
+    report = tmp_path / "r.json"
+    assert main(["rollouts", str(path), "--model", "tiny", "--quiet", "--json", str(report)]) in (0, 1)
+    assert json.loads(report.read_text())["rollouts"]["sequences"] == 1

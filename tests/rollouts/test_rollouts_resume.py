@@ -196,3 +196,63 @@ def test_a_records_file_that_cannot_grow_is_one_line_exit_2_and_stays_resumable(
     report = tmp_path / "r.json"
     assert main(["rollouts", str(path), *ARGS, "--records", str(records), "--resume", "--json", str(report)]) == 1
     assert records.read_bytes() == whole and _summary(report) == summary
+
+
+@pytest.mark.parametrize(
+    ("edit", "said"),
+    [
+        (lambda r: {**r, "trainer_logprobs": [abs(v) + 0.5 for v in r["trainer_logprobs"]]}, "trainer logprob above 0"),
+        (lambda r: {**r, "completion_ids": [(i + 1) % 512 for i in r["completion_ids"]]}, "are not line 1's: edited"),
+        (lambda r: {**r, "sampler_logprobs": [v - 1 for v in r["sampler_logprobs"]]}, "are not line 1's: edited"),
+        (lambda r: {**r, "digest": "0" * 16}, "line 1 of"),
+    ],
+    ids=["positive-trainer", "other-ids", "other-sampler", "digest"],
+)
+def test_an_edited_record_is_refused_naming_what_changed(rollouts, edit, said, tmp_path, capsys):
+    path, whole, _ = rollouts
+    records = tmp_path / "records.jsonl"
+    lines = whole.splitlines(keepends=True)
+    first = json.dumps(edit(json.loads(lines[0]))).encode() + b"\n"
+    records.write_bytes(first + b"".join(lines[1:4]))
+    assert main(["rollouts", str(path), *ARGS, "--records", str(records), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and said in err and "record 1" in err, err
+    assert records.read_bytes() == first + b"".join(lines[1:4])  # nothing appended
+
+
+def test_lines_added_or_changed_after_the_check_are_never_scored(rollouts, tmp_path, monkeypatch, capsys):
+    """The file grows between the checking pass and the scoring pass: exactly the lines checked are scored (a new
+    line, good or bad, is not); a checked line that turned bad ends the run in one line."""
+    from batchtui.core.rollouts import scoring
+
+    path, whole, summary = rollouts
+    grown = tmp_path / "in.jsonl"
+    grown.write_bytes(path.read_bytes())
+    original = grown.read_bytes()
+    reads = []
+    real = scoring.read_rollouts
+
+    def appending(file, *args, **kwargs):
+        reads.append(file)
+        if len(reads) == 2:  # the scoring pass starts: another writer adds a good and a bad line
+            with open(file, "ab") as handle:
+                handle.write(original.splitlines(keepends=True)[0] + b"{not json\n")
+        return real(file, *args, **kwargs)
+
+    monkeypatch.setattr(scoring, "read_rollouts", appending)
+    report = tmp_path / "r.json"
+    assert main(["rollouts", str(grown), *ARGS, "--json", str(report)]) == 1
+    assert _summary(report) == summary  # the 16 checked, nothing else
+    reads.clear()
+
+    def changing(file, *args, **kwargs):
+        reads.append(file)
+        if len(reads) == 2:
+            grown.write_bytes(original.replace(b'"logprobs": [', b'"logprobs": [1.5, ', 1))
+        return real(file, *args, **kwargs)
+
+    grown.write_bytes(original)
+    monkeypatch.setattr(scoring, "read_rollouts", changing)
+    assert main(["rollouts", str(grown), *ARGS]) == 2
+    err = capsys.readouterr().err
+    assert "changed since it was checked" in err and err.count("batchtui: error") == 1

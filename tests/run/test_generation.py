@@ -261,3 +261,20 @@ def test_decode_vs_prefill_matches_generate_and_a_prefill_here(tiny_path, invari
             assert measured.vs_prefill.first_differing_step == first
             assert (measured.vs_prefill.first_module is None) == (first is None)
             assert first is None or measured.vs_prefill.first_module in names
+
+
+def test_a_generation_s_checks_are_named_in_its_progress_never_a_bare_measuring():
+    """The app's status line during a generation with both checks: the passes, then the checks by name and step,
+    counted to the run's own total (a minute of "measuring" on a large model said nothing)."""
+    from batchtui.core.run.generation import generate_and_compare
+    from batchtui.core.run.skeleton import generation_stage
+
+    checks = ("decode vs prefill", "trainer vs sampler")
+    calls: list[tuple[int, int]] = []
+    texts = ["one two three", "four", "five six"]
+    generate_and_compare(texts, Settings(model="tiny", batch_size=2), 3, progress=lambda d, t: calls.append((d, t)),
+                         vs_prefill=True, vs_trainer=True)  # fmt: skip
+    labels = [generation_stage(done, total, len(texts), 2, checks) for done, total in calls]
+    assert "measuring" not in labels and labels[0].startswith("single passes")
+    named = [label for label in labels if label.startswith("decode vs prefill and trainer vs sampler, step ")]
+    assert named and all(int(label.split()[-3]) <= int(label.split()[-1]) for label in named), labels

@@ -135,10 +135,12 @@ class RunController:
 
         def run() -> GenerationComparison:
             from ..core.run.generation import generate_and_compare
-            from ..core.run.skeleton import running_stage
+            from ..core.run.skeleton import generation_stage
+
+            checks = ("decode vs prefill", "trainer vs sampler")
 
             def progress(done: int, total: int) -> None:
-                stage = running_stage(done, len(numbered.texts), settings.batch_size)
+                stage = generation_stage(done, total, len(numbered.texts), settings.batch_size, checks)
                 self._progress(run_number, f"generating: {stage}")
 
             with self._turn(run_number):

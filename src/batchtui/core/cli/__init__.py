@@ -46,7 +46,7 @@ def commands_epilog(prog: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry of `python -m core`: subcommands only (the TUI needs textual, which a GPU box may lack)."""
+    """Entry of `python -m batchtui.core`: subcommands only (the TUI needs textual, which a GPU box may lack)."""
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] not in COMMANDS:
         names = ",".join(COMMANDS)

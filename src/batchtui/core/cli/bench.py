@@ -29,9 +29,11 @@ MATMUL_PATHS_SAID = (
 def matmul_path_rows(paths: list[dict]) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
     """The bench's table of the mode's matmul paths: headers and rows."""
 
-    def keeps(name: str, height: int | None, failed: list[str]) -> str:
+    def keeps(name: str, height: int | None, failed: list[str], unneeded: list[str], floor: int | None) -> str:
         if name in failed:
             return "no kernel here"
+        if name in unneeded:
+            return f"not below {floor}"
         return "none up to 16" if height is None else f"from {height}"
 
     def short(path: str, height: int | None, ceiling: int) -> str:
@@ -46,7 +48,10 @@ def matmul_path_rows(paths: list[dict]) -> tuple[tuple[str, ...], list[tuple[str
             p["operand"],
             p["path"],
             short(p["path"], p["height"], p["ceiling"]),
-            ", ".join(f"{name} {keeps(name, height, p['failed'])}" for name, height in p["heights"].items()),
+            ", ".join(
+                f"{name} {keeps(name, height, p['failed'], p.get('unneeded', []), p['height'])}"
+                for name, height in p["heights"].items()
+            ),
         )
         for p in paths
     ]

@@ -23,6 +23,7 @@ from .options import (
     check_report_destination,
     human_output,
     int_at_least,
+    int_within,
     levels_argument,
     number_within,
     start_torch,
@@ -34,6 +35,10 @@ DESCRIPTION = (
     "alone, twice, and with all texts in flight together, and report where the continuations part. Exit 0 when "
     "every continuation is the same, 1 when any differs, 2 on bad input or a network fault."
 )
+
+
+# Rollouts sampled per prompt at most: a few hundred is what RL groups use; more is a typo, not a group.
+MAX_SAMPLES_PER_PROMPT = 1024
 
 
 def endpoint_parser(prog: str) -> OneLineParser:
@@ -103,7 +108,8 @@ def endpoint_parser(prog: str) -> OneLineParser:
     sampling.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
     sampling.add_argument("--seed", type=int, default=0, help="sample k of prompt i is sampled with seed + i*N + k")
     sampling.add_argument(
-        "--samples-per-prompt", type=int_at_least(1), default=1, metavar="N", help="rollouts sampled per prompt"
+        "--samples-per-prompt", type=int_within(1, MAX_SAMPLES_PER_PROMPT), default=1, metavar="N",
+        help=f"rollouts sampled per prompt (at most {MAX_SAMPLES_PER_PROMPT})"
     )
     return parser
 

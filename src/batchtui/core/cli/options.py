@@ -1,4 +1,4 @@
-"""The options every batchtui command shares (DESIGN.md's CLI contract), and what they build."""
+"""The options every batchtui command shares (docs/cli.md's contract), and what they build."""
 
 from __future__ import annotations
 
@@ -239,6 +239,19 @@ def int_at_least(minimum: int):
             number = minimum - 1
         if number < minimum:
             raise argparse.ArgumentTypeError(f"must be a whole number of at least {minimum}, not {value!r}")
+        return number
+
+    return parsed
+
+
+def int_within(minimum: int, maximum: int):
+    """An argparse type: a whole number from `minimum` to `maximum`, in one message either way."""
+    at_least = int_at_least(minimum)
+
+    def parsed(value: str) -> int:
+        number = at_least(value)
+        if number > maximum:
+            raise argparse.ArgumentTypeError(f"must be at most {maximum}, not {value!r}")
         return number
 
     return parsed

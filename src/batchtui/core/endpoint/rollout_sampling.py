@@ -23,6 +23,7 @@ from ..visible import literal
 from .client import Endpoint, EndpointError
 
 _TOKEN_ID = "token_id:"
+_MAX_VOCABULARY = 2**31  # no tokenizer has more ids (the largest have a few hundred thousand)
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,9 @@ def _rollout_line(served, prompt: Prompt, seed: int, url: str) -> dict:
     ids, steps = list(served.token_ids), served.steps
     if not ids or len(steps) != len(ids):
         raise EndpointError(f"{where}: {len(ids)} token ids for {len(steps)} logprobs")
+    outside = next((i for i in (*served.prompt_token_ids, *ids) if not 0 <= i < _MAX_VOCABULARY), None)
+    if outside is not None:
+        raise EndpointError(f"{where}: token id {str(outside)[:24]} is outside any vocabulary")
     logprobs, top1 = [], []
     for step, (token, s) in enumerate(zip(ids, steps)):
         if s.logprob is None or not math.isfinite(s.logprob) or s.logprob > 0:
@@ -152,6 +156,6 @@ def _id(token: str, where: str) -> int | None:
     if not token.startswith(_TOKEN_ID):
         return None
     digits = token[len(_TOKEN_ID) :]
-    if not (digits.isascii() and digits.isdigit() and len(digits) <= 12):
+    if not (digits.isascii() and digits.isdigit() and len(digits) <= 10 and int(digits) < _MAX_VOCABULARY):
         raise EndpointError(f"{where} is {literal(token, 40)!r}: not a token id")
     return int(digits)

@@ -427,6 +427,7 @@ def _path_row(chosen) -> dict:
         "ceiling": chosen.ceiling,
         "heights": chosen.heights,
         "failed": list(chosen.failed),
+        "unneeded": list(chosen.unneeded),
     }
 
 

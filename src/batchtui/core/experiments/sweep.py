@@ -90,7 +90,8 @@ def describe_cell(cell: SweepCell) -> str:
 
 def sweep_summary(cells: list[SweepCell]) -> str:
     """One line: how many cells diverge (or have continuations that differ), the worst, the ones that
-    could not run, and the dtypes allclose (the same) in every cell."""
+    could not run, and the dtypes allclose (the same) in every cell, with their largest difference where allclose is
+    not the same bits."""
     ran = [c for c in cells if c.error is None]
     generate = any(c.differ is not None for c in ran)
     bad = [c for c in ran if (c.differ if generate else c.diverged)]
@@ -107,7 +108,11 @@ def sweep_summary(cells: list[SweepCell]) -> str:
         parts.append(f"worst {describe_cell(worst)}: max|Δ| {worst.max_abs_diff:.3g} ({figures})")
     clean = [d for d in dict.fromkeys(c.dtype for c in ran) if not any(c.dtype == d for c in bad)]
     if clean and bad:
-        parts.append(f"{', '.join(clean)} {'the same' if generate else 'allclose'} in every cell")
+        verdict = f"{', '.join(clean)} {'the same' if generate else 'allclose'} in every cell"
+        largest = max((c.max_abs_diff or 0.0) for c in ran if c.dtype in clean)
+        if not generate and largest > 0:  # allclose is not the same bits: say where the bits are judged
+            verdict += f" (not bitwise: max|Δ| {largest:.3g}; --bitwise judges every bit)"
+        parts.append(verdict)
     failed = len(cells) - len(ran)
     if failed:
         parts.append(f"{failed} could not run")

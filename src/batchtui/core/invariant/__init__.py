@@ -1,2 +1,2 @@
 """The batch-invariant mode: row-invariant matmuls, reductions, element-wise ops and attention per row.
-Imports models (structure) and the top level."""
+Imports the layers below it (models, numbers, compat) and the top level."""

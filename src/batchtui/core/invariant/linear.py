@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from .gradients import plain_backward
 from .matmul import RowInvariantMatmuls, onednn_linear, onednn_usable, small_operand
+from .measured_store import kernel_site
 from .rows import MEASURED_ROWS, Path, RowsFn, choose, in_rows
 from .scopes import ModuleForwards, has_own_forward
 
@@ -142,7 +143,10 @@ class _Forward:
         if chosen is None:
             if rows.shape[0] == 0:
                 return self.original(x)
-            key = ("linear", self._weight.shape, self._bias is not None, "out overload" if op_replaced else "op")
+            # the kernel the library's path reaches: the op's out overload while the mode replaces the op, the op
+            # itself while not; one kind of call where both are one kernel (as torch registers them)
+            site = kernel_site(f"aten::{self._op}.out" if op_replaced else f"aten::{self._op}")
+            key = ("linear", self._weight.shape, self._bias is not None, site)
             paths = _paths(rows, self._weight, self._bias, self._library)
             compute, floor, ceiling = choose(rows, 0, key, *paths, operand=self._weight.t())
             measured = (floor * self._in, MEASURED_ROWS * self._in) if floor is not None else None

@@ -36,7 +36,7 @@ from ..errors import InputError
 from ..safe_files import write_text
 from ..untrusted import MiB, read_json
 
-FORMAT = 1
+FORMAT = 2
 MAX_BYTES = 4 * MiB  # far above what a model's few dozen kinds of call hold (~300 bytes each)
 # Environment variables that change which kernels the libraries take (and so a row's bits).
 _STEERING = ("ATEN_CPU_CAPABILITY", "ONEDNN_", "DNNL_", "MKL_", "OMP_", "KMP_", "OPENBLAS_")
@@ -52,10 +52,11 @@ class Kept:
     ceiling: int
     heights: dict[str, int | None]
     failed: tuple[str, ...]
+    unneeded: tuple[str, ...] = ()  # paths measured only below the chosen one's height
 
     def as_json(self) -> dict:
         return {"path": self.path, "floor": self.floor, "ceiling": self.ceiling, "heights": self.heights,
-                "failed": list(self.failed)}  # fmt: skip
+                "failed": list(self.failed), "unneeded": list(self.unneeded)}  # fmt: skip
 
 
 @functools.cache  # (read once a process: /proc/cpuinfo and torch's build text)
@@ -89,15 +90,18 @@ _MEASURED_OPS = (
 _OURS = str(Path(__file__).resolve().parent.parent)  # a registration made from here is the mode's own
 
 
+def kernel_site(op: str) -> str:
+    """Where the CPU kernel of `op` ("aten::mm.out") in use now was registered, the mode's own registrations looked
+    through: two ops whose sites are one are one kernel (a linear layer's product through the op or its out overload
+    is measured once, not once each)."""
+    return next((site for site in cpu_kernel_sites(op) or [] if _OURS not in site), "none")
+
+
 def registered_kernels() -> str:
     """Which CPU kernel each op the measured paths call has now (where it was registered: torch's own, or a library
     or user code that registered one through `torch.library`), the mode's own registrations looked through. A kernel
     registered since (or in another process) names other measurements (`MeasuredStore.use_kernels`)."""
-    sites = []
-    for op in _MEASURED_OPS:
-        registered = cpu_kernel_sites(op) or []
-        sites.append(f"{op}: {next((site for site in registered if _OURS not in site), 'none')}")
-    return "\n".join(sites)
+    return "\n".join(f"{op}: {kernel_site(op)}" for op in _MEASURED_OPS)
 
 
 def _cpu() -> tuple[str, str]:
@@ -214,7 +218,7 @@ def _kept(value: dict) -> Kept:
     heights = value["heights"]
     if not isinstance(heights, dict) or not all(_height(h) for h in heights.values()):
         raise TypeError
-    failed = value["failed"]
+    failed, unneeded = value["failed"], value["unneeded"]
     path, floor, ceiling = value["path"], value["floor"], value["ceiling"]
     if (
         not isinstance(path, str)
@@ -223,10 +227,12 @@ def _kept(value: dict) -> Kept:
         or not (_height(ceiling) and ceiling is not None and ceiling <= 1024)
         or not isinstance(failed, list)
         or not all(isinstance(name, str) and name in heights for name in failed)
+        or not isinstance(unneeded, list)
+        or not all(isinstance(name, str) and name in heights for name in unneeded)
         or heights[path] != floor
     ):
         raise TypeError
-    return Kept(path, floor, ceiling, dict(heights), tuple(failed))
+    return Kept(path, floor, ceiling, dict(heights), tuple(failed), tuple(unneeded))
 
 
 def _height(value: object) -> bool:

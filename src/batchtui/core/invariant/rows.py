@@ -65,6 +65,7 @@ class ChosenPath:
     heights: dict[str, int | None]  # each path's row-keeping height as measured (None: none up to 16, or it failed)
     failed: tuple[str, ...] = ()  # the paths that could not run here (a kernel this CPU lacks)
     ceiling: int = MEASURED_ROWS  # the tallest call made: a taller one is cut into calls of the heights checked
+    unneeded: tuple[str, ...] = ()  # paths measured only below the chosen one's height (not taken from it up)
 
 
 # (key, dtype, shape and layout of everything but the rows, device type, threads, calls) -> the path taken (its
@@ -199,7 +200,8 @@ def _probe(a: torch.Tensor, dim: int, operand: torch.Tensor | None) -> torch.Ten
         return probe.to(a.dtype)
     big = _CANCELLING.get(a.dtype, _CANCELLING_DEFAULT)
     rows = probe.movedim(dim, -2).reshape(-1, 67, k)[0]  # the first matrix's rows (a view of the probe)
-    weights = None if operand is None else operand.reshape(-1, *operand.shape[-2:])[0].to(torch.float64).cpu()
+    # (the few weights read one by one, as they are: a copy of a 151,936-row head in float64 cost a second a probe)
+    weights = None if operand is None else operand.reshape(-1, *operand.shape[-2:])[0]
     # the two terms near and far apart: a kernel that sums a row in blocks cancels a pair inside one block alike
     gaps = sorted({1, k // 4 or 1, k // 2 or 1, (3 * k) // 4 or 1, k - 1})
     for r in range(1, 67, 2):
@@ -257,9 +259,16 @@ def _measure_paths(a, dim, key, paths, library_first, operand) -> tuple[int, int
     probe = _probe(a, dim, operand) if a.device.type == "cpu" else None
     if probe is not None:
         say(described(key))
+    unneeded: list[str] = []
     if probe is not None:
         for name, compute in paths:
-            heights[name] = _measured_height(probe, dim, compute, name, failed)
+            # past the first, a path is measured only below the fewest rows another keeps them from (it is taken
+            # only for fewer), but where the library comes first: its own height is needed
+            found = [h for h in heights.values() if h is not None]
+            below = min(found) if found and not library_first else None
+            heights[name] = _measured_height(probe, dim, compute, name, failed, below)
+            if below is not None and heights[name] is None and name not in failed:
+                unneeded.append(name)
     floors = {i: height for i, (name, _) in enumerate(paths) if (height := heights[name]) is not None}
     library = next((i for i, (name, _) in enumerate(paths) if name == "library"), None)
     if floors:  # the smallest height, the first path on a tie
@@ -275,15 +284,18 @@ def _measure_paths(a, dim, key, paths, library_first, operand) -> tuple[int, int
     else:
         assert probe is not None  # a height is measured on the probe
         ceiling = _ceiling(probe, dim, paths[index][1], best, operand)
+    kept = Kept(name, best, ceiling, heights, tuple(sorted(failed)), tuple(unneeded))
     if probe is not None:  # (on CUDA nothing is measured: tiles)
-        store.put(_stored_key(key), Kept(name, best, ceiling, heights, tuple(sorted(failed))))
-    return _taken(key, index, Kept(name, best, ceiling, heights, tuple(sorted(failed))))
+        store.put(_stored_key(key), kept)
+    return _taken(key, index, kept)
 
 
 def _taken(key: tuple, index: int, kept: Kept) -> tuple[int, int | None, int]:
     """The answer for `key` kept for this process (and `chosen_paths`): (the path's index, its floor, the ceiling)."""
     with _measured_lock:  # two threads measuring one key find the same
-        _chosen[key] = ChosenPath(key, kept.path, kept.floor, kept.heights, kept.failed, kept.ceiling)
+        _chosen[key] = ChosenPath(
+            key, kept.path, kept.floor, kept.heights, kept.failed, kept.ceiling, kept.unneeded
+        )
         _measured[key] = (index, kept.floor, kept.ceiling)
     return index, kept.floor, kept.ceiling
 
@@ -315,20 +327,15 @@ def _stored_key(key: tuple) -> tuple:
 
 
 def _still_keeps(probe: torch.Tensor, dim: int, compute: RowsFn, floor: int, ceiling: int) -> bool:
-    """A few calls that a path keeping rows from `floor` up to `ceiling`, as measured, gives alike: the first and the
-    last row of a `MEASURED_ROWS` call as in `floor`-row calls, and a call of `ceiling` rows as in pieces. Cheap (a
-    few calls against hundreds measuring); a kept answer that fails it is measured again."""
+    """Three calls that a path keeping rows from `floor`, as measured, gives alike: the first and the last row of a
+    `MEASURED_ROWS` call as in `floor`-row calls. Cheap (three calls against a hundred measuring, none tall: on a
+    head of 150,000 rows a tall one is seconds); a kept answer that fails it is measured again. (What decides the
+    tall calls, the machine and its kernels, is the file's key.)"""
     tall = compute(probe.narrow(dim, 0, MEASURED_ROWS))
     last = MEASURED_ROWS - 1
-    if not (
-        torch.equal(tall.narrow(dim, 0, floor), compute(probe.narrow(dim, 0, floor)))
-        and torch.equal(tall.narrow(dim, last, 1), compute(probe.narrow(dim, last, floor)).narrow(dim, 0, 1))
-    ):
-        return False
-    if ceiling <= MEASURED_ROWS or dim != 0 or probe.dim() != 2:
-        return True
-    rows = torch.cat([probe] * -(-ceiling // probe.shape[0]))[:ceiling]
-    return torch.equal(compute(rows), in_rows(rows, 0, compute, floor, MEASURED_ROWS))
+    return torch.equal(tall.narrow(dim, 0, floor), compute(probe.narrow(dim, 0, floor))) and torch.equal(
+        tall.narrow(dim, last, 1), compute(probe.narrow(dim, last, floor)).narrow(dim, 0, 1)
+    )
 
 
 def described(key: tuple) -> str:
@@ -368,12 +375,15 @@ def _ceiling(probe: torch.Tensor, dim: int, compute: RowsFn, floor: int, operand
     return best
 
 
-def _measured_height(probe: torch.Tensor, dim: int, compute: RowsFn, name: str, failed: set[str]) -> int | None:
-    """The smallest height from which `compute` keeps rows (None: not up to 16); a path that cannot run here is
-    added to `failed`."""
+def _measured_height(
+    probe: torch.Tensor, dim: int, compute: RowsFn, name: str, failed: set[str], below: int | None = None
+) -> int | None:
+    """The smallest height from which `compute` keeps rows (None: not up to 16, or not below `below`, where another
+    path keeps them from that many already); a path that cannot run here is added to `failed`."""
     try:
         compute(probe)  # runs here at all?
-        return next((h for h in _FLOORS if _keeps_rows_from(h, probe, dim, compute)), None)
+        floors = [h for h in _FLOORS if below is None or h < below]
+        return next((h for h in floors if _keeps_rows_from(h, probe, dim, compute)), None)
     except RuntimeError:  # a kernel this CPU lacks (oneDNN's bf16 without AVX-512, or float64)
         failed.add(name)
         return None
@@ -382,10 +392,14 @@ def _measured_height(probe: torch.Tensor, dim: int, compute: RowsFn, name: str, 
 def _keeps_rows_from(height: int, probe: torch.Tensor, dim: int, compute: RowsFn) -> bool:
     """Does every row of calls of `height` to `MEASURED_ROWS` rows get the bits it gets first in a `height`-row
     call? (Measured at every position: a GEMM's edge tiles and its thread split by rows may sum a row otherwise, and
-    a tall call otherwise again: seen on bfloat16 from 64 rows, so no taller call is made.)"""
-    first = torch.cat([compute(probe.narrow(dim, s, height)).narrow(dim, 0, 1) for s in range(MEASURED_ROWS)], dim)
-    for rows in sorted({height, height + 1, height + 2, 2 * height + 1, 3 * height + 2, 17, MEASURED_ROWS - 1,
-                        MEASURED_ROWS}):  # fmt: skip
-        if rows <= MEASURED_ROWS and not torch.equal(compute(probe.narrow(dim, 0, rows)), first.narrow(dim, 0, rows)):
+    a tall call otherwise again: seen on bfloat16 from 64 rows, so no taller call is made.) The calls of each
+    height are made first, then each row's own, row by row, up to the first that parts: on a large weight each
+    call reads the whole weight, and a height that does not keep rows mostly shows it in its first rows."""
+    heights = sorted({height, height + 1, height + 2, 2 * height + 1, 3 * height + 2, 17, MEASURED_ROWS - 1,
+                      MEASURED_ROWS})  # fmt: skip
+    calls = [compute(probe.narrow(dim, 0, rows)) for rows in heights if rows <= MEASURED_ROWS]
+    for start in range(MEASURED_ROWS):
+        own = compute(probe.narrow(dim, start, height)).narrow(dim, 0, 1)
+        if not all(torch.equal(call.narrow(dim, start, 1), own) for call in calls if call.shape[dim] > start):
             return False
     return True

@@ -1,4 +1,4 @@
-"""The JSON report of a comparison (DESIGN.md's schema, docs/json.md), the pieces the generation and remedies
+"""The JSON report of a comparison (docs/json.md's schema), the pieces the generation and remedies
 reports share with it, and writing any report: atomically to a file, or to standard output."""
 
 from __future__ import annotations

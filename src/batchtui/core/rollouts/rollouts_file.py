@@ -50,30 +50,48 @@ class Vocabulary:
 
 
 class RolloutFaults:
-    """Faulty lines: raised at the first (the default), or counted and the first `FAULTS_KEPT` kept (`--skip-bad`)."""
+    """Faulty lines: raised at the first (the default), or counted and the first `FAULTS_KEPT` kept (`--skip-bad`).
+    After a reading, what it checked: the last line read and the faulty lines' numbers (`read_rollouts`' `checked`)."""
 
     def __init__(self, skip_bad: bool) -> None:
         self.skip_bad = skip_bad
         self.count = 0
         self.kept: list[str] = []
+        self.lines: set[int] = set()  # the faulty lines' numbers (few: skipped with --skip-bad, else the first ends)
+        self.last_line = 0
 
-    def __call__(self, fault: InputError) -> None:
+    def __call__(self, fault: InputError, number: int) -> None:
         if not self.skip_bad:
             raise fault
         self.count += 1
+        self.lines.add(number)
         if len(self.kept) < FAULTS_KEPT:
             self.kept.append(str(fault))
 
 
-def read_rollouts(path: str, vocabulary: Vocabulary, faults: RolloutFaults) -> Iterator[Rollout]:
-    """The file's rollouts in order, each line checked (`faults` decides what a faulty one does)."""
+def read_rollouts(
+    path: str, vocabulary: Vocabulary, faults: RolloutFaults, checked: RolloutFaults | None = None
+) -> Iterator[Rollout]:
+    """The file's rollouts in order, each line checked (`faults` decides what a faulty one does). With `checked`
+    (an earlier reading's faults), exactly the lines that reading took: none past its last line, not its faulty
+    ones, and a line that is faulty now, or missing, ends the reading (the file changed since it was checked)."""
+    number = 0
     for number, raw in json_lines(path, "rollouts file"):
+        if checked is not None and (number > checked.last_line or number in checked.lines):
+            if number > checked.last_line:
+                return
+            continue
+        faults.last_line = number
         if not raw.strip():
             continue
         try:
             yield _rollout(number, raw, vocabulary)
         except InputError as fault:
-            faults(fault)
+            if checked is not None:
+                raise InputError(f"{path} changed since it was checked: {fault}") from None
+            faults(fault, number)
+    if checked is not None and number < checked.last_line:
+        raise InputError(f"{path} changed since it was checked: it ends at line {number}, not {checked.last_line}")
 
 
 def json_lines(path: str, what: str) -> Iterator[tuple[int, bytes]]:
@@ -85,6 +103,8 @@ def json_lines(path: str, what: str) -> Iterator[tuple[int, bytes]]:
             number += 1
             if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
                 raise InputError(f"{path} line {number}: longer than {MAX_LINE_BYTES // MiB} MiB")
+            if number == 1:
+                raw = raw.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte order mark an editor put first
             yield number, raw.rstrip(b"\r\n")
 
 

@@ -56,7 +56,7 @@ def score_rollouts(
         skipped = f" ({faults.count} faulty lines skipped)" if faults.count else ""
         raise InputError(f"{job.path} holds no rollouts{skipped}")
     with joined(settings.device, job.dist_timeout_s) as ranks:
-        scored = _Scoring(job, loaded, vocabulary, ranks, progress, cancelled)
+        scored = _Scoring(job, loaded, vocabulary, ranks, progress, cancelled, faults)
         try:
             run_guarded(loaded, lambda: scored.all(total, settings))
             if not ranks.first:
@@ -87,9 +87,10 @@ def vocabulary_of(loaded: LoadedModel) -> Vocabulary:
 
 
 class _Scoring:
-    def __init__(self, job, loaded, vocabulary, ranks: Ranks, progress, cancelled) -> None:
+    def __init__(self, job, loaded, vocabulary, ranks: Ranks, progress, cancelled, checked: RolloutFaults) -> None:
         self.job, self.loaded, self.vocabulary, self.ranks = job, loaded, vocabulary, ranks
         self.progress, self.cancelled = progress, cancelled
+        self.checked = checked  # what the checking pass read: exactly those lines are scored
         self.tally = RolloutsTally()
         self.flat_heap = FlatHeap() if torch.device(loaded.device).type == "cpu" else None
         # opened and locked before anything is read back or scored: another run on the file is refused here
@@ -102,7 +103,7 @@ class _Scoring:
             self.records.close()
 
     def _plan(self) -> Iterator[Batch]:
-        rollouts = read_rollouts(self.job.path, self.vocabulary, RolloutFaults(skip_bad=True))
+        rollouts = read_rollouts(self.job.path, self.vocabulary, RolloutFaults(skip_bad=False), self.checked)
         return batches(rollouts, self.job.batch_tokens)
 
     def all(self, total: int, settings: Settings) -> None:
@@ -160,14 +161,7 @@ class _Scoring:
         plan = ((rollout, batch.index) for batch in self._plan() for rollout in batch.rollouts)
         count = 0
         for record, planned in zip(read_records(self.job.records), _padded(plan)):
-            expected = None if planned is None else (planned[0].line, planned[0].digest, planned[1])
-            if (record.line, record.digest, record.batch) != expected:
-                there = "no more" if expected is None else f"line {expected[0]} in batch {expected[2]}"
-                raise InputError(
-                    f"records file {self.job.records} does not go with {self.job.path} and --batch-tokens "
-                    f"{self.job.batch_tokens} (record {count + 1} is line {record.line} in batch {record.batch}, the "
-                    f"plan has {there})"
-                )
+            _check_record(record, planned, count + 1, self.job)
             self.tally.add(record)
             count += 1
         return count
@@ -175,6 +169,25 @@ class _Scoring:
     def _report(self, done: int, total: int) -> None:
         if self.progress is not None and self.ranks.first:
             self.progress(done, total)
+
+
+def _check_record(record: Record, planned: tuple[Rollout, int] | None, number: int, job: RolloutsJob) -> None:
+    """A record read back is the one this run would write for the plan's rollout at its place: the same line, batch
+    and input (its digest), the line's completion and sampler logprobs, trainer logprobs that are logprobs."""
+    where = f"records file {job.records} record {number}"
+    if planned is None or (record.line, record.batch) != (planned[0].line, planned[1]):
+        there = "no more" if planned is None else f"line {planned[0].line} in batch {planned[1]}"
+        raise InputError(
+            f"records file {job.records} does not go with {job.path} and --batch-tokens {job.batch_tokens} (record "
+            f"{number} is line {record.line} in batch {record.batch}, the plan has {there})"
+        )
+    rollout = planned[0]
+    if record.digest != rollout.digest:
+        raise InputError(f"{where}: line {rollout.line} of {job.path} changed since the record was written")
+    if record.completion_ids != rollout.completion_ids or record.logprobs.sampler != rollout.logprobs:
+        raise InputError(f"{where}: its completion or sampler logprobs are not line {rollout.line}'s: edited")
+    if any(value > 0 for value in record.logprobs.trainer):
+        raise InputError(f"{where}: a trainer logprob above 0: not a logprob, edited")
 
 
 def _label(loaded: LoadedModel, token: int) -> str:

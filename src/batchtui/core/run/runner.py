@@ -1,4 +1,4 @@
-"""The local backend: forward passes on a transformers model in this process, exactly as DESIGN.md defines
+"""The local backend: forward passes on a transformers model in this process, exactly as docs/metrics.md defines
 them (padded batches, unpadded singles), and greedy continuations with transformers' own `generate`.
 
 Every pass goes through `inputs_embeds = model.get_input_embeddings()(input_ids)`, like the

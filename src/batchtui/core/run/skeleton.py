@@ -100,6 +100,15 @@ def running_stage(done: int, n_texts: int, batch_size: int, per_text: int = 1) -
     return "measuring"
 
 
+def generation_stage(done: int, total: int, n_texts: int, batch_size: int, checks: tuple[str, ...]) -> str:
+    """`running_stage` for a generation, whose passes past the continuations' are its `checks` ("decode vs prefill",
+    "trainer vs sampler"): named with the count of all its steps, never a bare "measuring" for a minute."""
+    stage = running_stage(done, n_texts, batch_size)
+    if stage != "measuring" or not checks:
+        return stage
+    return f"{' and '.join(checks)}, step {min(done + 1, total)} of {total}"
+
+
 @dataclass(frozen=True)
 class PreparedRun:
     """What a run starts from, checked: the settings, the texts with their lines, and the loaded model."""

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from ..numbers.rollouts import Histogram, RolloutsSummary, ScoredToken, WorstSequence
-from ..visible import literal
+from ..visible import literal, shown_token
 from .plain import format_columns, format_float, format_precise
 
 _METRICS = (
@@ -74,7 +74,7 @@ def worst_sequence_rows(summary: RolloutsSummary, width: int = 40) -> list[tuple
 
 def token_row(token: ScoredToken) -> tuple[str, ...]:
     """A token's step, text, both logprobs, δ and ratio, in words (`TOKEN_HEADER`)."""
-    return (str(token.step), literal(token.token, 16), format_precise(token.trainer), format_precise(token.sampler),
+    return (str(token.step), shown_token(token.token, 16), format_precise(token.trainer), format_precise(token.sampler),
             format_float(token.delta), format_precise(token.ratio))  # fmt: skip
 
 
@@ -82,7 +82,7 @@ def token_words(sequence: WorstSequence, step: int) -> str:
     """One token of a sequence in a sentence (the app's line under its tokens)."""
     t = sequence.tokens[step]
     return (
-        f"line {sequence.line}, step {t.step} of {len(sequence.tokens)}: {literal(t.token, 24)!s} · trainer "
+        f"line {sequence.line}, step {t.step} of {len(sequence.tokens)}: {shown_token(t.token, 24)} · trainer "
         f"{format_precise(t.trainer)} · sampler {format_precise(t.sampler)} · δ {format_float(t.delta)} · ratio "
         f"{format_precise(t.ratio)}"
     )
@@ -120,13 +120,26 @@ def bar_places(histogram: Histogram) -> list[float]:
 
 
 def histogram_ticks(histogram: Histogram, ratio: bool) -> tuple[list[float], list[str]]:
-    """Ticks at a histogram's ends and middle, placed by bin (as `histogram_chart` draws), in words (a ratio to six
-    decimals, as the tables give it, but for one past 10,000)."""
+    """Ticks at a histogram's ends and at its centre value (δ 0, ratio 1) where the range holds it, else its middle,
+    placed by bin (as `histogram_chart` draws), in words (a ratio to six decimals, as the tables give it, but for one
+    past 10,000)."""
     edges = histogram.edges
+    if not edges:
+        return [], []
     bins = len(edges) - 1
-    places = [0, bins // 2, bins] if edges else []
-    words = [f"{edges[p]:.6f}" if ratio and edges[p] < 1e4 else format_float(edges[p]) for p in places]
-    return [float(p) for p in places], words
+
+    def word(value: float) -> str:
+        return format_precise(value) if ratio and value < 1e4 else format_float(value)
+
+    centre = 1.0 if ratio else 0.0
+    inside = next((i for i in range(bins) if edges[i] <= centre <= edges[i + 1]), None)
+    if inside is None or bins == 0:
+        middle, middle_word = float(bins // 2), word(edges[bins // 2])
+    else:
+        width = edges[inside + 1] - edges[inside]
+        middle = inside + ((centre - edges[inside]) / width if width > 0 else 0.0)
+        middle_word = word(centre)
+    return [0.0, middle, float(bins)], [word(edges[0]), middle_word, word(edges[-1])]
 
 
 def rollouts_verdict(summary: RolloutsSummary) -> str:
