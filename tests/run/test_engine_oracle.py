@@ -196,7 +196,7 @@ def _first_by_value_then_id(x: torch.Tensor, k: int) -> list[int]:
 
 
 def test_hidden_states_are_compared_bitwise_and_measured_where_they_differ():
-    """Per (module, text), as docs/metrics.md has it: bitwise equal or not (identical NaNs are alike; 0.0 and -0.0 are not,
+    """Per (module, text), as docs/metrics.md has it: bitwise equal or not (identical NaNs alike; 0.0 and -0.0 not,
     though nothing else differs), and where values differ max|hB - hS| and ||hB - hS|| / ||hS|| over the text's
     positions, worked out here in float64."""
     from batchtui.core.numbers.metrics import HiddenRows, layer_stats
