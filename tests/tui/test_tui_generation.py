@@ -43,7 +43,8 @@ async def test_one_key_shows_for_every_text_whether_and_where_batching_changed_t
                 split = str(table.get_row_at(row)[1])
                 assert split == "same" if t.split_step is None else split.startswith(str(t.split_step))
             assert "continuations differ" in app.query_one(StatusLine).full_text()
-            assert f"{result.summary.differ} of {len(TEXTS)} continuations differ" in pane.border_title
+            verdict = str(pane.query_one("#gen-verdict").content)
+            assert f"{result.summary.differ} of {len(TEXTS)} continuations differ" in verdict
             # The first differing token is marked in both continuations, the shared prefix dim.
             text = next(i for i, t in enumerate(result.texts) if t.differs)
             await pilot.press(*["down"] * text)
@@ -104,3 +105,23 @@ async def test_opening_and_closing_the_generation_view_keeps_the_selected_text()
             await pilot.press("c")
             await pilot.pause(0.2)
             assert app.state.selected == before and app.query_one(Heatmap).display
+
+
+async def test_at_80x24_the_verdict_is_whole_and_the_text_s_checks_in_view():
+    """On the smallest screen the generation's verdict wraps whole (a border title was cut) and the selected text's
+    checks (decode vs prefill, trainer vs sampler) sit inside the pane's visible region, not below it."""
+    app = make_app(texts=TEXTS, dtype="float32")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app)
+        await pilot.press("c")
+        await _generated(pilot, app)
+        await pilot.pause(0.2)
+        pane = app.query_one(GenerationPane)
+        result = app.state.generated[1]
+        verdict = str(pane.query_one("#gen-verdict").content)
+        assert verdict and f"of {len(TEXTS)} continuations" in verdict and "…" not in verdict
+        checks = pane.query_one("#gen-checks")
+        assert checks.display and "trainer vs sampler" in str(checks.content)
+        visible = pane.content_region
+        assert visible.y <= checks.region.y and checks.region.bottom <= visible.bottom, (checks.region, visible)
+        assert pane.border_title == "generation" and result.texts

@@ -25,9 +25,17 @@ from .topk_table import runs_topk_table
 
 class GenerationPane(Vertical):
     DEFAULT_CSS = """
+    GenerationPane {
+        overflow-y: auto;  /* what a small screen cannot hold, reached by scrolling */
+    }
+
     #gen-state {
         height: auto;
         color: $text-muted;
+    }
+
+    #gen-verdict {
+        height: auto;
     }
 
     #gen-table {
@@ -74,9 +82,10 @@ class GenerationPane(Vertical):
     def compose(self) -> ComposeResult:
         yield Static("", id="gen-state")
         yield DataTable(id="gen-table", cursor_type="row", zebra_stripes=True)
+        yield Static(id="gen-checks")  # (the selected text's, under the table: in view on a 24-line screen)
+        yield Static("", id="gen-verdict")  # (all texts', wrapped whole: a border title was cut at 80 columns)
         with Horizontal(id="gen-continuations"):
             yield from (Static(id=f"gen-{run}") for run in ("single", "batched"))
-        yield Static(id="gen-checks")
         yield PlotextPlot(id="gen-chart")
         yield from (Static(id=name) for name in ("gen-chart-legend", "gen-topk"))
         yield LadderChart(id="gen-ladder")
@@ -89,6 +98,8 @@ class GenerationPane(Vertical):
         line = self.query_one("#gen-state", Static)
         line.update(Text(literal(state)))
         line.display = bool(state)
+        if state:  # (the verdict of continuations no longer on screen goes with them)
+            self.query_one("#gen-verdict", Static).update("")
 
     def show(self, result: GenerationComparison | EndpointComparison, text: int) -> None:
         if self._shown is None or self._shown[0] is not result:
@@ -103,7 +114,7 @@ class GenerationPane(Vertical):
                     table.add_row(str(row.line), row.split_cell, *(literal(word, 12) for word in row.words))
         self._shown = (result, text)
         screen = self._screen
-        self.border_title = f"generation · {screen.verdict}"
+        self.query_one("#gen-verdict", Static).update(Text(literal(screen.verdict)))
         self.waiting("")
         table = self.query_one(DataTable)
         if table.cursor_row != text:
