@@ -31,3 +31,17 @@ def test_the_door_itself_is_found_by_the_rule():
     """The rule is no dead letter: the door's own modules hold what it looks for."""
     door = "".join(path.read_text() for path in (SOURCE / "core" / "compat").glob("*.py"))
     assert len(PRIVATE.findall(door)) >= 6
+
+
+def test_a_venv_that_is_a_symlink_is_ignored_as_a_folder_would_be(tmp_path):
+    """`.venv` and `.venv-vllm` linked to a venv elsewhere (a shared one) stay out of `git status`: a pattern with a
+    trailing slash matches folders only, not a link."""
+    import shutil
+    import subprocess
+
+    shutil.copy(REPOSITORY / ".gitignore", tmp_path / ".gitignore")
+    (tmp_path / "elsewhere").mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    for name in (".venv", ".venv-vllm"):
+        (tmp_path / name).symlink_to(tmp_path / "elsewhere")
+        assert subprocess.run(["git", "check-ignore", "-q", name], cwd=tmp_path).returncode == 0, name

@@ -112,3 +112,14 @@ def test_a_top1_key_naming_no_id_is_one_line_exit_2_and_leaves_no_file(key, tmp_
     assert code == 2 and err.count("batchtui: error") == 1 and "Traceback" not in err, err
     assert "step 1's top-1 is" in err and "not a token id" in err
     assert not out.exists()  # (made only once a first line is ready: a rerun is not refused)
+
+
+def test_a_server_s_token_id_past_any_vocabulary_and_too_many_samples_are_one_line_exit_2(tmp_path, capsys):
+    out = tmp_path / "rollouts.jsonl"
+    with _server([_completion([5, 2**40], [-0.5, -1.0])]) as (url, _):
+        code = main(["endpoint", "--url", url, "--model", "m", "one", "--save-rollouts", str(out), "--timeout", "5"])
+    err = capsys.readouterr().err
+    assert code == 2 and "is outside any vocabulary" in err and err.count("\n") == 1 and not out.exists(), err
+    assert main(["endpoint", "--url", "http://127.0.0.1:9/v1", "one", "--save-rollouts", str(out),
+                 "--samples-per-prompt", "100000"]) == 2  # fmt: skip
+    assert "--samples-per-prompt: must be at most 1024" in capsys.readouterr().err
