@@ -90,3 +90,10 @@ def own_logprobs(model, row: dict) -> list[float]:
     p = len(row["prompt_ids"])
     logits = model(input_ids=ids).logits[0, p - 1 : -1].float()
     return logits.log_softmax(-1).gather(-1, torch.tensor(row["completion_ids"])[:, None])[:, 0].tolist()
+
+
+def records_in(path: Path) -> list[dict]:
+    """A records file's records, after its first line (the settings of the run that wrote them), which is checked."""
+    lines = path.read_text().splitlines()
+    assert not lines or json.loads(lines[0])["records_of"] == "batchtui rollouts", lines[:1]
+    return [json.loads(line) for line in lines[1:]]

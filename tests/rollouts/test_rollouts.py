@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from rollout_files import METRICS, metrics_by_definition, own_logprobs, sampled_rollouts, write_jsonl
+from rollout_files import METRICS, metrics_by_definition, own_logprobs, records_in, sampled_rollouts, write_jsonl
 from transformers import AutoModelForCausalLM
 
 from batchtui.core import batch_invariant
@@ -33,7 +33,7 @@ def _run(path, tmp_path, *extra, name="r"):
 
 
 def _records(path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    return records_in(path)
 
 
 def test_the_trainer_s_logprobs_and_every_number_are_recomputed_here(sampled, tmp_path):

@@ -4,6 +4,7 @@ any work (no records file made); with --skip-bad the faulty lines are skipped an
 import json
 
 import pytest
+from rollout_files import records_in
 
 from batchtui.core.cli import main
 
@@ -76,7 +77,7 @@ def test_strings_are_tokenized_by_the_model_s_tokenizer_and_other_keys_ignored(t
         main(["rollouts", str(path), "--model", "tiny", "--json", str(report), "--records", str(records), "--quiet"])
         == 1
     )
-    record = json.loads(records.read_text())
+    (record,) = records_in(records)
     assert record["completion_ids"] == [99, 100] and record["sampler_logprobs"] == [-1.5, -0.25]
 
 

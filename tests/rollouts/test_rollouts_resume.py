@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-from rollout_files import sampled_rollouts, write_jsonl
+from rollout_files import records_in, sampled_rollouts, write_jsonl
 
 from batchtui.core.cli import main
 from batchtui.core.cli.exit_codes import EXIT_INTERRUPTED
@@ -57,7 +57,8 @@ def test_a_run_stopped_at_any_record_resumes_to_the_uninterrupted_run_s_records_
     assert main(["rollouts", str(path), *ARGS, "--records", str(records)]) == EXIT_INTERRUPTED
     monkeypatch.setattr(rollout_records.RecordsFile, "write", write)
     kept = records.read_bytes()
-    assert whole.startswith(kept) and kept.count(b"\n") == stop_at - 1  # whole lines only, the earlier ones
+    # whole lines only, the earlier ones (the first after the run's settings line, written with the first record)
+    assert whole.startswith(kept) and kept.count(b"\n") == (stop_at if stop_at > 1 else 0)
     assert main(["rollouts", str(path), *ARGS, "--records", str(records), "--resume", "--json", str(report)]) == 1
     assert records.read_bytes() == whole
     assert _summary(report) == summary
@@ -81,17 +82,45 @@ def test_resuming_a_finished_run_scores_nothing_and_gives_the_same_summary(rollo
     assert records.read_bytes() == whole and _summary(report) == summary
 
 
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        (["--batch-tokens", "80"], "its batch_tokens is 40, this run's 80"),  # another plan
+        (["--dtype", "bfloat16"], 'its dtype is "float32", this run\'s "bfloat16"'),
+        (["--invariant"], "its invariant is false, this run's true"),
+        (["--model", "qwen2-english-4m"], 'its model is "tiny", this run\'s "qwen2-english-4m"'),
+    ],
+    ids=["batch-tokens", "dtype", "mode", "model"],
+)
+def test_resuming_with_other_settings_is_one_line_naming_the_setting(rollouts, change, said, tmp_path, capsys):
+    """A records file holds the settings of the run that wrote it: --resume with another dtype, mode, model or
+    batching would mix two runs in one summary."""
+    path, whole, _ = rollouts
+    records = tmp_path / "records.jsonl"
+    kept = whole[: whole.index(b"\n", whole.index(b"\n") + 1) + 1]  # the settings and a first record
+    records.write_bytes(kept)
+    args = [*ARGS, *change] if change[0] != "--model" else [*change, *ARGS[2:]]
+    assert main(["rollouts", str(path), *args, "--records", str(records), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "was written by another run" in err and said in err, err
+    assert records.read_bytes() == kept
+
+
 def test_records_of_another_input_or_plan_are_refused(rollouts, tmp_path, capsys):
     path, whole, _ = rollouts
     records = tmp_path / "records.jsonl"
     records.write_bytes(whole)
-    other = ["--model", "tiny", "--dtype", "float32", "--batch-tokens", "80", "--quiet"]  # another plan
-    assert main(["rollouts", str(path), *other, "--records", str(records), "--resume"]) == 2
+    other = tmp_path / "other.jsonl"  # the same settings, another input
+    other.write_bytes(b"\n".join(reversed(path.read_bytes().splitlines())) + b"\n")
+    assert main(["rollouts", str(other), *ARGS, "--records", str(records), "--resume"]) == 2
     assert "does not go with" in capsys.readouterr().err
     records.write_bytes(b'{"line": 1}\n')
     assert main(["rollouts", str(path), *ARGS, "--records", str(records), "--resume"]) == 2
-    assert "line 1: not a record of `batchtui rollouts`" in capsys.readouterr().err
+    assert "does not say which run wrote it" in capsys.readouterr().err
     assert records.read_bytes() == b'{"line": 1}\n'  # nothing appended
+    records.write_bytes(b'{"other": 1}\n')
+    assert main(["rollouts", str(path), *ARGS, "--records", str(records), "--resume"]) == 2
+    assert "line 1: not a record of `batchtui rollouts`" in capsys.readouterr().err
 
 
 def test_an_existing_records_file_is_never_overwritten_without_resume(rollouts, tmp_path, capsys):
@@ -118,7 +147,7 @@ def test_a_second_run_on_a_records_file_in_use_is_one_line_and_exit_2(rollouts, 
     path, whole, _ = rollouts
     records = tmp_path / "records.jsonl"
     records.write_bytes(whole[: whole.index(b"\n") + 1])
-    other = rollout_records.RecordsFile(str(records), resume=True)  # a run still writing it
+    other = rollout_records.RecordsFile(str(records), resume=True, run={})  # a run still writing it
     try:
         assert main(["rollouts", str(path), *ARGS, "--records", str(records), "--resume"]) == 2
         err = capsys.readouterr().err
@@ -162,14 +191,14 @@ def test_a_real_sigint_leaves_whole_records_and_resume_completes(tmp_path):
     finally:
         if process.poll() is None:
             process.kill()
-    lines = records.read_bytes().splitlines(keepends=True)
+    lines = records.read_bytes().splitlines(keepends=True)[1:]  # (after the run's settings)
     assert all(line.endswith(b"\n") for line in lines)
     if process.returncode == EXIT_INTERRUPTED:
         assert f"batchtui: interrupted; {len(lines)} of 48 sequences in".encode() in err and 0 < len(lines) < 48
         assert err.rstrip().endswith(b"--resume scores the rest")
     resumed = subprocess.run([*command, "--resume"], capture_output=True, timeout=300, env=os.environ)
     assert resumed.returncode in (0, 1), resumed.stderr
-    done = [json.loads(line)["line"] for line in records.read_bytes().splitlines()]
+    done = [record["line"] for record in records_in(records)]
     assert sorted(done) == list(range(1, 49))  # every rollout once
 
 
@@ -211,13 +240,13 @@ def test_a_records_file_that_cannot_grow_is_one_line_exit_2_and_stays_resumable(
 def test_an_edited_record_is_refused_naming_what_changed(rollouts, edit, said, tmp_path, capsys):
     path, whole, _ = rollouts
     records = tmp_path / "records.jsonl"
-    lines = whole.splitlines(keepends=True)
+    header, *lines = whole.splitlines(keepends=True)
     first = json.dumps(edit(json.loads(lines[0]))).encode() + b"\n"
-    records.write_bytes(first + b"".join(lines[1:4]))
+    records.write_bytes(header + first + b"".join(lines[1:4]))
     assert main(["rollouts", str(path), *ARGS, "--records", str(records), "--resume"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and said in err and "record 1" in err, err
-    assert records.read_bytes() == first + b"".join(lines[1:4])  # nothing appended
+    assert records.read_bytes() == header + first + b"".join(lines[1:4])  # nothing appended
 
 
 def test_lines_added_or_changed_after_the_check_are_never_scored(rollouts, tmp_path, monkeypatch, capsys):

@@ -123,5 +123,7 @@ def _kept(records: str | None, total: int | None) -> str:
 
 
 def _whole_lines(path: str) -> int:
+    """The whole records in the file (its first line is the run's settings, not a record)."""
     with open(path, "rb") as handle:
-        return sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 20), b""))
+        lines = sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 20), b""))
+    return max(0, lines - 1)

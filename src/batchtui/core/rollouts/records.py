@@ -1,4 +1,5 @@
-"""`--records`: one JSON line per scored sequence, appended as each batch is done, and read back by `--resume`.
+"""`--records`: one JSON line per scored sequence, appended as each batch is done, and read back by `--resume`; the
+first line holds the settings of the run that wrote them (`header_line`), which a resumed run must have too.
 
 A line is written with one `write` call on a file opened for appending, so a run stopped anywhere (Ctrl+C, a killed
 process) leaves whole lines and at most one cut one, which `--resume` drops. Records are written in the plan's order
@@ -20,9 +21,17 @@ from dataclasses import dataclass
 from ..errors import InputError
 from ..numbers.importance import SequenceLogprobs
 from ..untrusted import open_regular
+from ..visible import literal
 from .rollouts_file import MAX_LINE_BYTES
 
 RECORD_START = b'{"line": '  # how every record's line begins (`Record.as_json`)
+HEADER_START = b'{"records_of": "batchtui rollouts", '  # how the first line, the run's settings, begins
+
+
+def header_line(run: dict) -> bytes:
+    """The records file's first line: the settings of the run whose records follow (`--resume` goes on only with
+    the same)."""
+    return json.dumps({"records_of": "batchtui rollouts", "run": run}, allow_nan=False).encode() + b"\n"
 
 
 @dataclass(frozen=True)
@@ -55,8 +64,9 @@ class RecordsFile:
     """The records file, open for appending and locked (`flock`) for as long as this run holds it: a second run on
     the same file, fresh or resumed, is refused at once instead of appending the same records again."""
 
-    def __init__(self, path: str, resume: bool) -> None:
+    def __init__(self, path: str, resume: bool, run: dict) -> None:
         self.path = path
+        self._header = header_line(run)  # written before the first record where the file is empty
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | (0 if resume else os.O_EXCL)
         try:  # (without waiting: a FIFO is refused below, never written)
             self._fd = os.open(path, flags | getattr(os, "O_NOCTTY", 0), 0o644)
@@ -80,6 +90,8 @@ class RecordsFile:
 
     def write(self, record: Record) -> None:
         data = (record.as_json() + "\n").encode()
+        if os.fstat(self._fd).st_size == 0:  # (one write with the first record: a stop leaves both or a cut line)
+            data = self._header + data
         try:
             written = os.write(self._fd, data)
             while written < len(data):  # (a short write on a full disk: the rest, or the error)
@@ -94,26 +106,52 @@ class RecordsFile:
         os.close(self._fd)
 
 
-def read_records(path: str) -> Iterator[Record]:
-    """The whole records of the file in order. A cut last line (a run stopped while writing it) is removed from the
-    file, so that appending goes on after the last whole one; only once every whole line has been taken (the caller
-    checks each against its run before asking for the next) and only where the cut line is the start of a record:
-    a file that is not this run's records loses nothing."""
+def read_records(path: str, run: dict) -> Iterator[Record]:
+    """The whole records of the file in order, after its first line, the settings of the run that wrote them, which
+    must be `run`'s (a mismatch names the setting). A cut last line (a run stopped while writing it) is removed from
+    the file, so that appending goes on after the last whole one; only once every whole line has been taken (the
+    caller checks each against its run before asking for the next) and only where the cut line is the start of a
+    record (or of the first line): a file that is not this run's records loses nothing."""
     if not os.path.lexists(path):
         return
     with open_regular(path, "records file", writable=True) as handle:
         number, whole = 0, 0
         while raw := handle.readline(MAX_LINE_BYTES + 1):
             number += 1
+            start = HEADER_START if number == 1 else RECORD_START
             if not raw.endswith(b"\n"):
                 if len(raw) > MAX_LINE_BYTES:
                     raise InputError(f"records file {path} line {number}: longer than any record")
-                if not (raw.startswith(RECORD_START) or RECORD_START.startswith(raw)):
+                if not (raw.startswith(start) or start.startswith(raw)):
                     raise InputError(f"records file {path} line {number}: not a record of `batchtui rollouts`")
                 handle.truncate(whole)  # the line a stopped run was writing
                 return
             whole += len(raw)
+            if number == 1:
+                _check_header(raw, path, run)
+                continue
             yield _record(raw, f"records file {path} line {number}")
+
+
+def _check_header(raw: bytes, path: str, run: dict) -> None:
+    if raw.startswith(RECORD_START):
+        raise InputError(
+            f"records file {path} does not say which run wrote it (an older batchtui's): --resume cannot check it "
+            "is this run's; score into a new records file"
+        )
+    try:
+        written = json.loads(raw)["run"]
+        if not raw.startswith(HEADER_START) or not isinstance(written, dict):
+            raise TypeError
+    except (UnicodeDecodeError, ValueError, RecursionError, KeyError, TypeError):
+        raise InputError(f"records file {path} line 1: not a record of `batchtui rollouts`") from None
+    for name, value in run.items():
+        if written.get(name) != value:
+            said = literal(json.dumps(written.get(name)), 80)
+            raise InputError(
+                f"records file {path} was written by another run: its {name} is {said}, this run's "
+                f"{literal(json.dumps(value), 80)} (--resume goes on with the same settings only)"
+            )
 
 
 def _record(raw: bytes, where: str) -> Record:

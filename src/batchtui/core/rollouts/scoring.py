@@ -55,8 +55,9 @@ def score_rollouts(
     if not total:
         skipped = f" ({faults.count} faulty lines skipped)" if faults.count else ""
         raise InputError(f"{job.path} holds no rollouts{skipped}")
+    run = records_run(job, settings, loaded)
     with joined(settings.device, job.dist_timeout_s) as ranks:
-        scored = _Scoring(job, loaded, vocabulary, ranks, progress, cancelled, faults)
+        scored = _Scoring(job, loaded, vocabulary, ranks, progress, cancelled, faults, run)
         try:
             run_guarded(loaded, lambda: scored.all(total, settings))
             if not ranks.first:
@@ -76,6 +77,23 @@ def score_rollouts(
             scored.close()
 
 
+def records_run(job: RolloutsJob, settings: Settings, loaded: LoadedModel) -> dict:
+    """What decides a records file's numbers, held in its first line: a resumed run with another model, weights,
+    dtype, mode, batching, layout or temperature is refused, naming the setting."""
+    from ..reports.environment import model_identity
+
+    return {
+        "model": settings.model,
+        "weights_sha256": model_identity(settings.model)["weights_sha256"],
+        "dtype": loaded.dtype,
+        "invariant": settings.invariant,
+        "invariant_classes": ",".join(settings.kernel_classes) if settings.invariant else "",
+        "batch_tokens": job.batch_tokens,
+        "layout": "prompts left-padded, completions right-padded",  # TRL's GRPO layout (`run.trainer_forward`)
+        "temperature": 1.0,  # logprobs of the logits themselves
+    }
+
+
 def vocabulary_of(loaded: LoadedModel) -> Vocabulary:
     """What a rollouts file's lines are checked against: the model's vocabulary, context and tokenizer."""
     tokenizer = loaded.tokenizer
@@ -87,14 +105,15 @@ def vocabulary_of(loaded: LoadedModel) -> Vocabulary:
 
 
 class _Scoring:
-    def __init__(self, job, loaded, vocabulary, ranks: Ranks, progress, cancelled, checked: RolloutFaults) -> None:
+    def __init__(self, job, loaded, vocabulary, ranks: Ranks, progress, cancelled, checked: RolloutFaults, run: dict):
         self.job, self.loaded, self.vocabulary, self.ranks = job, loaded, vocabulary, ranks
         self.progress, self.cancelled = progress, cancelled
         self.checked = checked  # what the checking pass read: exactly those lines are scored
+        self.run = run  # the settings the records file's first line holds
         self.tally = RolloutsTally()
         self.flat_heap = FlatHeap() if torch.device(loaded.device).type == "cpu" else None
         # opened and locked before anything is read back or scored: another run on the file is refused here
-        self.records = RecordsFile(job.records, job.resume) if job.records and ranks.first else None
+        self.records = RecordsFile(job.records, job.resume, run) if job.records and ranks.first else None
         self.resumed = 0
 
     def close(self) -> None:
@@ -160,7 +179,7 @@ class _Scoring:
         added to the summary; how many."""
         plan = ((rollout, batch.index) for batch in self._plan() for rollout in batch.rollouts)
         count = 0
-        for record, planned in zip(read_records(self.job.records), _padded(plan)):
+        for record, planned in zip(read_records(self.job.records, self.run), _padded(plan)):
             _check_record(record, planned, count + 1, self.job)
             self.tally.add(record)
             count += 1
