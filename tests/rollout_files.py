@@ -84,11 +84,12 @@ def metrics_by_definition(pairs: list[tuple[list[float], list[float]]]) -> dict:
     }
 
 
-def own_logprobs(model, row: dict) -> list[float]:
-    """This test's own trainer: the sequence alone, one forward, log_softmax in float32 at the chosen tokens."""
+def own_logprobs(model, row: dict, temperature: float = 1.0) -> list[float]:
+    """This test's own trainer: the sequence alone, one forward, log_softmax in float32 at the chosen tokens (of the
+    logits divided by `temperature`)."""
     ids = torch.tensor([row["prompt_ids"] + row["completion_ids"]])
     p = len(row["prompt_ids"])
-    logits = model(input_ids=ids).logits[0, p - 1 : -1].float()
+    logits = model(input_ids=ids).logits[0, p - 1 : -1].float() / temperature
     return logits.log_softmax(-1).gather(-1, torch.tensor(row["completion_ids"])[:, None])[:, 0].tolist()
 
 

@@ -74,6 +74,7 @@ def test_samples_get_their_own_seeds_and_an_existing_file_is_refused(tmp_path, c
                      "--samples-per-prompt", "3", "--seed", "40", "--temperature", "0.7"]) == 0  # fmt: skip
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["seed"] for r in rows] == list(range(40, 46)) and [r["prompt_line"] for r in rows] == [1, 1, 1, 2, 2, 2]
+    assert {r["temperature"] for r in rows} == {0.7}  # what `rollouts` scores at by default
     bodies = [json.loads(r.split(b"\r\n\r\n", 1)[1]) for r in received if r.startswith(b"POST")]
     assert [b["seed"] for b in bodies] == list(range(40, 46)) and {b["temperature"] for b in bodies} == {0.7}
     assert "6 rollouts of m written to" in capsys.readouterr().out

@@ -144,3 +144,26 @@ def test_a_histogram_s_middle_tick_is_its_centre_value_and_a_token_s_space_is_sh
     row = token_row(ScoredToken(step=0, token_id=7, token=" the", trainer=-17.0, sampler=-0.1))
     assert row[1] == "␣the" and row[2] == "-17.000000"
     assert row[5] == f"{math.exp(-16.9):.7g}" and row[5].endswith("e-08")  # a tiny ratio, not 0.000000
+
+
+def test_lines_sampled_at_a_temperature_are_scored_at_it_and_two_temperatures_are_refused(sampled, tmp_path, capsys):
+    """log_softmax(logits / T), as TRL and verl score a sampler's tokens: each trainer logprob against this test's own
+    at T (and far from T = 1's); lines of two temperatures are one line, exit 2, unless --temperature says which."""
+    rows, _ = sampled
+    hot = write_jsonl(tmp_path / "hot.jsonl", [{**row, "temperature": 0.7} for row in rows[:4]])
+    code, report, records_path = _run(hot, tmp_path)
+    assert code == 1 and report["config"]["temperature"] == 0.7
+    assert "note: scored at temperature 0.7: log_softmax(logits / 0.7)" in capsys.readouterr().out
+    model = AutoModelForCausalLM.from_pretrained(builtin_path("tiny"), dtype=torch.float32).eval()
+    with torch.no_grad():
+        for record in records_in(records_path):
+            row = rows[record["line"] - 1]
+            at_t, at_1 = own_logprobs(model, row, 0.7), own_logprobs(model, row)
+            assert max(abs(a - b) for a, b in zip(record["trainer_logprobs"], at_t)) < 1e-4
+            assert max(abs(a - b) for a, b in zip(record["trainer_logprobs"], at_1)) > 1e-3
+    mixed = write_jsonl(tmp_path / "mixed.jsonl", [{**rows[0], "temperature": 0.7}, rows[1]])
+    assert main(["rollouts", str(mixed), "--model", "tiny", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "sampled at other temperatures (0.7 at line 1, 1 at line 2)" in err and err.count("\n") == 1, err
+    assert main(["rollouts", str(mixed), "--model", "tiny", "--quiet", "--temperature", "1"]) in (0, 1)
+    assert "note: scored at temperature" not in capsys.readouterr().out

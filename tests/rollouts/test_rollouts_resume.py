@@ -89,8 +89,9 @@ def test_resuming_a_finished_run_scores_nothing_and_gives_the_same_summary(rollo
         (["--dtype", "bfloat16"], 'its dtype is "float32", this run\'s "bfloat16"'),
         (["--invariant"], "its invariant is false, this run's true"),
         (["--model", "qwen2-english-4m"], 'its model is "tiny", this run\'s "qwen2-english-4m"'),
+        (["--temperature", "0.5"], "its temperature is 1.0, this run's 0.5"),
     ],
-    ids=["batch-tokens", "dtype", "mode", "model"],
+    ids=["batch-tokens", "dtype", "mode", "model", "temperature"],
 )
 def test_resuming_with_other_settings_is_one_line_naming_the_setting(rollouts, change, said, tmp_path, capsys):
     """A records file holds the settings of the run that wrote it: --resume with another dtype, mode, model or

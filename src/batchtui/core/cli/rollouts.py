@@ -56,6 +56,11 @@ def rollouts_parser(prog: str) -> OneLineParser:
     parser.add_argument("--records", metavar="OUT.jsonl", help="write one line per sequence as it is scored")
     parser.add_argument("--resume", action="store_true", help="go on from --records: score only what it lacks")
     parser.add_argument("--skip-bad", action="store_true", help="skip faulty lines (counted in the report)")
+    parser.add_argument(
+        "--temperature", type=float, metavar="T",
+        help="score log_softmax(logits / T), as TRL and verl do (default: the lines' `temperature`, 1 where they "
+        "give none)",
+    )  # fmt: skip
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument(
         "--dist-timeout", type=float, default=DEFAULT_DIST_TIMEOUT_S, metavar="S",
@@ -88,11 +93,12 @@ def _rollouts(args: argparse.Namespace) -> int:
     from ..rollouts.job import RolloutsJob
     from ..rollouts.ranks import RanksLost
     from ..rollouts.scoring import score_rollouts
-    from ..terminal.rollouts_text import format_rollouts, rollouts_verdict
+    from ..terminal.rollouts_text import format_rollouts, rollouts_notes, rollouts_verdict
 
     job = RolloutsJob(
-        args.file, settings, args.batch_tokens, args.records, args.resume, args.skip_bad, args.dist_timeout
-    ).checked()
+        args.file, settings, args.batch_tokens, args.records, args.resume, args.skip_bad, args.dist_timeout,
+        args.temperature,
+    ).checked()  # fmt: skip
     bar = TqdmBar(args.quiet, unit="seq")
     try:
         with bar:
@@ -107,6 +113,8 @@ def _rollouts(args: argparse.Namespace) -> int:
         return EXIT_OK
     out = human_output(args.json)
     print(format_rollouts(summary, color=out.isatty()), file=out)
+    for note in rollouts_notes(summary):
+        print(f"note: {note}", file=out)
     print(rollouts_verdict(summary), file=out)
     if args.json:
         write_json(rollouts_json(summary), args.json)

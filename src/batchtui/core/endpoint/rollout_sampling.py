@@ -96,7 +96,7 @@ def save_rollouts(
                     seed=sample_seed,
                     tokens_as_ids=True,
                 )
-                line = _rollout_line(served, prompt, sample_seed, endpoint.url)
+                line = _rollout_line(served, prompt, sample_seed, endpoint.url) | {"temperature": temperature}
                 data = (json.dumps(line) + "\n").encode()
                 if fd is None:
                     fd = _new_file(path)

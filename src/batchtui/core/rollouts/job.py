@@ -22,11 +22,14 @@ class RolloutsJob:
     resume: bool = False
     skip_bad: bool = False
     dist_timeout_s: float = DEFAULT_DIST_TIMEOUT_S
+    temperature: float | None = None  # `--temperature`: None takes the lines' (1 where they say none)
 
     def checked(self) -> RolloutsJob:
         torchrun_place()  # torchrun's variables, when set, are torchrun's: checked before anything waits on them
         if not 0 < self.dist_timeout_s <= 86_400:
             raise InputError(f"--dist-timeout must be above 0 and at most 86400 seconds, not {self.dist_timeout_s:g}")
+        if self.temperature is not None and not 0 < self.temperature <= 1000:  # (NaN fails it too)
+            raise InputError(f"--temperature must be above 0 and at most 1000, not {self.temperature:g}")
         if self.batch_tokens < 1:
             raise InputError(f"--batch-tokens must be at least 1, not {self.batch_tokens}")
         if self.resume and not self.records:

@@ -37,6 +37,7 @@ class Rollout:
     completion_ids: tuple[int, ...]
     logprobs: tuple[float, ...]
     top1_ids: tuple[int, ...] | None
+    temperature: float | None = None  # what the line says it was sampled at (`endpoint --save-rollouts` writes it)
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class RolloutFaults:
         self.kept: list[str] = []
         self.lines: set[int] = set()  # the faulty lines' numbers (few: skipped with --skip-bad, else the first ends)
         self.last_line = 0
+        self.temperatures: dict[float | None, int] = {}  # each temperature the lines give, at its first line
 
     def __call__(self, fault: InputError, number: int) -> None:
         if not self.skip_bad:
@@ -85,11 +87,14 @@ def read_rollouts(
         if not raw.strip():
             continue
         try:
-            yield _rollout(number, raw, vocabulary)
+            rollout = _rollout(number, raw, vocabulary)
         except InputError as fault:
             if checked is not None:
                 raise InputError(f"{path} changed since it was checked: {fault}") from None
             faults(fault, number)
+            continue
+        faults.temperatures.setdefault(rollout.temperature, number)
+        yield rollout
     if checked is not None and number < checked.last_line:
         raise InputError(f"{path} changed since it was checked: it ends at line {number}, not {checked.last_line}")
 
@@ -137,7 +142,13 @@ def _rollout(number: int, raw: bytes, vocabulary: Vocabulary) -> Rollout:
             f"{where}: {len(prompt)} prompt + {len(completion)} completion tokens is more than the model's context "
             f"of {vocabulary.context} positions"
         )
-    return Rollout(number, line_digest(raw), prompt, completion, logprobs, top1)
+    temperature = entry.get("temperature")
+    if temperature is not None and not (
+        type(temperature) in (int, float) and _finite(temperature) and 0 < temperature <= 1000
+    ):
+        raise InputError(f"{where}: temperature must be a number above 0 (at most 1000), not {str(temperature)[:20]}")
+    return Rollout(number, line_digest(raw), prompt, completion, logprobs, top1,
+                   None if temperature is None else float(temperature))  # fmt: skip
 
 
 def _tokens(entry: dict, name: str, where: str, vocabulary: Vocabulary, special: bool) -> tuple[int, ...]:

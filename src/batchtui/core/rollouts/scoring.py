@@ -55,15 +55,17 @@ def score_rollouts(
     if not total:
         skipped = f" ({faults.count} faulty lines skipped)" if faults.count else ""
         raise InputError(f"{job.path} holds no rollouts{skipped}")
-    run = records_run(job, settings, loaded)
+    temperature = scoring_temperature(job, faults)
+    run = records_run(job, settings, loaded, temperature)
     with joined(settings.device, job.dist_timeout_s) as ranks:
-        scored = _Scoring(job, loaded, vocabulary, ranks, progress, cancelled, faults, run)
+        scored = _Scoring(job, loaded, vocabulary, ranks, progress, cancelled, faults, run, temperature)
         try:
             run_guarded(loaded, lambda: scored.all(total, settings))
             if not ranks.first:
                 return None
             config = resolved_config(settings, loaded)
-            config.update(rollouts_file=job.path, batch_tokens=job.batch_tokens, records=job.records, ranks=ranks.size)
+            config.update(rollouts_file=job.path, batch_tokens=job.batch_tokens, records=job.records, ranks=ranks.size,
+                          temperature=temperature)  # fmt: skip
             return scored.tally.summary(
                 loaded.tokenizer.decode,
                 lambda token: _label(loaded, token),
@@ -77,7 +79,24 @@ def score_rollouts(
             scored.close()
 
 
-def records_run(job: RolloutsJob, settings: Settings, loaded: LoadedModel) -> dict:
+def scoring_temperature(job: RolloutsJob, checked: RolloutFaults) -> float:
+    """The temperature the logits are divided by: `--temperature`, else the one the lines give (1 where they give
+    none); lines that give two are refused in one line (two distributions in one summary)."""
+    if job.temperature is not None:
+        return job.temperature
+    given: dict[float, int] = {}  # each temperature, at its first line
+    for t, line in sorted(checked.temperatures.items(), key=lambda item: item[1]):
+        given.setdefault(1.0 if t is None else t, line)
+    if len(given) > 1:
+        (first, at), (second, there) = list(given.items())[:2]
+        raise InputError(
+            f"{job.path}'s lines were sampled at other temperatures ({first:g} at line {at}, {second:g} at line "
+            f"{there}): score them apart, or give --temperature"
+        )
+    return next(iter(given), 1.0)
+
+
+def records_run(job: RolloutsJob, settings: Settings, loaded: LoadedModel, temperature: float) -> dict:
     """What decides a records file's numbers, held in its first line: a resumed run with another model, weights,
     dtype, mode, batching, layout or temperature is refused, naming the setting."""
     from ..reports.environment import model_identity
@@ -90,7 +109,7 @@ def records_run(job: RolloutsJob, settings: Settings, loaded: LoadedModel) -> di
         "invariant_classes": ",".join(settings.kernel_classes) if settings.invariant else "",
         "batch_tokens": job.batch_tokens,
         "layout": "prompts left-padded, completions right-padded",  # TRL's GRPO layout (`run.trainer_forward`)
-        "temperature": 1.0,  # logprobs of the logits themselves
+        "temperature": temperature,
     }
 
 
@@ -105,8 +124,12 @@ def vocabulary_of(loaded: LoadedModel) -> Vocabulary:
 
 
 class _Scoring:
-    def __init__(self, job, loaded, vocabulary, ranks: Ranks, progress, cancelled, checked: RolloutFaults, run: dict):
+    def __init__(
+        self, job, loaded, vocabulary, ranks: Ranks, progress, cancelled, checked: RolloutFaults, run: dict,
+        temperature: float,
+    ) -> None:  # fmt: skip
         self.job, self.loaded, self.vocabulary, self.ranks = job, loaded, vocabulary, ranks
+        self.temperature = temperature
         self.progress, self.cancelled = progress, cancelled
         self.checked = checked  # what the checking pass read: exactly those lines are scored
         self.run = run  # the settings the records file's first line holds
@@ -171,6 +194,7 @@ class _Scoring:
             [list(r.prompt_ids) for r in rollouts],
             [list(r.completion_ids) for r in rollouts],
             self.loaded.pad_token_id,
+            self.temperature,
         )
         return [_record(batch, rollout, score) for rollout, score in zip(rollouts, scores)]
 

@@ -81,7 +81,7 @@ def score_as_trainer(model, prompts: list[list[int]], completions: list[list[int
 
 
 def scored_in_training(
-    model, prompts: list[list[int]], completions: list[list[int]], pad_id: int
+    model, prompts: list[list[int]], completions: list[list[int]], pad_id: int, temperature: float = 1.0
 ) -> list[TrainerScores]:
     """`score_as_trainer` inside its modes, entered once by a caller that scores batch after batch (entering training
     mode costs a walk over the model's modules and, where it uses hub kernels, transformers' kernelizing again)."""
@@ -96,6 +96,8 @@ def scored_in_training(
         n = len(completion)
         # the logits at position p choose the token at p + 1: the completion's from the prompt's last position on
         before = logits[row, start - 1 : start - 1 + n].float()
+        if temperature != 1.0:  # log_softmax(logits / T) in float32, as TRL and verl score a sampler's tokens
+            before = before / temperature
         chosen = torch.tensor(completion, device=before.device)
         logprobs = before.log_softmax(-1).gather(-1, chosen[:, None])[:, 0]
         scores.append(TrainerScores(logprobs, before.argmax(-1)))

@@ -142,6 +142,18 @@ def histogram_ticks(histogram: Histogram, ratio: bool) -> tuple[list[float], lis
     return [0.0, middle, float(bins)], [word(edges[0]), middle_word, word(edges[-1])]
 
 
+def rollouts_notes(summary: RolloutsSummary) -> list[str]:
+    """What a reader needs besides the numbers: the temperature scored at, where it is not 1."""
+    temperature = summary.config.get("temperature", 1.0)
+    if temperature in (None, 1.0):
+        return []
+    return [
+        f"scored at temperature {temperature:g}: log_softmax(logits / {temperature:g}), as TRL and verl do; vLLM's "
+        "logprobs are of the logits before temperature unless it runs with --logprobs-mode processed_logprobs "
+        "(with raw logprobs, score with --temperature 1)"
+    ]
+
+
 def rollouts_verdict(summary: RolloutsSummary) -> str:
     m = summary.metrics
     resumed = f" ({summary.resumed} read back from the records)" if summary.resumed else ""
