@@ -347,3 +347,36 @@ async def test_the_remedies_screen_measures_the_mode():
         texts = len(screen.outcomes[1].comparison.texts)
         assert table.get_row_at(1)[bitwise] == f"{texts}/{texts}"
         assert str(table.get_row_at(1)[-1]) == f"bitwise: all {texts} texts equal their single runs"
+
+
+@pytest.mark.parametrize("name", BUILT_INS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_padded_batch_without_position_ids_gets_each_row_s_own_positions(models, name, dtype):
+    """A trainer's loss forward often passes the mask alone (TRL's GRPO trainer): the library then numbers a
+    left-padded row's tokens from its padding, so its logits depend on how much padding the other rows gave it. In
+    the mode a row's positions count from its first real token, as generate's do: every row equals its text alone,
+    bitwise, left or right padded; position ids a caller gives are left as they are."""
+    model = AutoModelForCausalLM.from_pretrained(models[name], dtype=dtype).eval()
+    tokenizer = AutoTokenizer.from_pretrained(models[name])
+    texts = TEXTS[:4]
+    with torch.inference_mode():
+        alone = [model(**tokenizer(text, return_tensors="pt")).logits[0] for text in texts]
+        tokenizer.padding_side = "left"
+        batch = tokenizer(texts, return_tensors="pt", padding=True)
+        library = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+        # (the library numbers the padded row from its padding: rotations by other angles, other roundings)
+        assert not torch.equal(library[1, -alone[1].shape[0] :], alone[1])
+        with batch_invariant(model):
+            singles = [model(**tokenizer(text, return_tensors="pt")).logits[0] for text in texts]
+        for side in ("left", "right"):
+            tokenizer.padding_side = side
+            batch = tokenizer(texts, return_tensors="pt", padding=True)
+            with batch_invariant(model):
+                logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+                arange = torch.arange(batch.input_ids.shape[1]).expand_as(batch.input_ids)
+                given = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=arange)
+            for row, single in enumerate(singles):
+                real = batch.attention_mask[row].bool()
+                assert torch.equal(logits[row][real], single), (side, row)
+            if side == "left":  # the caller's arange kept: the padded row is not its text alone
+                assert not torch.equal(given.logits[1][batch.attention_mask[1].bool()], singles[1])

@@ -51,6 +51,7 @@ from .linear import RowInvariantLinears, forget_layer_paths
 from .matmul import RowInvariantMatmuls
 from .measured_store import registered_kernels, store
 from .measuring import finished as measuring_finished
+from .positions import PositionsFromMask
 from .reduction import RowInvariantReductions
 from .routing import NAME, AttentionRouting, inner_implementation
 from .rows import forget_measured
@@ -231,6 +232,7 @@ def _mode(
         return
     with contextlib.ExitStack() as stack:
         _enter_kernels(stack, model, classes, library_on_cpu, modules)
+        stack.enter_context(PositionsFromMask(model))  # (a row's positions must not depend on its batch either)
         if takes_attention_interface(model):
             stack.enter_context(AttentionRouting(model, attend_in_order, modules))
         if catch_sdpa:
