@@ -14,6 +14,7 @@ from __future__ import annotations
 import inspect
 
 import torch
+from torch.utils.hooks import RemovableHandle
 
 from ..models.hooks import own_thread
 
@@ -27,7 +28,7 @@ def positions_from_mask(mask: torch.Tensor, length: int) -> torch.Tensor:
 class PositionsFromMask:
     def __init__(self, model: torch.nn.Module) -> None:
         self._model = model
-        self._handle = None
+        self._handle: RemovableHandle | None = None
 
     def __enter__(self) -> PositionsFromMask:
         if "position_ids" in inspect.signature(self._model.forward).parameters:
