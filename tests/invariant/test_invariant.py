@@ -380,3 +380,56 @@ def test_a_padded_batch_without_position_ids_gets_each_row_s_own_positions(model
                 assert torch.equal(logits[row][real], single), (side, row)
             if side == "left":  # the caller's arange kept: the padded row is not its text alone
                 assert not torch.equal(given.logits[1][batch.attention_mask[1].bool()], singles[1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", MODELS)
+def test_a_training_step_s_backward_runs_in_the_mode_with_the_library_s_gradients(models, name):
+    """loss.backward() through logits computed in the mode, in training mode (dropout 0, as a trainer runs): it
+    runs on every architecture of the matrix, MoE experts' grouped products included, and its gradients are the
+    plain computation's (the mode's backward is the library's: close, not bitwise)."""
+    from batchtui.core.run.trainer_forward import trainer_modes
+
+    model = AutoModelForCausalLM.from_pretrained(models[name], dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(models[name])
+    batch = tokenizer(TEXTS[:3], return_tensors="pt", padding=True)
+    mask = batch.attention_mask
+    positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
+
+    def gradients() -> list:
+        model.zero_grad(set_to_none=True)
+        logits = model(input_ids=batch.input_ids, attention_mask=mask, position_ids=positions).logits
+        (logits.float().log_softmax(-1)[mask.bool()].mean()).backward()
+        return [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    with trainer_modes(model):
+        library = gradients()
+        with batch_invariant(model):
+            in_mode = gradients()
+    assert len(in_mode) == len(library) and all(torch.isfinite(g).all() for g in in_mode)
+    for got, want in zip(in_mode, library):
+        torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-5)
+
+
+def test_randomness_in_training_is_refused_in_one_line_and_eval_runs():
+    """A router's jitter noise (PhiMoE's) or a dropout above 0, in training: every forward draws, no two arrivals
+    agree: NotInvariant naming it; the same model in eval() runs."""
+    config = transformers.PhimoeConfig(
+        vocab_size=128, hidden_size=32, intermediate_size=48, num_hidden_layers=1, num_attention_heads=4,
+        num_key_value_heads=2, num_experts_per_tok=2, num_local_experts=4, max_position_embeddings=64,
+        router_jitter_noise=0.01, pad_token_id=0, eos_token_id=1, bos_token_id=2,
+    )  # fmt: skip
+    model = AutoModelForCausalLM.from_config(config).float()
+    ids = torch.randint(3, 128, (2, 6), generator=torch.Generator().manual_seed(0))
+    model.train()
+    with pytest.raises(NotInvariant, match="router_jitter_noise .0.01. in training"), batch_invariant(model):
+        model(input_ids=ids)
+    for holder in (config, *(m for m in model.modules() if "router_jitter_noise" in vars(m))):
+        holder.router_jitter_noise = 0.0  # (the router keeps its own copy of the config's)
+    dropout = torch.nn.Dropout(0.1)
+    model.model.add_module("extra_dropout", dropout)
+    with pytest.raises(NotInvariant, match="dropout 0.1 at model.extra_dropout"), batch_invariant(model):
+        model(input_ids=ids)
+    model.eval()
+    with torch.inference_mode(), batch_invariant(model):
+        assert torch.isfinite(model(input_ids=ids).logits).all()

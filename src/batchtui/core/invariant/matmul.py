@@ -121,7 +121,10 @@ def _baddbmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta=1, al
 def _grouped_mm(a, b, offs=None, bias=None, out_dtype=None):
     """MoE experts: token rows grouped by expert (`offs`: each group's end), each group through `_mm`, so a
     token's row does not depend on how many other tokens its expert got. (In a thread outside the mode: one
-    library mm per group, which is what ATen's CPU kernel computes.)"""
+    library mm per group, which is what ATen's CPU kernel computes.) The experts' weight gradient, 2-D by 2-D grouped
+    along the tokens (`_expert_weight_grads`), is the library's: the mode's promise is the forward's."""
+    if bias is None and a.dim() == 2 and b.dim() == 2 and offs is not None:
+        return _expert_weight_grads(a, b, offs, out_dtype)
     if bias is not None or a.dim() != 2 or b.dim() != 3 or offs is None:
         raise NotImplementedError("batch-invariant mode covers _grouped_mm of 2-D tokens by 3-D expert weights")
     ends = offs.tolist()
@@ -131,6 +134,20 @@ def _grouped_mm(a, b, offs=None, bias=None, out_dtype=None):
     for expert, (start, end) in enumerate(zip(starts, ends)):
         if end > start:
             out[start:end] = _mm(a[start:end], b[expert]).to(dtype)
+    return out
+
+
+def _expert_weight_grads(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, out_dtype) -> torch.Tensor:
+    """[groups, K, N]: each group's `a[:, start:end] @ b[start:end]` ([K, T] by [T, N], grouped along T: a MoE
+    backward's gradient of the experts' weights), by the library's mm (its out overload, not replaced)."""
+    ends = offs.tolist()
+    starts = [0, *ends[:-1]]
+    dtype = out_dtype or a.dtype
+    out = a.new_zeros((len(ends), a.shape[0], b.shape[1]), dtype=dtype)
+    for group, (start, end) in enumerate(zip(starts, ends)):
+        if end > start:
+            product = torch.mm(a[:, start:end], b[start:end], out=a.new_empty((a.shape[0], b.shape[1])))
+            out[group] = product.to(dtype)
     return out
 
 

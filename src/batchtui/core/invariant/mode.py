@@ -52,6 +52,7 @@ from .matmul import RowInvariantMatmuls
 from .measured_store import registered_kernels, store
 from .measuring import finished as measuring_finished
 from .positions import PositionsFromMask
+from .randomness import RandomnessRefused
 from .reduction import RowInvariantReductions
 from .routing import NAME, AttentionRouting, inner_implementation
 from .rows import forget_measured
@@ -86,7 +87,11 @@ def batch_invariant(model, classes: tuple[str, ...] = KERNEL_CLASSES) -> Iterato
     if gap is not None:
         raise NotInvariant(gap)
     try:
-        with _mode(model, catch_sdpa=calls_sdpa, classes=classes, library_on_cpu=needless, modules=modules):
+        with (
+            _mode(model, catch_sdpa=calls_sdpa, classes=classes, library_on_cpu=needless, modules=modules),
+            PositionsFromMask(model),  # a row's positions must not depend on its batch either
+            RandomnessRefused(model),  # nor its logits on a draw
+        ):
             yield
     finally:
         store.flush()  # what this block measured, for the next process
@@ -232,7 +237,6 @@ def _mode(
         return
     with contextlib.ExitStack() as stack:
         _enter_kernels(stack, model, classes, library_on_cpu, modules)
-        stack.enter_context(PositionsFromMask(model))  # (a row's positions must not depend on its batch either)
         if takes_attention_interface(model):
             stack.enter_context(AttentionRouting(model, attend_in_order, modules))
         if catch_sdpa:
