@@ -153,7 +153,7 @@ async def test_the_app_with_url_shows_served_continuations_in_the_generation_vie
         table = pane.query_one(DataTable)
         assert table.row_count == len(texts)
         assert [str(c.label) for c in table.columns.values()] == ["#", "split", "load →", "alone →"]
-        assert "continuations differ under load" in str(pane.border_title)
+        assert "continuations differ under load" in str(pane.query_one("#gen-verdict").content)
         for hidden in ("#heatmap", "#settings", "#summary"):
             assert not app.query_one(hidden).display
         assert app.query_one("#generation").display

@@ -7,6 +7,7 @@ import json
 import urllib.request
 
 import pytest
+from rollout_files import records_in
 from servers import PROMPTS
 from vllm_server import wait_for_vllm
 
@@ -192,7 +193,7 @@ def test_rollouts_sampled_from_vllm_and_scored_here_give_the_definitions_numbers
     local = AutoModelForCausalLM.from_pretrained(builtin_path("qwen2-english-4m"), dtype=torch.float32).eval()
     pairs = []
     with torch.no_grad():
-        for record in (json.loads(line) for line in records.read_text().splitlines()):
+        for record in records_in(records):
             row = rows[record["line"] - 1]
             assert record["sampler_logprobs"] == row["logprobs"]
             mine = own_logprobs(local, row)
