@@ -68,13 +68,13 @@ _KINDS = {
     "string": lambda v: isinstance(v, str),
     "whole number": lambda v: isinstance(v, int) and not isinstance(v, bool),
     "true or false": lambda v: isinstance(v, bool),
-    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and _finite(v),
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and finite(v),
     "list": lambda v: isinstance(v, list),
     "object": lambda v: isinstance(v, dict),
 }
 
 
-def _finite(value: int | float) -> bool:
+def finite(value: int | float) -> bool:
     """A finite float, or an integer one converts to (a 400-digit integer does not: OverflowError downstream)."""
     try:
         return math.isfinite(float(value))
@@ -83,7 +83,7 @@ def _finite(value: int | float) -> bool:
 
 
 def _type_name(value: object) -> str:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and not _finite(value):
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and not finite(value):
         return "a number no float holds (past its range, infinite or NaN)"
     return {dict: "an object", list: "a list", str: "a string", bool: "true/false", type(None): "null"}.get(
         type(value), "a number"

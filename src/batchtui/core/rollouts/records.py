@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import fcntl
 import json
-import math
 import os
 import stat
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ from dataclasses import dataclass
 
 from ..errors import InputError
 from ..numbers.importance import SequenceLogprobs
-from ..untrusted import open_regular
+from ..untrusted import finite, open_regular
 from ..visible import literal
 from .rollouts_file import MAX_LINE_BYTES
 
@@ -188,7 +187,7 @@ def _ids(values) -> list[int]:
 
 def _floats(values) -> list[float]:
     if not isinstance(values, list) or not all(
-        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values
+        isinstance(v, (int, float)) and not isinstance(v, bool) and finite(v) for v in values
     ):
         raise TypeError
     return [float(v) for v in values]

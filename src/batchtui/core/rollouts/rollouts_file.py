@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from ..errors import InputError
-from ..untrusted import MiB, open_regular
+from ..untrusted import MiB, finite, open_regular
 
 # A line longer than this is refused unread (a 32k-token rollout with its logprobs is about 1 MiB of JSON).
 MAX_LINE_BYTES = 16 * MiB
@@ -144,7 +143,7 @@ def _rollout(number: int, raw: bytes, vocabulary: Vocabulary) -> Rollout:
         )
     temperature = entry.get("temperature")
     if temperature is not None and not (
-        type(temperature) in (int, float) and _finite(temperature) and 0 < temperature <= 1000
+        type(temperature) in (int, float) and finite(temperature) and 0 < temperature <= 1000
     ):
         raise InputError(f"{where}: temperature must be a number above 0 (at most 1000), not {str(temperature)[:20]}")
     return Rollout(number, line_digest(raw), prompt, completion, logprobs, top1,
@@ -184,16 +183,9 @@ def _logprobs(value: object, tokens: int, where: str) -> tuple[float, ...]:
         raise InputError(f"{where}: logprobs must be a list of numbers")
     if len(value) != tokens:
         raise InputError(f"{where}: logprobs has {len(value)} values, the completion {tokens} tokens")
-    if not all(map(_finite, value)) or (value and max(value) > 0):
-        step, v = next((step, v) for step, v in enumerate(value) if not _finite(v) or v > 0)
+    if not all(map(finite, value)) or (value and max(value) > 0):
+        step, v = next((step, v) for step, v in enumerate(value) if not finite(v) or v > 0)
         shown = f"{str(v)[:12]}... ({len(str(v))} digits)" if isinstance(v, int) else str(v)
         raise InputError(f"{where}: logprob {step} is {shown}: a logprob is a finite number at most 0")
     return tuple(map(float, value))
 
-
-def _finite(value: int | float) -> bool:
-    """A finite float, or an integer one converts to (a 400-digit integer does not: OverflowError)."""
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
