@@ -184,20 +184,11 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
 def add_threads_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--threads",
-        type=_thread_count,
+        type=int_within(1, most_threads(), f"{THREADS_PER_CORE} times this machine's cores"),
         metavar="N",
         help="CPU threads for torch's kernels, at most 4 times the cores (default: torch's own, the same on every run "
         "on this machine; the count can change CPU results, so give the same N to runs you compare)",
     )
-
-
-def _thread_count(value: str) -> int:
-    count = int_at_least(1)(value)
-    if count > most_threads():
-        raise argparse.ArgumentTypeError(
-            f"must be at most {most_threads()} ({THREADS_PER_CORE} times this machine's cores), not {value!r}"
-        )
-    return count
 
 
 def start_torch(args: argparse.Namespace, keep_freed: bool = True) -> None:
@@ -244,14 +235,16 @@ def int_at_least(minimum: int):
     return parsed
 
 
-def int_within(minimum: int, maximum: int):
-    """An argparse type: a whole number from `minimum` to `maximum`, in one message either way."""
+def int_within(minimum: int, maximum: int, why: str = ""):
+    """An argparse type: a whole number from `minimum` to `maximum` (`why`: what the maximum is), in one message
+    either way."""
     at_least = int_at_least(minimum)
+    bound = f"{maximum} ({why})" if why else str(maximum)
 
     def parsed(value: str) -> int:
         number = at_least(value)
         if number > maximum:
-            raise argparse.ArgumentTypeError(f"must be at most {maximum}, not {value!r}")
+            raise argparse.ArgumentTypeError(f"must be at most {bound}, not {value!r}")
         return number
 
     return parsed
