@@ -447,12 +447,12 @@ def test_a_ceiling_above_the_measured_height_is_the_tallest_height_up_to_which_e
     def parts_at(height):
         return lambda rows: rows * 2 + (1e-3 if rows.shape[0] == height else 0.0)
 
-    assert invariant_rows._ceiling(probe, 0, parts_at(96), 1, None) == 64
-    assert invariant_rows._ceiling(probe, 0, parts_at(33), 1, None) == max(invariant_rows.TALL_HEIGHTS)
-    assert invariant_rows._ceiling(probe, 0, lambda rows: rows * 2, 1, None) == max(invariant_rows.TALL_HEIGHTS)
-    assert invariant_rows._ceiling(probe[None], 1, lambda rows: rows * 2, 1, None) == 32
+    assert invariant_rows._ceiling(probe, 0, parts_at(96), 1) == 64
+    assert invariant_rows._ceiling(probe, 0, parts_at(33), 1) == max(invariant_rows.TALL_HEIGHTS)
+    assert invariant_rows._ceiling(probe, 0, lambda rows: rows * 2, 1) == max(invariant_rows.TALL_HEIGHTS)
+    assert invariant_rows._ceiling(probe[None], 1, lambda rows: rows * 2, 1) == 32
     monkeypatch.setattr(invariant_rows, "_TALL_BUDGET_S", 0.0)
-    assert invariant_rows._ceiling(probe, 0, lambda rows: rows * 2, 1, None) == 48  # (the first check, then time)
+    assert invariant_rows._ceiling(probe, 0, lambda rows: rows * 2, 1) == 48  # (the first check, then time)
 
 
 def test_a_kernel_registered_for_the_functional_mm_alone_is_measured_where_the_layers_call_it(monkeypatch):

@@ -13,12 +13,10 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Measuring:
     """One event: `what` is being measured (a kind of call, in words), `done` kinds measured so far in this process
-    (this one not yet), `kept` answers taken from the measurements file so far; `notice`: a line to say once (a
-    measurements file ignored)."""
+    (this one not yet); `notice`: a line to say once (a measurements file ignored)."""
 
     what: str
     done: int
-    kept: int
     notice: str | None = None
     finished: bool = False  # the mode's block ended: `done` kinds were measured in this process in all
 
@@ -33,7 +31,7 @@ Listener = Callable[[Measuring], None]
 
 _listeners: list[Listener] = []
 _lock = threading.Lock()
-_counts = {"done": 0, "kept": 0}
+_done = [0]  # kinds measured in this process
 
 
 @contextlib.contextmanager
@@ -56,10 +54,10 @@ def listen(listener: Listener) -> None:
 def say(what: str, notice: str | None = None) -> None:
     """A kind of call is about to be measured (or, with `notice`, something to say once)."""
     with _lock:
-        event = Measuring(what, _counts["done"], _counts["kept"], notice)
+        event = Measuring(what, _done[0], notice)
         listeners = list(_listeners)
         if notice is None:
-            _counts["done"] += 1
+            _done[0] += 1
     for listener in listeners:
         listener(event)
 
@@ -67,13 +65,8 @@ def say(what: str, notice: str | None = None) -> None:
 def finished() -> None:
     """A block of the mode ended: listeners that heard measuring in it hear that it is over."""
     with _lock:
-        event = Measuring("", _counts["done"], _counts["kept"], finished=True)
+        event = Measuring("", _done[0], finished=True)
         listeners = list(_listeners)
     for listener in listeners:
         listener(event)
 
-
-def count_kept() -> None:
-    """An answer was taken from the measurements file instead of measured."""
-    with _lock:
-        _counts["kept"] += 1

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 
 from .measured_store import Kept, store
-from .measuring import count_kept, say
+from .measuring import say
 
 # The dispatch keys replacements are registered for: the mechanism is not CPU-specific.
 DEVICE_KEYS = ("CPU", "CUDA")
@@ -257,10 +257,9 @@ def _measure_paths(a, dim, key, paths, library_first, operand) -> tuple[int, int
     heights: dict[str, int | None] = dict.fromkeys((name for name, _ in paths), None)
     failed: set[str] = set()
     probe = _probe(a, dim, operand) if a.device.type == "cpu" else None
-    if probe is not None:
-        say(described(key))
     unneeded: list[str] = []
     if probe is not None:
+        say(described(key))
         for name, compute in paths:
             # past the first, a path is measured only below the fewest rows another keeps them from (it is taken
             # only for fewer), but where the library comes first: its own height is needed
@@ -283,7 +282,7 @@ def _measure_paths(a, dim, key, paths, library_first, operand) -> tuple[int, int
         ceiling = MEASURED_ROWS
     else:
         assert probe is not None  # a height is measured on the probe
-        ceiling = _ceiling(probe, dim, paths[index][1], best, operand)
+        ceiling = _ceiling(probe, dim, paths[index][1], best)
     kept = Kept(name, best, ceiling, heights, tuple(sorted(failed)), tuple(unneeded))
     if probe is not None:  # (on CUDA nothing is measured: tiles)
         store.put(_stored_key(key), kept)
@@ -316,7 +315,6 @@ def _kept_answer(a, dim, key, paths, operand) -> tuple[int, int | None, int] | N
         with torch.no_grad():
             if not _still_keeps(_probe(a, dim, operand), dim, paths[index][1], kept.floor, kept.ceiling):
                 return None
-    count_kept()
     return _taken(key, index, kept)
 
 
@@ -354,7 +352,7 @@ TALL_HEIGHTS = (48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
 _TALL_BUDGET_S = 1.5
 
 
-def _ceiling(probe: torch.Tensor, dim: int, compute: RowsFn, floor: int, operand: torch.Tensor | None) -> int:
+def _ceiling(probe: torch.Tensor, dim: int, compute: RowsFn, floor: int) -> int:
     """The tallest of `TALL_HEIGHTS` up to which every one gives every row of a call of that height the bits it gets
     in calls of `MEASURED_ROWS` rows, checked in order and stopped at the first that does not (a bfloat16 GEMM by a
     704-wide weight summed rows otherwise in 222 of the heights from 33 to 512, by 256-wide weights in none), or once
