@@ -21,8 +21,15 @@ class RandomnessRefused:
     def __init__(self, model: torch.nn.Module) -> None:
         self._model = model
         self._handle: RemovableHandle | None = None
-        self._dropouts = [(name, m) for name, m in model.named_modules() if isinstance(m, torch.nn.Dropout)]
-        self._holders = _holders(model)
+        # one walk: the dropouts by name, and what may hold a router's noise (the config, and each module that keeps
+        # a copy of its own: PhiMoE's router reads its attribute, set from the config when it was made)
+        self._dropouts: list[tuple[str, torch.nn.Dropout]] = []
+        self._holders: list = [model.config] if any(hasattr(getattr(model, "config", None), n) for n in _JITTER) else []
+        for name, module in model.named_modules():
+            if isinstance(module, torch.nn.Dropout):
+                self._dropouts.append((name, module))
+            if any(noise in vars(module) for noise in _JITTER):
+                self._holders.append(module)
 
     def __enter__(self) -> RandomnessRefused:
         if self._dropouts or self._holders:
@@ -52,9 +59,3 @@ class RandomnessRefused:
                     "dropout 0, as RL trainers do)"
                 )
 
-
-def _holders(model: torch.nn.Module) -> list:
-    """What may hold a router's noise: the model's config, and each module that keeps a copy of its own (PhiMoE's
-    router reads its attribute, set from the config when it was made)."""
-    holders = [model.config] if any(hasattr(getattr(model, "config", None), name) for name in _JITTER) else []
-    return holders + [m for m in model.modules() if any(name in vars(m) for name in _JITTER)]
