@@ -78,9 +78,9 @@ def read_rollouts(
     ones, and a line that is faulty now, or missing, ends the reading (the file changed since it was checked)."""
     number = 0
     for number, raw in json_lines(path, "rollouts file"):
-        if checked is not None and (number > checked.last_line or number in checked.lines):
-            if number > checked.last_line:
-                return
+        if checked is not None and number > checked.last_line:
+            return
+        if checked is not None and number in checked.lines:
             continue
         faults.last_line = number
         if not raw.strip():
@@ -188,4 +188,3 @@ def _logprobs(value: object, tokens: int, where: str) -> tuple[float, ...]:
         shown = f"{str(v)[:12]}... ({len(str(v))} digits)" if isinstance(v, int) else str(v)
         raise InputError(f"{where}: logprob {step} is {shown}: a logprob is a finite number at most 0")
     return tuple(map(float, value))
-

@@ -56,7 +56,8 @@ def score_rollouts(
         skipped = f" ({faults.count} faulty lines skipped)" if faults.count else ""
         raise InputError(f"{job.path} holds no rollouts{skipped}")
     temperature = scoring_temperature(job, faults)
-    run = records_run(job, settings, loaded, temperature)
+    # (hashing the weights only where a records file holds them: a first run on a large checkpoint reads it all)
+    run = records_run(job, settings, loaded, temperature) if job.records else {}
     with joined(settings.device, job.dist_timeout_s) as ranks:
         scored = _Scoring(job, loaded, vocabulary, ranks, progress, cancelled, faults, run, temperature)
         try:
