@@ -17,7 +17,6 @@ leave a whole file. A folder that cannot be written costs only the measuring. Cl
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import functools
 import hashlib
@@ -32,6 +31,7 @@ import torch
 
 from ..cache_folder import cache_folder
 from ..compat.torch import cpu_kernel_sites
+from ..cpu_identity import cpu_identity
 from ..errors import InputError
 from ..safe_files import write_text
 from ..untrusted import MiB, read_json
@@ -62,7 +62,7 @@ class Kept:
 @functools.cache  # (read once a process: /proc/cpuinfo and torch's build text)
 def machine_key() -> dict[str, str]:
     """Everything besides a call's own key that decides which path keeps rows, and from which height."""
-    cpu, flags = _cpu()
+    cpu, flags = cpu_identity()
     steering = {name: value for name, value in sorted(os.environ.items()) if name.startswith(_STEERING)}
     return {
         "format": str(FORMAT),
@@ -102,23 +102,6 @@ def registered_kernels() -> str:
     or user code that registered one through `torch.library`), the mode's own registrations looked through. A kernel
     registered since (or in another process) names other measurements (`MeasuredStore.use_kernels`)."""
     return "\n".join(f"{op}: {kernel_site(op)}" for op in _MEASURED_OPS)
-
-
-def _cpu() -> tuple[str, str]:
-    """The CPU's model name and flags (from /proc/cpuinfo where there is one)."""
-    model, flags = platform.processor(), ""
-    with contextlib.suppress(OSError):
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as info:
-            for line in info:
-                name, _, value = line.partition(":")
-                name = name.strip()
-                if name == "model name" and model in ("", platform.processor()):
-                    model = value.strip()
-                elif name in ("flags", "Features") and not flags:
-                    flags = " ".join(sorted(value.split()))
-                if model and flags:
-                    break
-    return model, flags
 
 
 def call_key(key: tuple) -> str:

@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 from ..cache_folder import cache_folder
+from ..cpu_identity import cpu_identity
 from ..errors import InputError
 from ..models.source import WEIGHT_SUFFIXES
 from ..untrusted import MiB, read_json
@@ -46,17 +47,6 @@ def _version(package: str) -> str | None:
         return version(package)
     except PackageNotFoundError:
         return None
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _gpus(torch) -> list[dict]:
@@ -108,7 +98,11 @@ def machine() -> dict:
             "cudnn": cudnn,
         },
         "platform": platform.platform(),
-        "cpu": {"model": _cpu_model(), "capability": torch.backends.cpu.get_cpu_capability(), "cores": os.cpu_count()},
+        "cpu": {
+            "model": cpu_identity()[0],
+            "capability": torch.backends.cpu.get_cpu_capability(),
+            "cores": os.cpu_count(),
+        },
         "threads": torch.get_num_threads(),
         "gpus": _gpus(torch),
         "gpu_driver": _driver(),
