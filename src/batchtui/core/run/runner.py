@@ -16,6 +16,7 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 
 from ..compat.transformers import module_output
 from ..errors import Cancelled
+from ..invariant.positions import positions_from_mask
 from ..models.loading import LoadedModel
 from ..models.structure import Module, chosen_experts
 from .backend import BatchedChunk, Decoded, PassOutput, Recording
@@ -26,8 +27,7 @@ def position_ids(attention_mask: torch.Tensor, mode: str) -> torch.Tensor:
     if mode == "arange":
         length = attention_mask.shape[1]
         return torch.arange(length, device=attention_mask.device).expand(attention_mask.shape[0], -1)
-    ids = attention_mask.long().cumsum(-1) - 1
-    return ids.masked_fill(attention_mask == 0, 1)
+    return positions_from_mask(attention_mask, attention_mask.shape[1])
 
 
 def _placed(hidden: torch.Tensor, device: torch.device, shape: torch.Size) -> bool:
