@@ -85,12 +85,10 @@ def scored_in_training(
 ) -> list[TrainerScores]:
     """`score_as_trainer` inside its modes, entered once by a caller that scores batch after batch (entering training
     mode costs a walk over the model's modules and, where it uses hub kernels, transformers' kernelizing again)."""
-    device = next(model.parameters()).device
     # (the inputs made here: a tensor made in inference mode cannot be saved for a backward)
     with torch.inference_mode(False), torch.enable_grad():
-        ids, mask, start = grpo_layout(prompts, completions, pad_id, device)
-        logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask, "mask"), use_cache=False)
-        logits = logits.logits.detach()
+        logits, _, _, start = _forward_in_layout(model, prompts, completions, pad_id)
+        logits = logits.detach()
     scores = []
     for row, completion in enumerate(completions):
         n = len(completion)
@@ -104,15 +102,22 @@ def scored_in_training(
     return scores
 
 
+def _forward_in_layout(model, prompts: list[list[int]], completions: list[list[int]], pad_id: int) -> tuple:
+    """(logits, ids, mask, the first completion position): one forward of the batch in the trainer's layout
+    (`grpo_layout`), positions from the mask."""
+    ids, mask, start = grpo_layout(prompts, completions, pad_id, next(model.parameters()).device)
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask, "mask"), use_cache=False)
+    return logits.logits, ids, mask, start
+
+
 def training_step(model, prompts: list[list[int]], completions: list[list[int]], pad_id: int) -> float:
     """One step's forward and backward as a trainer takes it (no optimizer step): the batch in the trainer's layout,
     the loss the mean over every completion token of minus its logprob (float32 log_softmax at the token), its
     gradients computed into the parameters and dropped after. Returns the loss."""
     with trainer_modes(model):
-        ids, mask, start = grpo_layout(prompts, completions, pad_id, next(model.parameters()).device)
-        logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask, "mask"), use_cache=False)
+        logits, ids, mask, start = _forward_in_layout(model, prompts, completions, pad_id)
         width = max(len(c) for c in completions)
-        before = logits.logits[:, start - 1 : start - 1 + width].float()
+        before = logits[:, start - 1 : start - 1 + width].float()
         chosen = ids[:, start : start + width]
         logprobs = before.log_softmax(-1).gather(-1, chosen[..., None])[..., 0]
         kept = mask[:, start : start + width].to(logprobs.dtype)  # the completions' own tokens, not their padding
