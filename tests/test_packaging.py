@@ -41,6 +41,7 @@ def test_wheel_installs_only_the_batchtui_namespace(wheel):
         assert f"batchtui/core/{package}/__init__.py" in names, package  # every package of core ships
     assert "batchtui/core/data/qwen2.5-1.5b-instruct.config.json" in names and "batchtui/tui/app.tcss" in names
     assert "batchtui/core/py.typed" in names  # the engine's annotations reach a caller's type checker
+    assert "batchtui/core/invariant/compiled/ordered_attention.cpp" in names  # the mode's kernel, built on first use
     entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "batchtui = batchtui.tui.launcher:main" in entry_points
 

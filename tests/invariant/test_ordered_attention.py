@@ -2,7 +2,8 @@
 sees, not on how many other queries share the call, nor on how many keys are hidden from it (padding on either side,
 the causal future, a static cache's empty slots; in a window, hidden keys anywhere), nor on the call's thread split;
 and it computes attention (close to SDPA's, with soft-capping, sinks, a bias and grouped heads as transformers'
-eager attention computes them)."""
+eager attention computes them). Every test runs on both ways: the compiled kernel and the Python path it falls back
+to."""
 
 import pytest
 import torch
@@ -10,9 +11,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.nn.functional import scaled_dot_product_attention as sdpa
 
+from batchtui.core.invariant.compiled_kernels import SWITCH, compiled_attention
 from batchtui.core.invariant.ordered_attention import ordered_attention
 
 pytestmark = pytest.mark.cpu_kernels  # run again with the AVX2 kernels (.ci/run)
+
+
+@pytest.fixture(autouse=True, scope="module", params=["compiled", "python"])
+def attention_way(request):
+    """The module's tests once through the compiled kernel, once through the Python path."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(SWITCH, "1" if request.param == "compiled" else "0")
+        way = compiled_attention(torch.zeros(1))
+        assert (way is not None) == (request.param == "compiled"), "the compiled kernel did not build here"
+        yield request.param
+
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
 

@@ -79,9 +79,7 @@ def _padded(rows: torch.Tensor, height: int, dim: int) -> torch.Tensor:
     missing = height - rows.shape[dim]
     if missing == 0:
         return rows
-    shape = list(rows.shape)
-    shape[dim] = missing
-    return torch.cat([rows, rows.new_zeros(shape)], dim=dim)
+    return torch.nn.functional.pad(rows, (0, 0) * (rows.dim() - 1 - dim) + (0, missing))  # one call, zeros after
 
 
 def by_rows(

@@ -1,0 +1,131 @@
+"""The mode's compiled CPU kernel: attention summed in one fixed order (`compiled/ordered_attention.cpp`), C++ and
+OpenMP built with torch's own extension tools (`torch.utils.cpp_extension`) on first use, once per machine.
+
+The attention's Python path (`attention_tiles`, `attention_scan`) is some twenty small calls a layer, most of a small
+model's cost in the mode; the compiled kernel is one call, each query computed whole by one thread in key order.
+It is built for this CPU (`-march=native`), so its folder is named by everything that decides its code: the CPU
+model and flags, torch's version and build, the source, the flags: `$XDG_CACHE_HOME/batchtui/compiled/<digest>/`
+(clear it with `rm -r ~/.cache/batchtui/compiled`). Where it cannot be built (no C++ compiler, no ninja) or
+`BATCHTUI_COMPILED_KERNELS=0` is set, the Python path is taken, with one line saying why: the same promise, slower.
+The choice is made once a process, so that every pass of a process takes the same path (the two paths round
+otherwise: a text's bits are the same in every arrival within one path)."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import threading
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import torch
+
+from ..cache_folder import cache_folder
+from ..cpu_identity import cpu_identity
+from .measuring import say
+
+SOURCE = Path(__file__).parent / "compiled" / "ordered_attention.cpp"
+LANES = 16  # the kernel's kLanes: its keys and values come in zero-padded to whole blocks of them
+SWITCH = "BATCHTUI_COMPILED_KERNELS"  # "0": the Python paths
+# -ffp-contract=off: no fused multiply-add in a vector body that its scalar tail would round otherwise;
+# -fno-trapping-math: the exponential's select vectorizes (no value changes, only floating-point flags)
+_CFLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-trapping-math", "-fopenmp")
+
+_NAME = "batchtui_ordered_attention"
+_lock = threading.Lock()
+_built: list = []  # [the op, or None where it could not be built]: decided once a process
+
+
+def compiled_attention(t: torch.Tensor) -> Callable | None:
+    """The compiled attention op for tensors like `t` (CPU, floating), or None: the Python path."""
+    if t.device.type != "cpu" or os.environ.get(SWITCH) == "0":
+        return None
+    with _lock:
+        if not _built:
+            _built.append(_build())
+    return _built[0]
+
+
+def _folder() -> Path:
+    cpu, flags = cpu_identity()
+    parts = (cpu, flags, platform.machine(), torch.__version__, torch.__config__.show(), " ".join(_CFLAGS))
+    digest = hashlib.sha256("\n".join(parts).encode() + SOURCE.read_bytes()).hexdigest()[:16]
+    return cache_folder() / "compiled" / digest
+
+
+def _build() -> Callable | None:
+    if not hasattr(torch.ops.batchtui, "ordered_attention"):
+        try:
+            folder = _folder()
+            folder.mkdir(parents=True, exist_ok=True)
+            if not (folder / f"{_NAME}.so").exists():
+                say("", notice="building the mode's attention kernel for this CPU with torch's extension tools "
+                               "(once on this machine, a few seconds)")  # fmt: skip
+            _load(folder)
+        except Exception as exc:  # noqa: BLE001 - a compiler's or a linker's failure is any of many types
+            reason = _why(exc)
+            say("", notice=f"the mode's attention kernel could not be built here ({reason}): its Python path is "
+                           "taken (the same bits in every arrival, slower)")  # fmt: skip
+            return None
+    return torch.ops.batchtui.ordered_attention
+
+
+def _why(exc: Exception) -> str:
+    """The line of a failed build that says what failed (the compiler's error), short."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()] or [type(exc).__name__]
+    said = [line for line in lines if any(word in line.lower() for word in ("error", "not found", "no such file"))]
+    return (said or lines)[-1][:160]
+
+
+def _load(folder: Path) -> None:
+    from torch.utils import cpp_extension  # imported only to build: it pulls in setuptools
+
+    compiler = os.environ.get("CXX", "c++")  # what torch's extension tools run
+    if shutil.which(compiler) is None:
+        raise RuntimeError(f"no C++ compiler: {compiler} not found")
+    with _quietly(cpp_extension.__name__), _ninja_on_path():
+        cpp_extension.load(
+            name=_NAME,
+            sources=[str(SOURCE)],
+            extra_cflags=list(_CFLAGS),
+            extra_ldflags=["-fopenmp"],
+            build_directory=str(folder),
+            is_python_module=False,
+            verbose=False,
+        )
+
+
+@contextlib.contextmanager
+def _quietly(logger: str) -> Iterator[None]:
+    """The extension tools' warnings (about compiler versions) are for extension authors, not for the user."""
+    log = logging.getLogger(logger)
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        log.setLevel(level)
+
+
+@contextlib.contextmanager
+def _ninja_on_path() -> Iterator[None]:
+    """torch's extension tools run `ninja` by name: the `ninja` package's own where none is on PATH."""
+    path = os.environ.get("PATH", "")
+    if shutil.which("ninja") is None:
+        try:
+            import ninja  # type: ignore[import-not-found]
+
+            os.environ["PATH"] = os.pathsep.join([ninja.BIN_DIR, path])
+        except ImportError:
+            pass
+    try:
+        yield
+    finally:
+        os.environ["PATH"] = path

@@ -1,0 +1,63 @@
+"""The mode's compiled attention kernel: built once a machine into the cache folder, said once, and loaded from there
+by the next process without a word; where it cannot be built (no compiler) one line says so and the Python path keeps
+the promise; `BATCHTUI_COMPILED_KERNELS=0` takes the Python path without building. (Its bits, arrival by arrival, are
+`test_ordered_attention`'s and the arrival tests'.)"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from batchtui.core.invariant.compiled_kernels import SWITCH, compiled_attention
+
+pytestmark = pytest.mark.cpu_kernels  # run again with the AVX2 kernels (.ci/run)
+
+CHECK = ["-m", "batchtui.core", "check", "--model", "tiny", "--dtype", "bfloat16", "--invariant", "--bitwise"]
+BUILDING = "building the mode's attention kernel"
+FAILED = "the mode's attention kernel could not be built here"
+
+
+def _check(cache, **env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *CHECK], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "XDG_CACHE_HOME": str(cache), **env})  # fmt: skip
+
+
+def _built(cache) -> list:
+    return sorted((cache / "batchtui" / "compiled").glob("*/batchtui_ordered_attention.so"))
+
+
+@pytest.mark.slow
+def test_it_is_built_once_into_the_cache_folder_and_said_once(tmp_path):
+    first, second = _check(tmp_path), _check(tmp_path)
+    assert first.returncode == second.returncode == 0, first.stderr + second.stderr  # --bitwise: every text equal
+    assert first.stderr.count(BUILDING) == 1 and BUILDING not in second.stderr, first.stderr + second.stderr
+    assert FAILED not in first.stderr + second.stderr
+    assert len(_built(tmp_path)) == 1
+
+
+@pytest.mark.slow
+def test_without_a_compiler_one_line_says_so_and_the_python_path_keeps_the_promise(tmp_path):
+    done = _check(tmp_path, CXX=str(tmp_path / "no-such-compiler"))
+    assert done.returncode == 0, done.stderr  # every text bitwise equal to its single run all the same
+    said = [line for line in done.stderr.splitlines() if FAILED in line]
+    assert len(said) == 1 and "no C++ compiler" in said[0], done.stderr
+    assert "Traceback" not in done.stderr and "WARNING" not in done.stderr
+    assert _built(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_the_switch_takes_the_python_path_without_building(tmp_path):
+    done = _check(tmp_path, **{SWITCH: "0"})
+    assert done.returncode == 0, done.stderr
+    assert BUILDING not in done.stderr and FAILED not in done.stderr
+    assert _built(tmp_path) == []
+
+
+def test_only_cpu_tensors_take_the_compiled_kernel(monkeypatch):
+    assert compiled_attention(torch.zeros(1, device="meta")) is None
+    monkeypatch.setenv(SWITCH, "0")
+    assert compiled_attention(torch.zeros(1)) is None
