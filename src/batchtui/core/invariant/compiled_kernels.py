@@ -30,7 +30,6 @@ from ..cpu_identity import cpu_identity
 from .measuring import say
 
 SOURCE = Path(__file__).parent / "compiled" / "ordered_attention.cpp"
-LANES = 16  # the kernel's kLanes: its keys and values come in zero-padded to whole blocks of them
 SWITCH = "BATCHTUI_COMPILED_KERNELS"  # "0": the Python paths
 # -ffp-contract=off: no fused multiply-add in a vector body that its scalar tail would round otherwise;
 # -fno-trapping-math: the exponential's select vectorizes (no value changes, only floating-point flags)

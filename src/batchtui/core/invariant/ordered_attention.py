@@ -24,7 +24,7 @@ import torch
 
 from .attention_scan import scanned_attention
 from .attention_tiles import tiled_attention
-from .compiled_kernels import LANES, compiled_attention
+from .compiled_kernels import compiled_attention
 from .gradients import plain_backward
 from .kept_by_identity import KeptByIdentity
 
@@ -94,30 +94,22 @@ def _ordered(query, key, value, attend, scale, bias, sinks, softcap, windowed: b
 
 
 def _compiled(op, query, key, value, seen, scale, bias, sinks, softcap, work) -> torch.Tensor:
-    """The same attention through the compiled kernel (`compiled_kernels`): one call, every query in key order. The
-    keys (transposed) and values go in zero-padded to whole blocks of the kernel's lanes."""
+    """The same attention through the compiled kernel (`compiled_kernels`): one call, every query in key order, the
+    tensors read as they are (any strides, their own dtype)."""
     b, h, q, _ = query.shape
-    hk, kv, d, dv = key.shape[1], key.shape[2], key.shape[3], value.shape[3]
-    kvp, dvp = -(-kv // LANES) * LANES, -(-dv // LANES) * LANES
-    keys = key.new_zeros((b, hk, d, kvp), dtype=work)
-    keys[..., :kv] = key.transpose(2, 3)
-    values = value.new_zeros((b, hk, kvp, dvp), dtype=work)
-    values[:, :, :kv, :dv] = value
-    out = query.new_empty((b, h, q, dvp), dtype=work)
     none = query.new_empty(0, dtype=work)
-    op(
-        query.to(work).contiguous(),
-        keys,
-        values,
+    return op(
+        query,
+        key.to(query.dtype),
+        value.to(query.dtype),
         seen,
         none if bias is None else bias.to(work),
         none if sinks is None else sinks.to(work).reshape(h).contiguous(),
         float(scale),
         float(softcap or 0.0),
         torch.get_num_threads(),
-        out,
+        query.new_empty((b, h, q, value.shape[-1])),
     )
-    return out[..., :dv].to(query.dtype)
 
 
 def _from(start: torch.Tensor, t: torch.Tensor, dim: int) -> torch.Tensor:

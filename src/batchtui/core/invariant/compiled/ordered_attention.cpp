@@ -11,10 +11,12 @@
 
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/tensor.h>
+#include <torch/headeronly/util/BFloat16.h>
+#include <torch/headeronly/util/Half.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -47,8 +49,10 @@ inline float exp_fixed(float x) {
 
 inline double exp_fixed(double x) { return x < -745.0 ? 0.0 : std::exp(x); }
 
+// Where a 4-d tensor's element [i0, i1, i2, i3] lies, in elements from its start (any strides: a broadcast's zeros).
 struct Strides4 {
-  int64_t b, h, q, k;
+  int64_t s0, s1, s2, s3;
+  int64_t at(int64_t i0, int64_t i1, int64_t i2) const { return i0 * s0 + i1 * s1 + i2 * s2; }
 };
 
 Strides4 strides_of(const Tensor& t) {
@@ -61,7 +65,6 @@ Strides4 strides_of(const Tensor& t) {
 // and dimension after dimension, whatever the other queries of the tile), and each block is loaded once for them all.
 constexpr int64_t kTile = 8;
 constexpr int64_t kLanes = 16;
-constexpr int64_t kMaxDim = 1024;  // the longest head dimension taken (the Python path takes longer ones)
 
 // kLanes values side by side: the compiler's vector type, one element-wise IEEE operation per lane (whatever the
 // machine's vector width), kept in registers where a plain array would be stored at every step.
@@ -86,159 +89,212 @@ Lanes<W> load(const W* p) {
   return v;
 }
 
-template <typename W>
+int64_t whole_blocks(int64_t n) { return (n + kLanes - 1) / kLanes * kLanes; }
+
+// T: the tensors' dtype (bfloat16, float16: exact in float32), W: the dtype the sums are made in.
+template <typename T, typename W>
 struct Inputs {
-  const W *q, *k, *v, *bias, *sinks;
+  const T *q, *k, *v;
+  const W *bias, *sinks;
   const bool* seen;
-  W* out;
-  int64_t heads, queries, d, kv_heads, keys, padded_keys, dv;
-  Strides4 ss, bs;
+  T* out;
+  int64_t heads, queries, d, kv_heads, keys, dv;
+  Strides4 qs, ks, vs, ss, bs;
   W scale, cap;
 };
 
-// The keys any of the `count` queries from `i0` sees lie in [first, last]: found from both ends of each row.
+// A thread's own room: the tile's queries [kTile][d] and weights [kTile][span], for a span of at most the keys in
+// whole blocks.
 template <typename W>
-void seen_range(const Inputs<W>& in, const bool* rows, int64_t count, int64_t& first, int64_t& last) {
+struct Room {
+  std::vector<W> queries, weights;
+  Room(int64_t d, int64_t keys_in_blocks) : queries(kTile * d), weights(kTile * keys_in_blocks) {}
+};
+
+// The keys and values in W, once a call for all its queries: each key head's keys transposed, [d][kvp] (kLanes keys
+// side by side), and values [kvp][dvp], zeros past the last key and the last dimension (kvp, dvp: whole blocks).
+template <typename W>
+struct Operands {
+  std::vector<W> keys, values;
+  int64_t kvp, dvp;
+};
+
+template <typename T, typename W>
+void convert_operands(const Inputs<T, W>& in, int64_t batch, Operands<W>& ops, int64_t threads) {
+  const int64_t d = in.d, dv = in.dv, kvp = whole_blocks(in.keys), dvp = whole_blocks(dv);
+  ops.kvp = kvp, ops.dvp = dvp;
+  ops.keys.assign(batch * in.kv_heads * d * kvp, W(0));
+  ops.values.assign(batch * in.kv_heads * kvp * dvp, W(0));
+#pragma omp parallel for collapse(2) num_threads(threads)
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t g = 0; g < in.kv_heads; ++g) {
+      W* keys = ops.keys.data() + (b * in.kv_heads + g) * d * kvp;
+      W* values = ops.values.data() + (b * in.kv_heads + g) * kvp * dvp;
+      for (int64_t k = 0; k < in.keys; ++k) {
+        const T* key = in.k + in.ks.at(b, g, k);
+        const T* value = in.v + in.vs.at(b, g, k);
+        for (int64_t j = 0; j < d; ++j) keys[j * kvp + k] = W(key[j * in.ks.s3]);
+        for (int64_t j = 0; j < dv; ++j) values[k * dvp + j] = W(value[j * in.vs.s3]);
+      }
+    }
+}
+
+// The keys any of the `count` queries from `i0` sees lie in [first, last]: found from both ends of each row.
+template <typename T, typename W>
+void seen_range(const Inputs<T, W>& in, const bool* rows, int64_t count, int64_t& first, int64_t& last) {
   first = in.keys, last = -1;
   for (int64_t t = 0; t < count; ++t) {
-    const bool* row = rows + t * in.ss.q;
+    const bool* row = rows + t * in.ss.s2;
     int64_t k = 0;
-    while (k < in.keys && !row[k * in.ss.k]) ++k;
+    while (k < in.keys && !row[k * in.ss.s3]) ++k;
     first = std::min(first, k);
     k = in.keys - 1;
-    while (k > last && !row[k * in.ss.k]) --k;
+    while (k > last && !row[k * in.ss.s3]) --k;
     last = std::max(last, k);
   }
 }
 
-// Each query's weight exp(score - maximum) for the keys in [lo, hi), 0 for a key it does not see; returns their sum
-// in key order (with the sink's), the query's softmax denominator.
-template <typename W>
-W weights_of(const Inputs<W>& in, int64_t b, int64_t h, int64_t i, const bool* seen_row, W* w, int64_t lo,
-             int64_t hi) {
+// One query's weight exp(score - maximum) for the keys lo + [0, span) (`w`: their scores, relative to lo), 0 for a
+// key it does not see; returns their sum in key order (with the sink's), the query's softmax denominator.
+template <typename T, typename W>
+W weights_of(const Inputs<T, W>& in, int64_t b, int64_t h, int64_t i, W* w, int64_t lo, int64_t span) {
   const W minus_inf = -std::numeric_limits<W>::infinity();
-  const int64_t seen_hi = std::min(hi, in.keys);
-  for (int64_t k = lo; k < hi; ++k) w[k] *= in.scale;
+  const int64_t real = std::min(span, in.keys - lo);  // past the last key: padding
+  const bool* seen_row = in.seen + in.ss.at(b, h, i) + lo * in.ss.s3;
+  for (int64_t k = 0; k < span; ++k) w[k] *= in.scale;
   if (in.cap != 0)
-    for (int64_t k = lo; k < hi; ++k) w[k] = std::tanh(w[k] / in.cap) * in.cap;
+    for (int64_t k = 0; k < span; ++k) w[k] = std::tanh(w[k] / in.cap) * in.cap;
   if (in.bias) {
-    const W* bias_row = in.bias + b * in.bs.b + h * in.bs.h + i * in.bs.q;
-    for (int64_t k = lo; k < seen_hi; ++k) w[k] += bias_row[k * in.bs.k];
+    const W* bias_row = in.bias + in.bs.at(b, h, i) + lo * in.bs.s3;
+    for (int64_t k = 0; k < real; ++k) w[k] += bias_row[k * in.bs.s3];
   }
   const W sink = in.sinks ? in.sinks[h] : minus_inf;
   W top = sink;
-  for (int64_t k = lo; k < seen_hi; ++k) {
-    w[k] = seen_row[k * in.ss.k] ? w[k] : minus_inf;
+  for (int64_t k = 0; k < real; ++k) {
+    w[k] = seen_row[k * in.ss.s3] ? w[k] : minus_inf;
     top = w[k] > top ? w[k] : top;
   }
-  for (int64_t k = seen_hi; k < hi; ++k) w[k] = minus_inf;
+  for (int64_t k = real; k < span; ++k) w[k] = minus_inf;
   if (std::isinf(top)) top = 0;  // a query that sees nothing: every weight exp(-inf) = 0
-  for (int64_t k = lo; k < hi; ++k) w[k] = exp_fixed(w[k] - top);  // a key not seen: exactly 0
+  for (int64_t k = 0; k < span; ++k) w[k] = exp_fixed(w[k] - top);  // a key not seen: exactly 0
   W total = 0;
-  for (int64_t k = lo; k < hi; ++k) total += w[k];  // zeros added leave a sum's bits as they are
+  for (int64_t k = 0; k < span; ++k) total += w[k];  // zeros added leave a sum's bits as they are
   return in.sinks ? total + exp_fixed(sink - top) : total;
 }
 
-// The `count` queries from `i0` of head `h` in row `b`; `weight`: [kTile][padded_keys], a thread's own.
-template <typename W>
-void attend_tile(const Inputs<W>& in, int64_t b, int64_t h, int64_t i0, int64_t count, W* weight) {
-  const int64_t keys = in.padded_keys, d = in.d, dv = in.dv;
+// The `count` queries from `i0` of head `h` in row `b`, in the thread's `room`.
+template <typename T, typename W>
+void attend_tile(const Inputs<T, W>& in, const Operands<W>& ops, int64_t b, int64_t h, int64_t i0, int64_t count,
+                 Room<W>& room) {
+  const int64_t d = in.d, dv = in.dv, dvp = ops.dvp, kvp = ops.kvp;
   const int64_t kv_head = b * in.kv_heads + h / (in.heads / in.kv_heads);
-  const W* k_dims = in.k + kv_head * d * keys;  // [d, padded_keys]
-  const W* v_rows = in.v + kv_head * keys * dv;  // [padded_keys, dv]
-  const W* q_rows = in.q + ((b * in.heads + h) * in.queries + i0) * d;
-  W* out_rows = in.out + ((b * in.heads + h) * in.queries + i0) * dv;
-  const bool* seen_rows = in.seen + b * in.ss.b + h * in.ss.h + i0 * in.ss.q;
+  T* out_rows = in.out + ((b * in.heads + h) * in.queries + i0) * dv;
   int64_t first, last;
-  seen_range(in, seen_rows, count, first, last);
+  seen_range(in, in.seen + in.ss.at(b, h, i0), count, first, last);
   if (last < first) {  // no query of the tile sees a key
-    std::fill(out_rows, out_rows + count * dv, W(0));
+    std::fill(out_rows, out_rows + count * dv, T(0));
     return;
   }
-  const int64_t lo = first - first % kLanes, hi = (last / kLanes + 1) * kLanes;
-  // scores: q . k summed over the dimensions in order, kLanes keys at once
-  W q_tile[kTile * kMaxDim];  // the tile's queries, zeros past `count`
+  const int64_t lo = first - first % kLanes, span = whole_blocks(last + 1 - lo);
+  W* queries = room.queries.data();  // the tile's queries in W, zeros past `count`
   for (int64_t t = 0; t < kTile; ++t)
-    for (int64_t j = 0; j < d; ++j) q_tile[t * d + j] = t < count ? q_rows[t * d + j] : W(0);
-  for (int64_t k0 = lo; k0 < hi; k0 += kLanes) {
+    for (int64_t j = 0; j < d; ++j)
+      queries[t * d + j] = t < count ? W(in.q[in.qs.at(b, h, i0 + t) + j * in.qs.s3]) : W(0);
+  const W* keys = ops.keys.data() + kv_head * d * kvp + lo;  // [d][kvp], from key lo
+  const W* values = ops.values.data() + (kv_head * kvp + lo) * dvp;  // [kvp][dvp], from key lo
+  // scores: q . k summed over the dimensions in order, kLanes keys at once
+  W* weights = room.weights.data();
+  for (int64_t k0 = 0; k0 < span; k0 += kLanes) {
     Lanes<W> acc[kTile] = {};
     for (int64_t j = 0; j < d; ++j) {
-      const Lanes<W> k_block = load(k_dims + j * keys + k0);
-      for (int64_t t = 0; t < kTile; ++t) acc[t] += q_tile[t * d + j] * k_block;
+      const Lanes<W> key_block = load(keys + j * kvp + k0);
+      for (int64_t t = 0; t < kTile; ++t) acc[t] += queries[t * d + j] * key_block;
     }
-    for (int64_t t = 0; t < kTile; ++t) std::memcpy(weight + t * keys + k0, &acc[t], sizeof acc[t]);
+    for (int64_t t = 0; t < kTile; ++t) std::memcpy(weights + t * span + k0, &acc[t], sizeof acc[t]);
   }
   W total[kTile] = {};
-  for (int64_t t = 0; t < count; ++t)
-    total[t] = weights_of(in, b, h, i0 + t, seen_rows + t * in.ss.q, weight + t * keys, lo, hi);
-  for (int64_t t = count; t < kTile; ++t) std::fill(weight + t * keys + lo, weight + t * keys + hi, W(0));
+  for (int64_t t = 0; t < count; ++t) total[t] = weights_of(in, b, h, i0 + t, weights + t * span, lo, span);
+  std::fill(weights + count * span, weights + kTile * span, W(0));
   // weighted values, key after key; a key a query does not see adds 0 * value: nothing to a sum begun at +0
-  for (int64_t j0 = 0; j0 < dv; j0 += kLanes) {
+  for (int64_t j0 = 0; j0 < dvp; j0 += kLanes) {
     Lanes<W> acc[kTile] = {};
-    for (int64_t k = lo; k < hi; ++k) {
-      const Lanes<W> v_block = load(v_rows + k * dv + j0);
-      for (int64_t t = 0; t < kTile; ++t) acc[t] += weight[t * keys + k] * v_block;
+    for (int64_t k = 0; k < span; ++k) {
+      const Lanes<W> value_block = load(values + k * dvp + j0);
+      for (int64_t t = 0; t < kTile; ++t) acc[t] += weights[t * span + k] * value_block;
     }
     for (int64_t t = 0; t < count; ++t) {
       W sums[kLanes];
       std::memcpy(sums, &acc[t], sizeof sums);
-      for (int64_t l = 0; l < kLanes; ++l) out_rows[t * dv + j0 + l] = total[t] > 0 ? sums[l] / total[t] : W(0);
+      for (int64_t l = 0; l < kLanes && j0 + l < dv; ++l)
+        out_rows[t * dv + j0 + l] = T(total[t] > 0 ? sums[l] / total[t] : W(0));
     }
   }
 }
 
-template <typename W>
+template <typename T, typename W>
 void attend_all(const Tensor& query, const Tensor& key, const Tensor& value, const Tensor& seen, const Tensor& bias,
                 const Tensor& sinks, double scale, double softcap, Tensor& out, int64_t threads) {
   const auto qs = query.sizes();
-  Inputs<W> in;
-  in.q = static_cast<const W*>(query.data_ptr());
-  in.k = static_cast<const W*>(key.data_ptr());
-  in.v = static_cast<const W*>(value.data_ptr());
+  Inputs<T, W> in;
+  in.q = static_cast<const T*>(query.data_ptr());
+  in.k = static_cast<const T*>(key.data_ptr());
+  in.v = static_cast<const T*>(value.data_ptr());
   in.bias = bias.numel() > 0 ? static_cast<const W*>(bias.data_ptr()) : nullptr;
   in.sinks = sinks.numel() > 0 ? static_cast<const W*>(sinks.data_ptr()) : nullptr;
   in.seen = static_cast<const bool*>(seen.data_ptr());
-  in.out = static_cast<W*>(out.mutable_data_ptr());
+  in.out = static_cast<T*>(out.mutable_data_ptr());
   in.heads = qs[1], in.queries = qs[2], in.d = qs[3];
-  in.kv_heads = key.sizes()[1], in.padded_keys = key.sizes()[3], in.keys = seen.sizes()[3], in.dv = value.sizes()[3];
-  in.ss = strides_of(seen);
+  in.kv_heads = key.sizes()[1], in.keys = key.sizes()[2], in.dv = value.sizes()[3];
+  in.qs = strides_of(query), in.ks = strides_of(key), in.vs = strides_of(value), in.ss = strides_of(seen);
   in.bs = in.bias ? strides_of(bias) : Strides4{0, 0, 0, 0};
   in.scale = static_cast<W>(scale), in.cap = static_cast<W>(softcap);
   const int64_t batch = qs[0], tiles = (in.queries + kTile - 1) / kTile;
+  Operands<W> ops;
+  convert_operands(in, batch, ops, threads);
 
 #pragma omp parallel num_threads(threads)
   {
-    std::vector<W> weight(kTile * in.padded_keys);
+    Room<W> room(in.d, ops.kvp);
 #pragma omp for collapse(3) schedule(dynamic, 1)
     for (int64_t b = 0; b < batch; ++b)
       for (int64_t h = 0; h < in.heads; ++h)
         for (int64_t tile = 0; tile < tiles; ++tile) {
           const int64_t i0 = tile * kTile, count = std::min(kTile, in.queries - i0);
-          attend_tile(in, b, h, i0, count, weight.data());
+          attend_tile(in, ops, b, h, i0, count, room);
         }
   }
 }
 
-// query [b, h, q, d], key [b, hk, d, kvp] (transposed), value [b, hk, kvp, dvp], out [b, h, q, dvp]: contiguous, in
-// float32 or float64 alike, kvp and dvp whole blocks of kLanes (zeros past the kv keys and the dv dimensions); seen
-// (bool) and bias (empty where none) of [b, h, q, kv] in any strides (a broadcast's zeros too); sinks [h] or empty;
-// softcap 0 where none. Writes out and returns it.
+// query [b, h, q, d], key [b, hk, kv, d], value [b, hk, kv, dv], in any strides and one dtype (bfloat16, float16,
+// float32 or float64); seen (bool) and bias (empty where none) of [b, h, q, kv] in any strides (a broadcast's zeros
+// too) and sinks ([h] or empty) in the work dtype (float64 for float64, else float32); softcap 0 where none. Writes
+// out ([b, h, q, dv], contiguous, the query's dtype) and returns it.
 Tensor ordered_attention(Tensor query, Tensor key, Tensor value, Tensor seen, Tensor bias, Tensor sinks,
                          double scale, double softcap, int64_t threads, Tensor out) {
+  using torch::headeronly::ScalarType;
   STD_TORCH_CHECK(query.dim() == 4 && key.dim() == 4 && value.dim() == 4 && seen.dim() == 4 && out.dim() == 4,
                   "ordered_attention: 4-d tensors expected");
-  STD_TORCH_CHECK(query.is_contiguous() && key.is_contiguous() && value.is_contiguous() && out.is_contiguous(),
-                  "ordered_attention: contiguous query, key, value and out expected");
-  STD_TORCH_CHECK(key.sizes()[2] == query.sizes()[3] && key.sizes()[3] % kLanes == 0 &&
-                      key.sizes()[3] >= seen.sizes()[3] && value.sizes()[2] == key.sizes()[3] &&
-                      value.sizes()[3] % kLanes == 0 && out.sizes()[3] == value.sizes()[3],
-                  "ordered_attention: key [b, hk, d, kvp], value [b, hk, kvp, dvp] in whole blocks expected");
-  STD_TORCH_CHECK(query.sizes()[3] <= kMaxDim, "ordered_attention: head dimension above kMaxDim");
+  const ScalarType type = query.scalar_type();
+  STD_TORCH_CHECK(key.scalar_type() == type && value.scalar_type() == type && out.scalar_type() == type &&
+                      seen.scalar_type() == ScalarType::Bool && out.is_contiguous(),
+                  "ordered_attention: query, key, value and out of one dtype, seen bool, out contiguous expected");
   STD_TORCH_CHECK(query.sizes()[1] % key.sizes()[1] == 0, "ordered_attention: heads must be a multiple of kv heads");
-  if (query.element_size() == 8)
-    attend_all<double>(query, key, value, seen, bias, sinks, scale, softcap, out, threads);
-  else
-    attend_all<float>(query, key, value, seen, bias, sinks, scale, softcap, out, threads);
+  switch (type) {
+    case ScalarType::BFloat16:
+      attend_all<c10::BFloat16, float>(query, key, value, seen, bias, sinks, scale, softcap, out, threads);
+      break;
+    case ScalarType::Half:
+      attend_all<c10::Half, float>(query, key, value, seen, bias, sinks, scale, softcap, out, threads);
+      break;
+    case ScalarType::Float:
+      attend_all<float, float>(query, key, value, seen, bias, sinks, scale, softcap, out, threads);
+      break;
+    case ScalarType::Double:
+      attend_all<double, double>(query, key, value, seen, bias, sinks, scale, softcap, out, threads);
+      break;
+    default:
+      STD_TORCH_CHECK(false, "ordered_attention: bfloat16, float16, float32 or float64 expected");
+  }
   return out;
 }
 
