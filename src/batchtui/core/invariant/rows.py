@@ -143,8 +143,7 @@ def in_rows(
         if floor <= m <= MEASURED_ROWS or (m <= ceiling and m in TALL_HEIGHTS):
             return compute(a)
         if m < floor:
-            rows = compute(_padded(a, floor, dim)).narrow(dim, 0, m)
-            return rows if dim == 0 and rows.is_contiguous() else rows.clone()  # a leading cut is compact already
+            return _compact(compute(_padded(a, floor, dim)).narrow(dim, 0, m), dim)
         pieces, start = [], 0
         while start < m:
             left = m - start
@@ -155,12 +154,19 @@ def in_rows(
             else:
                 pieces.append(in_rows(piece, dim, compute, floor, ceiling))
             start += height
+        if len(pieces) == 1:  # one call padded up (a prefill of 60 rows at 64): no copy of its rows
+            return _compact(pieces[0], dim)
         return torch.cat(pieces, dim=dim)
     height = tile_rows(a.device)
     if m <= height:
         return compute(_padded(a, height, dim)).narrow(dim, 0, m).clone()
     tiles = [compute(_padded(a.narrow(dim, s, min(height, m - s)), height, dim)) for s in range(0, m, height)]
     return torch.cat(tiles, dim=dim).narrow(dim, 0, m)
+
+
+def _compact(rows: torch.Tensor, dim: int) -> torch.Tensor:
+    """A call's rows cut from a padded call, compact (a leading cut of a compact result is already)."""
+    return rows if dim == 0 and rows.is_contiguous() else rows.clone()
 
 
 def _next_piece(left: int, ceiling: int) -> int:
