@@ -27,6 +27,8 @@ import torch
 
 from ..cache_folder import cache_folder
 from ..cpu_identity import cpu_identity
+from ..models.loading import resolve_device
+from ..settings import Settings
 from .measuring import say
 
 SOURCE = Path(__file__).parent / "compiled" / "ordered_attention.cpp"
@@ -36,7 +38,7 @@ SWITCH = "BATCHTUI_COMPILED_KERNELS"  # "0": the Python paths
 _CFLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-trapping-math", "-fopenmp")
 
 _NAME = "batchtui_ordered_attention"
-_lock = threading.Lock()
+_lock = threading.Lock()  # held while building: a caller meanwhile waits for the answer
 _built: list = []  # [the op, or None where it could not be built]: decided once a process
 
 
@@ -44,10 +46,24 @@ def compiled_attention(t: torch.Tensor) -> Callable | None:
     """The compiled attention op for tensors like `t` (CPU, floating), or None: the Python path."""
     if t.device.type != "cpu" or os.environ.get(SWITCH) == "0":
         return None
+    if not _built:
+        _decide()
+    return _built[0]
+
+
+def build_beside_loading(settings: Settings) -> None:
+    """Where `settings` run the mode on the CPU, start building the kernel now, while the model loads (the first
+    attention call waits for what is left). Not a daemon thread: a process that ends meanwhile waits for the build,
+    whose lock file would otherwise be left behind for the next one."""
+    wanted = settings.invariant and resolve_device(settings.device) == "cpu"
+    if wanted and not _built and os.environ.get(SWITCH) != "0":
+        threading.Thread(target=_decide, name="batchtui-kernel-build").start()
+
+
+def _decide() -> None:
     with _lock:
         if not _built:
             _built.append(_build())
-    return _built[0]
 
 
 def _folder() -> Path:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 import torch
 
 from ..errors import Cancelled, InputError
+from ..invariant.compiled_kernels import build_beside_loading
 from ..invariant.mode import invariant_if
 from ..models.loading import LoadedModel, load_model
 from ..numbers.cpu_memory import FlatHeap
@@ -48,6 +49,7 @@ def score_rollouts(
     job = job.checked()
     settings = job.settings.validated()
     settings = settings.with_changes(device=rank_device(settings.device))
+    build_beside_loading(settings)  # the mode's attention kernel (once a machine)
     loaded = load_model(settings)
     vocabulary = vocabulary_of(loaded)
     faults = RolloutFaults(job.skip_bad)

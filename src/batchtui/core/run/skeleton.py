@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import BatchtuiError, Cancelled, InputError, ResourceError, is_out_of_memory
+from ..invariant.compiled_kernels import build_beside_loading
 from ..models.loading import LoadedModel, first_line, load_model
 from ..one_run import one_run_at_a_time
 from ..settings import Settings
@@ -146,6 +147,7 @@ def prepare_run(texts: list[str] | tuple[str, ...], settings: Settings, lines: l
     lines = list(lines) if lines else list(range(1, len(texts) + 1))
     if len(lines) != len(texts):
         raise ValueError(f"{len(lines)} line numbers for {len(texts)} texts")
+    build_beside_loading(settings)  # the mode's attention kernel (once a machine)
     loaded = load_model(settings)
     check_fits_model(settings, loaded)
     return PreparedRun(settings, texts, lines, loaded)
