@@ -47,6 +47,7 @@ from .attention import (
 )
 from .census import needless_cpu_kernels
 from .elementwise import TailFreeActivations, TailFreeElementwise
+from .fused_heads import FusedHeadsAsSampled
 from .linear import RowInvariantLinears, forget_layer_paths
 from .matmul import RowInvariantMatmuls
 from .measured_store import registered_kernels, store
@@ -90,6 +91,7 @@ def batch_invariant(model, classes: tuple[str, ...] = KERNEL_CLASSES) -> Iterato
         with (
             _mode(model, catch_sdpa=calls_sdpa, classes=classes, library_on_cpu=needless, modules=modules),
             PositionsFromMask(model),  # a row's positions must not depend on its batch either
+            FusedHeadsAsSampled(model),  # nor a trainer's logprob on how its head is fused
             RandomnessRefused(model),  # nor its logits on a draw
         ):
             yield
