@@ -67,6 +67,20 @@ def test_a_faulty_answer_is_one_line_exit_2_and_the_lines_before_stay(bad, said,
     assert len(requests) == 2 and b'"return_token_ids": true' in requests[0].replace(b'":true', b'": true')
 
 
+def test_top_p_and_top_k_are_sent_and_written_into_each_line(tmp_path, capsys):
+    out = tmp_path / "rollouts.jsonl"
+    with _server([GOOD]) as (url, received):
+        assert main(["endpoint", "--url", url, "--model", "m", "one", "--save-rollouts", str(out),
+                     "--top-p", "0.9", "--top-k", "5"]) == 0  # fmt: skip
+    (row,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert (row["temperature"], row["top_p"], row["top_k"]) == (1.0, 0.9, 5)
+    (body,) = [json.loads(r.split(b"\r\n\r\n", 1)[1]) for r in received if r.startswith(b"POST")]
+    assert (body["top_p"], body["top_k"]) == (0.9, 5)
+    for bad, said in ((["--top-p", "0"], "--top-p must be above 0"), (["--top-k", "-1"], "--top-k must be 0 (off)")):
+        assert main(["endpoint", "--url", url, "one", "--save-rollouts", str(tmp_path / "x.jsonl"), *bad]) == 2
+        assert said in capsys.readouterr().err
+
+
 def test_samples_get_their_own_seeds_and_an_existing_file_is_refused(tmp_path, capsys):
     out = tmp_path / "rollouts.jsonl"
     with _server([GOOD]) as (url, received):
@@ -75,8 +89,10 @@ def test_samples_get_their_own_seeds_and_an_existing_file_is_refused(tmp_path, c
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["seed"] for r in rows] == list(range(40, 46)) and [r["prompt_line"] for r in rows] == [1, 1, 1, 2, 2, 2]
     assert {r["temperature"] for r in rows} == {0.7}  # what `rollouts` scores at by default
+    assert {(r["top_p"], r["top_k"]) for r in rows} == {(1.0, 0)}  # the whole distribution, said
     bodies = [json.loads(r.split(b"\r\n\r\n", 1)[1]) for r in received if r.startswith(b"POST")]
     assert [b["seed"] for b in bodies] == list(range(40, 46)) and {b["temperature"] for b in bodies} == {0.7}
+    assert not any("top_p" in b or "top_k" in b for b in bodies)  # nothing asked of the server that it was not given
     assert "6 rollouts of m written to" in capsys.readouterr().out
     assert main(["endpoint", "--url", "http://127.0.0.1:9/v1", "one", "--save-rollouts", str(out)]) == 2
     assert (

@@ -167,3 +167,21 @@ def test_lines_sampled_at_a_temperature_are_scored_at_it_and_two_temperatures_ar
     assert "sampled at other temperatures (0.7 at line 1, 1 at line 2)" in err and err.count("\n") == 1, err
     assert main(["rollouts", str(mixed), "--model", "tiny", "--quiet", "--temperature", "1"]) in (0, 1)
     assert "note: scored at temperature" not in capsys.readouterr().out
+
+
+def test_lines_sampled_from_a_truncated_distribution_are_said_and_two_samplers_refused(sampled, tmp_path, capsys):
+    """top_p / top_k in the lines (`endpoint --save-rollouts` writes them): the report's config holds them and a note
+    says the trainer scores the whole distribution; lines of two settings are one line, exit 2."""
+    rows, _ = sampled
+    cut = write_jsonl(tmp_path / "cut.jsonl", [{**row, "top_p": 0.9, "top_k": 5} for row in rows[:3]])
+    code, report, _ = _run(cut, tmp_path)
+    assert code in (0, 1) and (report["config"]["top_p"], report["config"]["top_k"]) == (0.9, 5)
+    out = capsys.readouterr().out
+    assert "note: sampled with top-p 0.9 and top-k 5: the sampler drew from the truncated distribution" in out
+    whole = write_jsonl(tmp_path / "whole.jsonl", [{**row, "top_p": 1.0, "top_k": 0} for row in rows[:2]])
+    assert _run(whole, tmp_path)[0] in (0, 1) and "note: sampled with" not in capsys.readouterr().out
+    mixed = write_jsonl(tmp_path / "mixed.jsonl", [rows[0], {**rows[1], "top_p": 0.9}])
+    assert main(["rollouts", str(mixed), "--model", "tiny", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "sampled otherwise (top_p 1 top_k 0 at line 1, top_p 0.9 top_k 0 at line 2)" in err, err
+    assert err.count("\n") == 1

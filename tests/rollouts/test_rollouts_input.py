@@ -31,6 +31,10 @@ FAULTS = [
     (json.dumps({**GOOD, "top1_ids": [1]}), "line 2: top1_ids has 1 ids, the completion 2 tokens"),
     (json.dumps({**GOOD, "prompt": 5, "prompt_ids": None}), "line 2: prompt must be a string"),
     (b"\xff\xfe".decode("latin-1"), "line 2: not a JSON object"),
+    (json.dumps({**GOOD, "top_p": 0}), "line 2: top_p must be a number above 0 and at most 1, not 0"),
+    (json.dumps({**GOOD, "top_p": "0.9"}), "line 2: top_p must be a number above 0 and at most 1, not 0.9"),
+    (json.dumps({**GOOD, "top_k": -1}), "line 2: top_k must be 0 (off) or a count of tokens, not -1"),
+    (json.dumps({**GOOD, "top_k": 2.5}), "line 2: top_k must be 0 (off) or a count of tokens, not 2.5"),
     ('{"prompt_ids": [97], "completion_ids": [99], "logprobs": [-1' + "0" * 400 + "]}",
      "line 2: logprob 0 is -10000000000... (402 digits): a logprob is a finite number at most 0"),
 ]  # fmt: skip

@@ -106,6 +106,8 @@ def endpoint_parser(prog: str) -> OneLineParser:
         "write the rollouts (prompt and completion ids, the server's logprobs and top-1) to a new file",
     )
     sampling.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
+    sampling.add_argument("--top-p", type=float, default=1.0, metavar="P", help="nucleus sampling: 0 < P <= 1 (1: off)")
+    sampling.add_argument("--top-k", type=int, default=0, metavar="K", help="sample among the K likeliest (0: off)")
     sampling.add_argument("--seed", type=int, default=0, help="sample k of prompt i is sampled with seed + i*N + k")
     sampling.add_argument(
         "--samples-per-prompt", type=int_within(1, MAX_SAMPLES_PER_PROMPT), default=1, metavar="N",
@@ -183,10 +185,14 @@ def _save_rollouts(args: argparse.Namespace) -> int:
 
     if not (math.isfinite(args.temperature) and args.temperature >= 0):
         raise InputError(f"--temperature must be a number at least 0, not {args.temperature:g}")
+    if not (math.isfinite(args.top_p) and 0 < args.top_p <= 1):
+        raise InputError(f"--top-p must be above 0 and at most 1, not {args.top_p:g}")
+    if not 0 <= args.top_k <= 1_000_000:
+        raise InputError(f"--top-k must be 0 (off) or a count of tokens, not {args.top_k}")
     if args.local or args.invariant:
         raise InputError("--save-rollouts samples only: score the rollouts with `batchtui rollouts FILE --model M`")
     from ..endpoint.client import Endpoint
-    from ..endpoint.rollout_sampling import Prompt, read_prompts, save_rollouts
+    from ..endpoint.rollout_sampling import Prompt, Sampling, read_prompts, save_rollouts
 
     if args.texts_file and args.texts:
         raise InputError("give texts or --texts-file, not both")
@@ -206,7 +212,8 @@ def _save_rollouts(args: argparse.Namespace) -> int:
         model = endpoint.resolve_model()
         with bar:
             count = save_rollouts(
-                endpoint, prompts, args.save_rollouts, args.max_new_tokens, args.temperature, args.seed,
+                endpoint, prompts, args.save_rollouts, args.max_new_tokens,
+                Sampling(args.temperature, args.top_p, args.top_k), args.seed,
                 args.samples_per_prompt, lambda done: bar.progress(done, None),
             )  # fmt: skip
     finally:

@@ -165,8 +165,11 @@ class Endpoint:
         temperature: float = 0.0,
         seed: int = GREEDY_SEED,
         tokens_as_ids: bool = False,
+        top_p: float = 1.0,
+        top_k: int = 0,
     ) -> ServedContinuation:
-        """A completion of `text` (or of token ids): greedy by default, else sampled at `temperature` with `seed`.
+        """A completion of `text` (or of token ids): greedy by default, else sampled at `temperature` with `seed`
+        (and `top_p` below 1, `top_k` above 0: the distribution truncated).
         `prompt_logprobs` and `token_ids` are vLLM's fields (`prompt_logprobs`, `return_token_ids`, and with
         `tokens_as_ids` the logprobs' tokens as `token_id:N`): a server that does not know them may refuse them."""
         extra = {"prompt_logprobs": prompt_logprobs} if prompt_logprobs else {}
@@ -174,6 +177,8 @@ class Endpoint:
             extra["return_token_ids"] = True
         if tokens_as_ids:
             extra["return_tokens_as_token_ids"] = True
+        if top_k:
+            extra["top_k"] = top_k  # vLLM's (and most servers'): not an OpenAI field
         keep = max(top_logprobs, prompt_logprobs) + 1  # what was asked (and the chosen token), never more
 
         def kept(answer) -> ServedContinuation:
@@ -192,6 +197,7 @@ class Endpoint:
             max_tokens=max_new_tokens,
             temperature=temperature,
             seed=seed,
+            **({"top_p": top_p} if top_p != 1.0 else {}),
             logprobs=top_logprobs or None,
             extra_body=extra or None,
         )

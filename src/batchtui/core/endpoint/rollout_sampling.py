@@ -2,7 +2,8 @@
 reads them, so that one machine samples and another scores.
 
 Each prompt (a texts file's line, or a JSONL line's `prompt` or `prompt_ids`, read streaming: a file of any length)
-is completed `samples` times at `temperature`, sample k of prompt i with seed `seed + i * samples + k` (the same
+is completed `samples` times at `temperature` (and `top_p`, `top_k`: each line says all three), sample k of prompt i
+with seed `seed + i * samples + k` (the same
 file and seed sample the same rollouts on a server that honours seeds). The server must give token ids (vLLM's
 `return_token_ids`, and its logprobs' tokens as `token_id:N`): the prompt's and the completion's ids, the logprob of
 each chosen token and its top-1. What it sends is checked as any answer from elsewhere; a line is written with one
@@ -41,6 +42,19 @@ class Prompt:
         return self.text
 
 
+@dataclass(frozen=True)
+class Sampling:
+    """What a rollout is sampled with, written into each line (`rollouts` scores at its temperature and says where
+    the distribution was truncated)."""
+
+    temperature: float
+    top_p: float = 1.0  # 1: no nucleus cut
+    top_k: int = 0  # 0: no top-k cut
+
+    def as_json(self) -> dict:
+        return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k}
+
+
 def read_prompts(path: str) -> Iterator[Prompt]:
     """A prompts file's prompts: JSONL (`.jsonl`: `{"prompt": "..."}` or `{"prompt_ids": [...]}` a line, read line
     by line) or one text a line."""
@@ -74,7 +88,7 @@ def save_rollouts(
     prompts: Iterator[Prompt],
     path: str,
     max_new_tokens: int,
-    temperature: float,
+    sampling: Sampling,
     seed: int,
     samples: int,
     progress: Callable[[int], None] | None = None,
@@ -92,11 +106,13 @@ def save_rollouts(
                     max_new_tokens,
                     top_logprobs=1,
                     token_ids=True,
-                    temperature=temperature,
+                    temperature=sampling.temperature,
+                    top_p=sampling.top_p,
+                    top_k=sampling.top_k,
                     seed=sample_seed,
                     tokens_as_ids=True,
                 )
-                line = _rollout_line(served, prompt, sample_seed, endpoint.url) | {"temperature": temperature}
+                line = _rollout_line(served, prompt, sample_seed, endpoint.url) | sampling.as_json()
                 data = (json.dumps(line) + "\n").encode()
                 if fd is None:
                     fd = _new_file(path)

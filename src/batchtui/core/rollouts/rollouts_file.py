@@ -37,6 +37,7 @@ class Rollout:
     logprobs: tuple[float, ...]
     top1_ids: tuple[int, ...] | None
     temperature: float | None = None  # what the line says it was sampled at (`endpoint --save-rollouts` writes it)
+    truncation: tuple[float, int] = (1.0, 0)  # the line's top_p and top_k (1 and 0: the whole distribution)
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,7 @@ class RolloutFaults:
         self.lines: set[int] = set()  # the faulty lines' numbers (few: skipped with --skip-bad, else the first ends)
         self.last_line = 0
         self.temperatures: dict[float | None, int] = {}  # each temperature the lines give, at its first line
+        self.truncations: dict[tuple[float, int], int] = {}  # each (top_p, top_k) the lines give, at its first line
 
     def __call__(self, fault: InputError, number: int) -> None:
         if not self.skip_bad:
@@ -93,6 +95,7 @@ def read_rollouts(
             faults(fault, number)
             continue
         faults.temperatures.setdefault(rollout.temperature, number)
+        faults.truncations.setdefault(rollout.truncation, number)
         yield rollout
     if checked is not None and number < checked.last_line:
         raise InputError(f"{path} changed since it was checked: it ends at line {number}, not {checked.last_line}")
@@ -147,7 +150,17 @@ def _rollout(number: int, raw: bytes, vocabulary: Vocabulary) -> Rollout:
     ):
         raise InputError(f"{where}: temperature must be a number above 0 (at most 1000), not {str(temperature)[:20]}")
     return Rollout(number, line_digest(raw), prompt, completion, logprobs, top1,
-                   None if temperature is None else float(temperature))  # fmt: skip
+                   None if temperature is None else float(temperature), _truncation(entry, where))  # fmt: skip
+
+
+def _truncation(entry: dict, where: str) -> tuple[float, int]:
+    """The line's (top_p, top_k): 1 and 0 where it gives none (the whole distribution)."""
+    top_p, top_k = entry.get("top_p", 1.0), entry.get("top_k", 0)
+    if not (type(top_p) in (int, float) and finite(top_p) and 0 < top_p <= 1):
+        raise InputError(f"{where}: top_p must be a number above 0 and at most 1, not {str(top_p)[:20]}")
+    if not (type(top_k) is int and 0 <= top_k <= 2**31):
+        raise InputError(f"{where}: top_k must be 0 (off) or a count of tokens, not {str(top_k)[:20]}")
+    return float(top_p), top_k
 
 
 def _tokens(entry: dict, name: str, where: str, vocabulary: Vocabulary, special: bool) -> tuple[int, ...]:

@@ -58,6 +58,7 @@ def score_rollouts(
         skipped = f" ({faults.count} faulty lines skipped)" if faults.count else ""
         raise InputError(f"{job.path} holds no rollouts{skipped}")
     temperature = scoring_temperature(job, faults)
+    top_p, top_k = sampled_truncation(job, faults)
     # (hashing the weights only where a records file holds them: a first run on a large checkpoint reads it all)
     run = records_run(job, settings, loaded, temperature) if job.records else {}
     with joined(settings.device, job.dist_timeout_s) as ranks:
@@ -68,7 +69,7 @@ def score_rollouts(
                 return None
             config = resolved_config(settings, loaded)
             config.update(rollouts_file=job.path, batch_tokens=job.batch_tokens, records=job.records, ranks=ranks.size,
-                          temperature=temperature)  # fmt: skip
+                          temperature=temperature, top_p=top_p, top_k=top_k)  # fmt: skip
             return scored.tally.summary(
                 loaded.tokenizer.decode,
                 lambda token: _label(loaded, token),
@@ -97,6 +98,19 @@ def scoring_temperature(job: RolloutsJob, checked: RolloutFaults) -> float:
             f"{there}): score them apart, or give --temperature"
         )
     return next(iter(given), 1.0)
+
+
+def sampled_truncation(job: RolloutsJob, checked: RolloutFaults) -> tuple[float, int]:
+    """The (top_p, top_k) the lines were sampled with (1 and 0: the whole distribution); lines that give two are
+    refused in one line (two samplers in one summary)."""
+    given = sorted(checked.truncations.items(), key=lambda item: item[1])
+    if len(given) > 1:
+        ((p1, k1), at), ((p2, k2), there) = given[:2]
+        raise InputError(
+            f"{job.path}'s lines were sampled otherwise (top_p {p1:g} top_k {k1} at line {at}, top_p {p2:g} top_k "
+            f"{k2} at line {there}): score them apart"
+        )
+    return given[0][0] if given else (1.0, 0)
 
 
 def records_run(job: RolloutsJob, settings: Settings, loaded: LoadedModel, temperature: float) -> dict:

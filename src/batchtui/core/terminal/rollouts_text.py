@@ -143,15 +143,25 @@ def histogram_ticks(histogram: Histogram, ratio: bool) -> tuple[list[float], lis
 
 
 def rollouts_notes(summary: RolloutsSummary) -> list[str]:
-    """What a reader needs besides the numbers: the temperature scored at, where it is not 1."""
+    """What a reader needs besides the numbers: the temperature scored at, where it is not 1; a truncated sampler."""
+    notes = []
     temperature = summary.config.get("temperature", 1.0)
-    if temperature in (None, 1.0):
-        return []
-    return [
-        f"scored at temperature {temperature:g}: log_softmax(logits / {temperature:g}), as TRL and verl do; vLLM's "
-        "logprobs are of the logits before temperature unless it runs with --logprobs-mode processed_logprobs "
-        "(with raw logprobs, score with --temperature 1)"
-    ]
+    if temperature not in (None, 1.0):
+        notes.append(
+            f"scored at temperature {temperature:g}: log_softmax(logits / {temperature:g}), as TRL and verl do; vLLM's "
+            "logprobs are of the logits before temperature unless it runs with --logprobs-mode processed_logprobs "
+            "(with raw logprobs, score with --temperature 1)"
+        )
+    top_p, top_k = summary.config.get("top_p") or 1.0, summary.config.get("top_k") or 0
+    cuts = ([f"top-p {top_p:g}"] if top_p != 1.0 else []) + ([f"top-k {top_k}"] if top_k else [])
+    if cuts:
+        cut = " and ".join(cuts)
+        notes.append(
+            f"sampled with {cut}: the sampler drew from the truncated distribution, the trainer scores the whole "
+            "one (as TRL and verl do); vLLM's logprobs are of the whole one too unless it runs with --logprobs-mode "
+            "processed_logprobs"
+        )
+    return notes
 
 
 def rollouts_verdict(summary: RolloutsSummary) -> str:
