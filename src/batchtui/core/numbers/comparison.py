@@ -115,10 +115,6 @@ class PositionMetrics:
     topk_single: tuple[TopToken, ...]
 
     @property
-    def divergent(self) -> bool:
-        return not self.allclose or self.top1_flip
-
-    @property
     def margin_ulp(self) -> float | None:
         """The margin in units of the dtype's spacing at the position's largest |logit| (None where max|Δ|
         is 0 and the spacing is not known from it)."""
