@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -61,3 +62,18 @@ def test_only_cpu_tensors_take_the_compiled_kernel(monkeypatch):
     assert compiled_attention(torch.zeros(1, device="meta")) is None
     monkeypatch.setenv(SWITCH, "0")
     assert compiled_attention(torch.zeros(1)) is None
+
+
+@pytest.mark.slow
+def test_a_build_lock_left_by_a_killed_process_is_cleared_not_waited_for(tmp_path):
+    """torch's extension tools wait for a `lock` file in the build folder to go; one minutes old is a dead build's."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    where = "from batchtui.core.invariant.compiled_kernels import _folder; print(_folder())"
+    folder = subprocess.run([sys.executable, "-c", where], capture_output=True, text=True, env=env, check=True)
+    lock = Path(folder.stdout.strip()) / "lock"
+    lock.parent.mkdir(parents=True)
+    lock.touch()
+    os.utime(lock, (0, 0))  # left long ago
+    done = _check(tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert FAILED not in done.stderr and len(_built(tmp_path)) == 1

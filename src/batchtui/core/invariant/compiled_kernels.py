@@ -19,6 +19,7 @@ import os
 import platform
 import shutil
 import threading
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -38,6 +39,7 @@ SWITCH = "BATCHTUI_COMPILED_KERNELS"  # "0": the Python paths
 _CFLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-trapping-math", "-fopenmp")
 
 _NAME = "batchtui_ordered_attention"
+_STALE_LOCK_S = 600
 _lock = threading.Lock()  # held while building: a caller meanwhile waits for the answer
 _built: list = []  # [the op, or None where it could not be built]: decided once a process
 
@@ -78,6 +80,7 @@ def _build() -> Callable | None:
         try:
             folder = _folder()
             folder.mkdir(parents=True, exist_ok=True)
+            _clear_stale_lock(folder)
             if not (folder / f"{_NAME}.so").exists():
                 say("", notice="building the mode's attention kernel for this CPU with torch's extension tools "
                                "(once on this machine, a few seconds)")  # fmt: skip
@@ -95,6 +98,18 @@ def _why(exc: Exception) -> str:
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()] or [type(exc).__name__]
     said = [line for line in lines if any(word in line.lower() for word in ("error", "not found", "no such file"))]
     return (said or lines)[-1][:160]
+
+
+def _clear_stale_lock(folder: Path) -> None:
+    """torch's extension tools hold a `lock` file in the folder while one process builds and make every other wait
+    for it to go: one left by a process killed mid-build (minutes old: a build takes seconds) would make them wait
+    for ever."""
+    lock = folder / "lock"
+    try:
+        if time.time() - lock.stat().st_mtime > _STALE_LOCK_S:
+            lock.unlink(missing_ok=True)
+    except OSError:  # none there (the usual case), or not ours to remove: the build says what goes wrong
+        pass
 
 
 def _load(folder: Path) -> None:
