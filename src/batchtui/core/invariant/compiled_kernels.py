@@ -150,7 +150,7 @@ def _ninja_on_path() -> Iterator[None]:
     path = os.environ.get("PATH", "")
     if shutil.which("ninja") is None:
         try:
-            import ninja  # type: ignore[import-not-found]
+            import ninja
 
             os.environ["PATH"] = os.pathsep.join([ninja.BIN_DIR, path])
         except ImportError:
