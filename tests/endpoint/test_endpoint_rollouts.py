@@ -5,6 +5,8 @@ a rollouts file is never overwritten."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 
 import pytest
 from servers import MODELS, http_json, scripted_server
@@ -140,3 +142,45 @@ def test_a_server_s_token_id_past_any_vocabulary_and_too_many_samples_are_one_li
     assert main(["endpoint", "--url", "http://127.0.0.1:9/v1", "one", "--save-rollouts", str(out),
                  "--samples-per-prompt", "100000"]) == 2  # fmt: skip
     assert "--samples-per-prompt: must be at most 1024" in capsys.readouterr().err
+
+
+def test_with_concurrency_requests_overlap_and_the_lines_keep_the_prompts_order(tmp_path):
+    """`--concurrency 3`: the server holds its first answer until a second request is in flight (bounded: 5 s), and
+    answers the earlier seeds last; the lines are still in the prompts' order, each with its own seed's answer."""
+    out = tmp_path / "rollouts.jsonl"
+    lock, in_flight, most = threading.Lock(), [0], [0]
+    overlapped = threading.Event()
+
+    def script(connection, request, stopped):
+        if request.startswith(b"GET /v1/models"):
+            connection.sendall(http_json(MODELS))
+            return
+        seed = json.loads(request.split(b"\r\n\r\n", 1)[1])["seed"]
+        with lock:
+            in_flight[0] += 1
+            most[0] = max(most[0], in_flight[0])
+            if in_flight[0] > 1:
+                overlapped.set()
+        overlapped.wait(5)
+        time.sleep(0.05 * (45 - seed))  # the earlier seeds answered last
+        with lock:
+            in_flight[0] -= 1
+        connection.sendall(http_json(_completion([seed, 7], [-0.5, -1.0])))
+
+    with scripted_server(script) as (url, _):
+        assert main(["endpoint", "--url", url, "--model", "m", "one", "two", "--save-rollouts", str(out),
+                     "--samples-per-prompt", "3", "--seed", "40", "--concurrency", "3"]) == 0  # fmt: skip
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["seed"] for r in rows] == list(range(40, 46)) and [r["prompt_line"] for r in rows] == [1, 1, 1, 2, 2, 2]
+    assert [r["completion_ids"][0] for r in rows] == list(range(40, 46))  # each line its own request's answer
+    assert most[0] >= 2
+
+
+def test_concurrency_above_max_in_flight_is_refused(tmp_path, capsys):
+    out = tmp_path / "rollouts.jsonl"
+    assert main(["endpoint", "--url", "http://127.0.0.1:9/v1", "one", "--save-rollouts", str(out),
+                 "--concurrency", "8", "--max-in-flight", "4"]) == 2  # fmt: skip
+    assert "--concurrency 8 is above --max-in-flight 4" in capsys.readouterr().err and not out.exists()
+    assert main(["endpoint", "--url", "http://127.0.0.1:9/v1", "one", "--save-rollouts", str(out),
+                 "--concurrency", "2,4"]) == 2  # fmt: skip
+    assert "one level of requests in flight: --concurrency N" in capsys.readouterr().err and not out.exists()

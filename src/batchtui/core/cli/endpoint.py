@@ -54,7 +54,9 @@ def endpoint_parser(prog: str) -> OneLineParser:
         "--concurrency",
         type=levels_argument,
         metavar="N,N,...",
-        help=f"the ladder: requests in flight under load at each level (default: {','.join(map(str, DEFAULT_LADDER))})",
+        help="the ladder: requests in flight under load at each level (default: "
+        f"{','.join(map(str, DEFAULT_LADDER))}); with --save-rollouts one level: the requests in flight while sampling "
+        "(default 1)",
     )
     parser.add_argument("--rounds", type=int_at_least(1), default=3, metavar="R", help="rounds under load")
     parser.add_argument(
@@ -189,6 +191,11 @@ def _save_rollouts(args: argparse.Namespace) -> int:
         raise InputError(f"--top-p must be above 0 and at most 1, not {args.top_p:g}")
     if not 0 <= args.top_k <= 1_000_000:
         raise InputError(f"--top-k must be 0 (off) or a count of tokens, not {args.top_k}")
+    levels = list(args.concurrency or [1])
+    if len(levels) != 1:
+        raise InputError("--save-rollouts samples at one level of requests in flight: --concurrency N")
+    if levels[0] > args.max_in_flight:
+        raise InputError(f"--concurrency {levels[0]} is above --max-in-flight {args.max_in_flight}")
     if args.local or args.invariant:
         raise InputError("--save-rollouts samples only: score the rollouts with `batchtui rollouts FILE --model M`")
     from ..endpoint.client import Endpoint
@@ -206,7 +213,7 @@ def _save_rollouts(args: argparse.Namespace) -> int:
         prompts = (Prompt(i, text, None) for i, text in enumerate(texts_from_args(args).texts, start=1))
     if os.path.lexists(args.save_rollouts):
         raise InputError(f"{args.save_rollouts} exists: rollouts are written to a new file")
-    endpoint = Endpoint(args.url, args.model, args.api_key_env, args.timeout, args.max_answer_mb)
+    endpoint = Endpoint(args.url, args.model, args.api_key_env, args.timeout, args.max_answer_mb, args.max_in_flight)
     bar = TqdmBar(quiet=False, unit="rollout")
     try:
         model = endpoint.resolve_model()
@@ -214,7 +221,7 @@ def _save_rollouts(args: argparse.Namespace) -> int:
             count = save_rollouts(
                 endpoint, prompts, args.save_rollouts, args.max_new_tokens,
                 Sampling(args.temperature, args.top_p, args.top_k), args.seed,
-                args.samples_per_prompt, lambda done: bar.progress(done, None),
+                args.samples_per_prompt, lambda done: bar.progress(done, None), levels[0],
             )  # fmt: skip
     finally:
         endpoint.close()

@@ -2,8 +2,8 @@
 reads them, so that one machine samples and another scores.
 
 Each prompt (a texts file's line, or a JSONL line's `prompt` or `prompt_ids`, read streaming: a file of any length)
-is completed `samples` times at `temperature` (and `top_p`, `top_k`: each line says all three), sample k of prompt i
-with seed `seed + i * samples + k` (the same
+is completed `samples` times at `temperature` (and `top_p`, `top_k`: each line says all three), up to `concurrency`
+requests in flight, the lines in the prompts' order; sample k of prompt i with seed `seed + i * samples + k` (the same
 file and seed sample the same rollouts on a server that honours seeds). The server must give token ids (vLLM's
 `return_token_ids`, and its logprobs' tokens as `token_id:N`): the prompt's and the completion's ids, the logprob of
 each chosen token and its top-1. What it sends is checked as any answer from elsewhere; a line is written with one
@@ -12,11 +12,15 @@ each chosen token and its top-1. What it sends is checked as any answer from els
 
 from __future__ import annotations
 
+import collections
 import json
 import math
 import os
+import queue
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import InputError
 from ..texts import read_text_lines
@@ -92,40 +96,85 @@ def save_rollouts(
     seed: int,
     samples: int,
     progress: Callable[[int], None] | None = None,
+    concurrency: int = 1,
 ) -> int:
     """Every prompt's `samples` rollouts written to `path` (a new file, made once its first line is ready: a fault
-    before it leaves none behind) as they come; how many."""
+    before it leaves none behind) in the prompts' order, `concurrency` requests in flight; how many."""
+
+    def sample(job: tuple[Prompt, int]):
+        prompt, sample_seed = job
+        return endpoint.complete(
+            prompt.sent,
+            max_new_tokens,
+            top_logprobs=1,
+            token_ids=True,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=sampling.top_k,
+            seed=sample_seed,
+            tokens_as_ids=True,
+        )
+
+    jobs = ((prompt, seed + index * samples + k) for index, prompt in enumerate(prompts) for k in range(samples))
     fd: int | None = None
     written = 0
     try:
-        for index, prompt in enumerate(prompts):
-            for k in range(samples):
-                sample_seed = seed + index * samples + k
-                served = endpoint.complete(
-                    prompt.sent,
-                    max_new_tokens,
-                    top_logprobs=1,
-                    token_ids=True,
-                    temperature=sampling.temperature,
-                    top_p=sampling.top_p,
-                    top_k=sampling.top_k,
-                    seed=sample_seed,
-                    tokens_as_ids=True,
-                )
-                line = _rollout_line(served, prompt, sample_seed, endpoint.url) | sampling.as_json()
-                data = (json.dumps(line) + "\n").encode()
-                if fd is None:
-                    fd = _new_file(path)
-                done = os.write(fd, data)
-                while done < len(data):
-                    done += os.write(fd, data[done:])
-                written += 1
-                if progress is not None:
-                    progress(written)
+        for (prompt, sample_seed), served in in_order(sample, jobs, concurrency):
+            line = _rollout_line(served, prompt, sample_seed, endpoint.url) | sampling.as_json()
+            data = (json.dumps(line) + "\n").encode()
+            if fd is None:
+                fd = _new_file(path)
+            done = os.write(fd, data)
+            while done < len(data):
+                done += os.write(fd, data[done:])
+            written += 1
+            if progress is not None:
+                progress(written)
     finally:
         if fd is not None:
             os.close(fd)
     return written
+
+
+def in_order(call: Callable[[Any], Any], jobs: Iterator, concurrency: int) -> Iterator[tuple[Any, Any]]:
+    """(job, call(job)) for each job in the jobs' order, with up to `concurrency` calls running at once (daemon
+    threads: Ctrl+C or a fault ends the command at once, never waiting on a request in flight). A call's fault is
+    raised at its turn, after every answer before it; so is a fault of the jobs' own iterator (a bad prompts line)."""
+    pending: collections.deque = collections.deque()
+    stopped: list[BaseException] = []
+
+    def start_next() -> None:
+        if stopped:
+            return
+        try:
+            job = next(jobs)
+        except StopIteration:
+            return
+        except Exception as fault:  # noqa: BLE001 - raised once the calls before it are answered
+            stopped.append(fault)
+            return
+        box: queue.SimpleQueue = queue.SimpleQueue()
+
+        def run() -> None:
+            try:
+                box.put((call(job), None))
+            except Exception as fault:  # noqa: BLE001 - handed to the caller's thread, which raises it
+                box.put((None, fault))
+
+        threading.Thread(target=run, name="batchtui-sample", daemon=True).start()
+        pending.append((job, box))
+
+    for _ in range(concurrency):
+        start_next()
+    while pending:
+        job, box = pending.popleft()
+        answer, fault = box.get()
+        if fault is not None:
+            raise fault
+        yield job, answer
+        start_next()
+    if stopped:
+        raise stopped[0]
 
 
 def _rollout_line(served, prompt: Prompt, seed: int, url: str) -> dict:
