@@ -179,7 +179,7 @@ def test_lines_sampled_from_a_truncated_distribution_are_said_and_two_samplers_r
     out = capsys.readouterr().out
     assert "note: sampled with top-p 0.9 and top-k 5: the sampler drew from the truncated distribution" in out
     whole = write_jsonl(tmp_path / "whole.jsonl", [{**row, "top_p": 1.0, "top_k": 0} for row in rows[:2]])
-    assert _run(whole, tmp_path)[0] in (0, 1) and "note: sampled with" not in capsys.readouterr().out
+    assert _run(whole, tmp_path, name="whole")[0] in (0, 1) and "note: sampled with" not in capsys.readouterr().out
     mixed = write_jsonl(tmp_path / "mixed.jsonl", [rows[0], {**rows[1], "top_p": 0.9}])
     assert main(["rollouts", str(mixed), "--model", "tiny", "--quiet"]) == 2
     err = capsys.readouterr().err
