@@ -91,26 +91,26 @@ def scoring_temperature(job: RolloutsJob, checked: RolloutFaults) -> float:
     given: dict[float, int] = {}  # each temperature, at its first line
     for t, line in sorted(checked.temperatures.items(), key=lambda item: item[1]):
         given.setdefault(1.0 if t is None else t, line)
-    if len(given) > 1:
-        (first, at), (second, there) = list(given.items())[:2]
-        raise InputError(
-            f"{job.path}'s lines were sampled at other temperatures ({first:g} at line {at}, {second:g} at line "
-            f"{there}): score them apart, or give --temperature"
-        )
-    return next(iter(given), 1.0)
+    return _given_once(job, given, "at other temperatures", lambda t: f"{t:g}", ", or give --temperature", 1.0)
 
 
 def sampled_truncation(job: RolloutsJob, checked: RolloutFaults) -> tuple[float, int]:
     """The (top_p, top_k) the lines were sampled with (1 and 0: the whole distribution); lines that give two are
     refused in one line (two samplers in one summary)."""
-    given = sorted(checked.truncations.items(), key=lambda item: item[1])
+    return _given_once(job, checked.truncations, "otherwise", lambda c: f"top_p {c[0]:g} top_k {c[1]}", "", (1.0, 0))
+
+
+def _given_once(job: RolloutsJob, firsts: dict, how: str, words: Callable, hint: str, default):
+    """The one value of a sampling setting the lines give (`firsts`: each value at its first line; `default` where
+    they give none); two are one line naming both."""
+    given = sorted(firsts.items(), key=lambda item: item[1])
     if len(given) > 1:
-        ((p1, k1), at), ((p2, k2), there) = given[:2]
+        (first, at), (second, there) = given[:2]
         raise InputError(
-            f"{job.path}'s lines were sampled otherwise (top_p {p1:g} top_k {k1} at line {at}, top_p {p2:g} top_k "
-            f"{k2} at line {there}): score them apart"
+            f"{job.path}'s lines were sampled {how} ({words(first)} at line {at}, {words(second)} at line {there}): "
+            f"score them apart{hint}"
         )
-    return given[0][0] if given else (1.0, 0)
+    return given[0][0] if given else default
 
 
 def records_run(job: RolloutsJob, settings: Settings, loaded: LoadedModel, temperature: float) -> dict:
