@@ -61,16 +61,13 @@ class _SampledLogProbs:
         self._head = model.get_output_embeddings()  # a transformers model's head layer (None where it has none)
 
     def apply(self, *args, **kwargs) -> tuple:
-        try:
-            bound = dict(zip(_PARAMETERS, args), **kwargs)
-            if set(bound) - set(_PARAMETERS) or len(args) > len(_PARAMETERS):
-                raise TypeError
-        except TypeError:
+        if len(args) > len(_PARAMETERS) or set(kwargs) - set(_PARAMETERS):
             version = getattr(sys.modules.get("trl"), "__version__", "?")
             raise NotInvariant(
                 f"TRL {version}'s fused LM head is called in a way the mode does not know (it knows TRL 1.16's): "
                 "its logprobs would part from the sampler's"
-            ) from None
+            )
+        bound = dict(zip(_PARAMETERS, args), **kwargs)
         return _logprobs(self._head, **{name: bound.get(name) for name in _PARAMETERS})
 
 
@@ -89,9 +86,8 @@ def _logprobs(head, hidden, weight, bias, targets, temperature, chunk_size, fina
             logits = torch.tanh(logits / final_logit_softcapping) * final_logit_softcapping
         z = logits.float() / (temperature if temperature is not None else 1.0)  # the sampler's: `generate`'s warper
         logp = z.log_softmax(-1)
-        p = logp.exp()
         columns = [logp.gather(-1, labels.clamp(min=0)[:, None])[:, 0]]
-        columns.append(-torch.xlogy(p, p).sum(-1) if "entropy" in asked else z.new_zeros(z.shape[0]))
+        columns.append(torch.special.entr(logp.exp()).sum(-1) if "entropy" in asked else z.new_zeros(z.shape[0]))
         columns.append(torch.logsumexp(2 * logp, -1) if "log_sum_sq_probs" in asked else z.new_zeros(z.shape[0]))
         columns.append(z.mean(-1) if "mean_logits" in asked else z.new_zeros(z.shape[0]))
         columns.append((z.argmax(-1) == labels).float() if "is_top1" in asked else z.new_zeros(z.shape[0]))
