@@ -159,7 +159,7 @@ def in_rows(
         return torch.cat(pieces, dim=dim)
     height = tile_rows(a.device)
     if m <= height:
-        return compute(_padded(a, height, dim)).narrow(dim, 0, m).clone()
+        return _compact(compute(_padded(a, height, dim)).narrow(dim, 0, m), dim)
     tiles = [compute(_padded(a.narrow(dim, s, min(height, m - s)), height, dim)) for s in range(0, m, height)]
     return torch.cat(tiles, dim=dim).narrow(dim, 0, m)
 
