@@ -115,28 +115,50 @@ struct Room {
 // side by side), and values [kvp][dvp], zeros past the last key and the last dimension (kvp, dvp: whole blocks).
 template <typename W>
 struct Operands {
-  std::vector<W> keys, values;
+  W *keys, *values;
   int64_t kvp, dvp;
 };
 
+// The calling thread's room for a call's converted keys and values, kept from call to call: memory freshly taken from
+// the system for every decoding step cost more than the conversion itself. Never zero-filled: each element of a call
+// is written once, padding included.
+template <typename W>
+W* scratch(std::vector<W>& room, int64_t size) {
+  if (static_cast<int64_t>(room.size()) < size) room.resize(size);
+  return room.data();
+}
+
 template <typename T, typename W>
-void convert_operands(const Inputs<T, W>& in, int64_t batch, Operands<W>& ops, int64_t threads) {
-  const int64_t d = in.d, dv = in.dv, kvp = whole_blocks(in.keys), dvp = whole_blocks(dv);
-  ops.kvp = kvp, ops.dvp = dvp;
-  ops.keys.assign(batch * in.kv_heads * d * kvp, W(0));
-  ops.values.assign(batch * in.kv_heads * kvp * dvp, W(0));
-#pragma omp parallel for collapse(2) num_threads(threads)
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t g = 0; g < in.kv_heads; ++g) {
-      W* keys = ops.keys.data() + (b * in.kv_heads + g) * d * kvp;
-      W* values = ops.values.data() + (b * in.kv_heads + g) * kvp * dvp;
-      for (int64_t k = 0; k < in.keys; ++k) {
-        const T* key = in.k + in.ks.at(b, g, k);
-        const T* value = in.v + in.vs.at(b, g, k);
-        for (int64_t j = 0; j < d; ++j) keys[j * kvp + k] = W(key[j * in.ks.s3]);
-        for (int64_t j = 0; j < dv; ++j) values[k * dvp + j] = W(value[j * in.vs.s3]);
-      }
+void allocate_operands(const Inputs<T, W>& in, int64_t batch, Operands<W>& ops) {
+  ops.kvp = whole_blocks(in.keys), ops.dvp = whole_blocks(in.dv);
+  thread_local std::vector<W> keys, values;
+  ops.keys = scratch(keys, batch * in.kv_heads * in.d * ops.kvp);
+  ops.values = scratch(values, batch * in.kv_heads * ops.kvp * ops.dvp);
+}
+
+// Key head g of row b converted: its keys a block of kLanes at a time, each dimension's kLanes values written side by
+// side (reading kLanes keys' rows along), then its values row by row.
+template <typename T, typename W>
+void convert_head(const Inputs<T, W>& in, Operands<W>& ops, int64_t b, int64_t g) {
+  const int64_t d = in.d, dv = in.dv, kvp = ops.kvp, dvp = ops.dvp;
+  W* keys = ops.keys + (b * in.kv_heads + g) * d * kvp;
+  W* values = ops.values + (b * in.kv_heads + g) * kvp * dvp;
+  const T* rows[kLanes];
+  for (int64_t k0 = 0; k0 < kvp; k0 += kLanes) {
+    const int64_t real = std::min(kLanes, in.keys - k0);
+    for (int64_t l = 0; l < real; ++l) rows[l] = in.k + in.ks.at(b, g, k0 + l);
+    for (int64_t j = 0; j < d; ++j) {
+      W* out = keys + j * kvp + k0;
+      for (int64_t l = 0; l < real; ++l) out[l] = W(rows[l][j * in.ks.s3]);
+      std::fill(out + real, out + kLanes, W(0));
     }
+  }
+  for (int64_t k = 0; k < in.keys; ++k) {
+    const T* value = in.v + in.vs.at(b, g, k);
+    for (int64_t j = 0; j < dv; ++j) values[k * dvp + j] = W(value[j * in.vs.s3]);
+    std::fill(values + k * dvp + dv, values + (k + 1) * dvp, W(0));
+  }
+  std::fill(values + in.keys * dvp, values + kvp * dvp, W(0));
 }
 
 // The keys any of the `count` queries from `i0` sees lie in [first, last]: found from both ends of each row.
@@ -182,8 +204,9 @@ W weights_of(const Inputs<T, W>& in, int64_t b, int64_t h, int64_t i, W* w, int6
   return in.sinks ? total + exp_fixed(sink - top) : total;
 }
 
-// The `count` queries from `i0` of head `h` in row `b`, in the thread's `room`.
-template <typename T, typename W>
+// The `count` queries from `i0` of head `h` in row `b`, in the thread's `room`, computed as a tile of C queries
+// (C >= count, the rest zeros): a decoding step's single query is not made to carry seven empty ones.
+template <typename T, typename W, int64_t C>
 void attend_tile(const Inputs<T, W>& in, const Operands<W>& ops, int64_t b, int64_t h, int64_t i0, int64_t count,
                  Room<W>& room) {
   const int64_t d = in.d, dv = in.dv, dvp = ops.dvp, kvp = ops.kvp;
@@ -197,30 +220,30 @@ void attend_tile(const Inputs<T, W>& in, const Operands<W>& ops, int64_t b, int6
   }
   const int64_t lo = first - first % kLanes, span = whole_blocks(last + 1 - lo);
   W* queries = room.queries.data();  // the tile's queries in W, zeros past `count`
-  for (int64_t t = 0; t < kTile; ++t)
+  for (int64_t t = 0; t < C; ++t)
     for (int64_t j = 0; j < d; ++j)
       queries[t * d + j] = t < count ? W(in.q[in.qs.at(b, h, i0 + t) + j * in.qs.s3]) : W(0);
-  const W* keys = ops.keys.data() + kv_head * d * kvp + lo;  // [d][kvp], from key lo
-  const W* values = ops.values.data() + (kv_head * kvp + lo) * dvp;  // [kvp][dvp], from key lo
+  const W* keys = ops.keys + kv_head * d * kvp + lo;  // [d][kvp], from key lo
+  const W* values = ops.values + (kv_head * kvp + lo) * dvp;  // [kvp][dvp], from key lo
   // scores: q . k summed over the dimensions in order, kLanes keys at once
   W* weights = room.weights.data();
   for (int64_t k0 = 0; k0 < span; k0 += kLanes) {
-    Lanes<W> acc[kTile] = {};
+    Lanes<W> acc[C] = {};
     for (int64_t j = 0; j < d; ++j) {
       const Lanes<W> key_block = load(keys + j * kvp + k0);
-      for (int64_t t = 0; t < kTile; ++t) acc[t] += queries[t * d + j] * key_block;
+      for (int64_t t = 0; t < C; ++t) acc[t] += queries[t * d + j] * key_block;
     }
-    for (int64_t t = 0; t < kTile; ++t) std::memcpy(weights + t * span + k0, &acc[t], sizeof acc[t]);
+    for (int64_t t = 0; t < C; ++t) std::memcpy(weights + t * span + k0, &acc[t], sizeof acc[t]);
   }
-  W total[kTile] = {};
+  W total[C] = {};
   for (int64_t t = 0; t < count; ++t) total[t] = weights_of(in, b, h, i0 + t, weights + t * span, lo, span);
-  std::fill(weights + count * span, weights + kTile * span, W(0));
+  std::fill(weights + count * span, weights + C * span, W(0));
   // weighted values, key after key; a key a query does not see adds 0 * value: nothing to a sum begun at +0
   for (int64_t j0 = 0; j0 < dvp; j0 += kLanes) {
-    Lanes<W> acc[kTile] = {};
+    Lanes<W> acc[C] = {};
     for (int64_t k = 0; k < span; ++k) {
       const Lanes<W> value_block = load(values + k * dvp + j0);
-      for (int64_t t = 0; t < kTile; ++t) acc[t] += weights[t * span + k] * value_block;
+      for (int64_t t = 0; t < C; ++t) acc[t] += weights[t * span + k] * value_block;
     }
     for (int64_t t = 0; t < count; ++t) {
       W sums[kLanes];
@@ -229,6 +252,21 @@ void attend_tile(const Inputs<T, W>& in, const Operands<W>& ops, int64_t b, int6
         out_rows[t * dv + j0 + l] = T(total[t] > 0 ? sums[l] / total[t] : W(0));
     }
   }
+}
+
+// The tile's queries computed in the smallest of the tile heights that holds them (each query's sums the same in all).
+template <typename T, typename W>
+void attend_queries(const Inputs<T, W>& in, const Operands<W>& ops, int64_t b, int64_t h, int64_t i0, int64_t count,
+                    Room<W>& room) {
+  static_assert(kTile == 8, "the heights below");
+  if (count == 1)
+    attend_tile<T, W, 1>(in, ops, b, h, i0, count, room);
+  else if (count == 2)
+    attend_tile<T, W, 2>(in, ops, b, h, i0, count, room);
+  else if (count <= 4)
+    attend_tile<T, W, 4>(in, ops, b, h, i0, count, room);
+  else
+    attend_tile<T, W, 8>(in, ops, b, h, i0, count, room);
 }
 
 template <typename T, typename W>
@@ -250,17 +288,21 @@ void attend_all(const Tensor& query, const Tensor& key, const Tensor& value, con
   in.scale = static_cast<W>(scale), in.cap = static_cast<W>(softcap);
   const int64_t batch = qs[0], tiles = (in.queries + kTile - 1) / kTile;
   Operands<W> ops;
-  convert_operands(in, batch, ops, threads);
+  allocate_operands(in, batch, ops);
 
 #pragma omp parallel num_threads(threads)
   {
+#pragma omp for collapse(2)
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t g = 0; g < in.kv_heads; ++g) convert_head(in, ops, b, g);
+    // (the loop's end waits for every thread: each query reads its key head whole)
     Room<W> room(in.d, ops.kvp);
 #pragma omp for collapse(3) schedule(dynamic, 1)
     for (int64_t b = 0; b < batch; ++b)
       for (int64_t h = 0; h < in.heads; ++h)
         for (int64_t tile = 0; tile < tiles; ++tile) {
           const int64_t i0 = tile * kTile, count = std::min(kTile, in.queries - i0);
-          attend_tile(in, ops, b, h, i0, count, room);
+          attend_queries(in, ops, b, h, i0, count, room);
         }
   }
 }
