@@ -1,7 +1,8 @@
-"""The mode's compiled attention kernel: built once a machine into the cache folder, said once, and loaded from there
-by the next process without a word; where it cannot be built (no compiler) one line says so and the Python path keeps
-the promise; `BATCHTUI_COMPILED_KERNELS=0` takes the Python path without building. (Its bits, arrival by arrival, are
-`test_ordered_attention`'s and the arrival tests'.)"""
+"""The mode's compiled kernels (attention, small float32 linear layers): built once a machine into the cache folder,
+said once, and loaded from there by the next process without a word; where they cannot be built (no compiler) one line
+says so and the Python paths keep the promise; `BATCHTUI_COMPILED_KERNELS=0` takes the Python paths without building.
+(Their bits, arrival by arrival, are `test_ordered_attention`'s, `test_fixed_order_linear`'s and the arrival
+tests'.)"""
 
 from __future__ import annotations
 
@@ -13,13 +14,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from batchtui.core.invariant.compiled_kernels import SWITCH, compiled_attention
+from batchtui.core.invariant.compiled_kernels import SWITCH, compiled_attention, compiled_linear
 
 pytestmark = pytest.mark.cpu_kernels  # run again with the AVX2 kernels (.ci/run)
 
 CHECK = ["-m", "batchtui.core", "check", "--model", "tiny", "--dtype", "bfloat16", "--invariant", "--bitwise"]
-BUILDING = "building the mode's attention kernel"
-FAILED = "the mode's attention kernel could not be built here"
+BUILDING = "building the mode's kernels"
+FAILED = "the mode's kernels could not be built here"
 
 
 def _check(cache, **env) -> subprocess.CompletedProcess:
@@ -28,7 +29,7 @@ def _check(cache, **env) -> subprocess.CompletedProcess:
 
 
 def _built(cache) -> list:
-    return sorted((cache / "batchtui" / "compiled").glob("*/batchtui_ordered_attention.so"))
+    return sorted((cache / "batchtui" / "compiled").glob("*/batchtui_kernels.so"))
 
 
 @pytest.mark.slow
@@ -58,10 +59,14 @@ def test_the_switch_takes_the_python_path_without_building(tmp_path):
     assert _built(tmp_path) == []
 
 
-def test_only_cpu_tensors_take_the_compiled_kernel(monkeypatch):
+def test_only_cpu_tensors_take_the_compiled_kernels_and_the_linear_float32_alone(monkeypatch):
     assert compiled_attention(torch.zeros(1, device="meta")) is None
+    assert compiled_linear(torch.zeros(1, device="meta")) is None
+    assert compiled_linear(torch.zeros(1, dtype=torch.bfloat16)) is None
+    assert compiled_linear(torch.zeros(1, dtype=torch.float64)) is None
     monkeypatch.setenv(SWITCH, "0")
     assert compiled_attention(torch.zeros(1)) is None
+    assert compiled_linear(torch.zeros(1)) is None
 
 
 @pytest.mark.slow

@@ -36,9 +36,11 @@ def matmul_path_rows(paths: list[dict]) -> tuple[tuple[str, ...], list[tuple[str
             return f"not below {floor}"
         return "none up to 16" if height is None else f"from {height}"
 
-    def short(path: str, height: int | None, ceiling: int) -> str:
+    def short(path: str, height: int | None, ceiling: int | None) -> str:
         if height is None:
             return "tiles of 16"
+        if ceiling is None:
+            return "as it is, any height"
         return ("as it is" if height == 1 else f"padded to {height}") + f", cut at {ceiling}"
 
     # (a layer measured through both of its op's overloads, `invariant.linear`, shows once where the two agree)

@@ -1,14 +1,17 @@
-"""The mode's compiled CPU kernel: attention summed in one fixed order (`compiled/ordered_attention.cpp`), C++ and
-OpenMP built with torch's own extension tools (`torch.utils.cpp_extension`) on first use, once per machine.
+"""The mode's compiled CPU kernels, C++ and OpenMP built with torch's own extension tools (`torch.utils.cpp_extension`)
+on first use, once per machine: attention summed in one fixed order (`compiled/ordered_attention.cpp`), and a small
+float32 linear layer's rows summed in one fixed order (`compiled/fixed_order_linear.cpp`).
 
 The attention's Python path (`attention_tiles`, `attention_scan`) is some twenty small calls a layer, most of a small
-model's cost in the mode; the compiled kernel is one call, each query computed whole by one thread in key order.
-It is built for this CPU (`-march=native`), so its folder is named by everything that decides its code: the CPU
-model and flags, torch's version and build, the source, the flags: `$XDG_CACHE_HOME/batchtui/compiled/<digest>/`
-(clear it with `rm -r ~/.cache/batchtui/compiled`). Where it cannot be built (no C++ compiler, no ninja) or
-`BATCHTUI_COMPILED_KERNELS=0` is set, the Python path is taken, with one line saying why: the same promise, slower.
-The choice is made once a process, so that every pass of a process takes the same path (the two paths round
-otherwise: a text's bits are the same in every arrival within one path)."""
+model's cost in the mode; the compiled kernel is one call, each query computed whole by one thread in key order. A
+small model's float32 linear layers in the GEMM library keep a row's bits only from 16 rows (a decoding step's 8 rows
+padded to 16, a prefill's cut at measured heights); the compiled one keeps them at any height, measured nothing.
+They are built for this CPU (`-march=native`), so their folder is named by everything that decides their code: the
+CPU model and flags, torch's version and build, the sources, the flags: `$XDG_CACHE_HOME/batchtui/compiled/<digest>/`
+(clear it with `rm -r ~/.cache/batchtui/compiled`). Where they cannot be built (no C++ compiler, no ninja) or
+`BATCHTUI_COMPILED_KERNELS=0` is set, the Python paths are taken, with one line saying why: the same promise, slower.
+The choice is made once a process, so that every pass of a process takes the same path (the paths round otherwise:
+a text's bits are the same in every arrival within one path)."""
 
 from __future__ import annotations
 
@@ -32,22 +35,32 @@ from ..models.loading import resolve_device
 from ..settings import Settings
 from .measuring import say
 
-SOURCE = Path(__file__).parent / "compiled" / "ordered_attention.cpp"
+_HOME = Path(__file__).parent / "compiled"
+SOURCES = (_HOME / "ordered_attention.cpp", _HOME / "fixed_order_linear.cpp")
 SWITCH = "BATCHTUI_COMPILED_KERNELS"  # "0": the Python paths
 # -ffp-contract=off: no fused multiply-add in a vector body that its scalar tail would round otherwise;
 # -fno-trapping-math: the exponential's select vectorizes (no value changes, only floating-point flags)
 _CFLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-trapping-math", "-fopenmp")
 
-_NAME = "batchtui_ordered_attention"
+_NAME = "batchtui_kernels"
 _STALE_LOCK_S = 600
 _lock = threading.Lock()  # held while building: a caller meanwhile waits for the answer
-_built: list = []  # [the op, or None where it could not be built]: decided once a process
+_built: list[bool] = []  # [whether the kernels could be built]: decided once a process
 
 
 def compiled_attention(t: torch.Tensor) -> Callable | None:
     """The compiled attention op for tensors like `t` (CPU, floating), or None: the Python path."""
+    return torch.ops.batchtui.ordered_attention if _usable(t) else None
+
+
+def compiled_linear(t: torch.Tensor) -> Callable | None:
+    """The compiled fixed-order linear op for rows like `t` (CPU, float32), or None: the GEMM library's paths."""
+    return torch.ops.batchtui.fixed_order_linear if t.dtype == torch.float32 and _usable(t) else None
+
+
+def _usable(t: torch.Tensor) -> bool:
     if t.device.type != "cpu" or os.environ.get(SWITCH) == "0":
-        return None
+        return False
     if not _built:
         _decide()
     return _built[0]
@@ -71,26 +84,27 @@ def _decide() -> None:
 def _folder() -> Path:
     cpu, flags = cpu_identity()
     parts = (cpu, flags, platform.machine(), torch.__version__, torch.__config__.show(), " ".join(_CFLAGS))
-    digest = hashlib.sha256("\n".join(parts).encode() + SOURCE.read_bytes()).hexdigest()[:16]
+    sources = b"".join(path.read_bytes() for path in SOURCES)
+    digest = hashlib.sha256("\n".join(parts).encode() + sources).hexdigest()[:16]
     return cache_folder() / "compiled" / digest
 
 
-def _build() -> Callable | None:
-    if not hasattr(torch.ops.batchtui, "ordered_attention"):
+def _build() -> bool:
+    if not hasattr(torch.ops.batchtui, "fixed_order_linear"):
         try:
             folder = _folder()
             folder.mkdir(parents=True, exist_ok=True)
             _clear_stale_lock(folder)
             if not (folder / f"{_NAME}.so").exists():
-                say("", notice="building the mode's attention kernel for this CPU with torch's extension tools "
+                say("", notice="building the mode's kernels for this CPU with torch's extension tools "
                                "(once on this machine, a few seconds)")  # fmt: skip
             _load(folder)
         except Exception as exc:  # noqa: BLE001 - a compiler's or a linker's failure is any of many types
             reason = _why(exc)
-            say("", notice=f"the mode's attention kernel could not be built here ({reason}): its Python path is "
+            say("", notice=f"the mode's kernels could not be built here ({reason}): their Python paths are "
                            "taken (the same bits in every arrival, slower)")  # fmt: skip
-            return None
-    return torch.ops.batchtui.ordered_attention
+            return False
+    return True
 
 
 def _why(exc: Exception) -> str:
@@ -121,7 +135,7 @@ def _load(folder: Path) -> None:
     with _quietly(cpp_extension.__name__), _ninja_on_path():
         cpp_extension.load(
             name=_NAME,
-            sources=[str(SOURCE)],
+            sources=[str(path) for path in SOURCES],
             extra_cflags=list(_CFLAGS),
             extra_ldflags=["-fopenmp"],
             build_directory=str(folder),

@@ -6,7 +6,10 @@ costs tens of microseconds, that is what the mode cost. While `RowInvariantLinea
 `nn.Linear` of the model (the class itself, not a subclass with its own forward) computes its rows in its own
 forward: oneDNN's inner product on the weight as stored where it keeps rows from the fewest rows (one call into
 C++, as fast as the library's or faster), else the GEMM library's op (`rows.by_rows` measures both, per shape,
-dtype and thread count: `rows`). Another thread's call, or a call outside the mode, is the layer's own.
+dtype and thread count: `rows`). A float32 weight of at most `_FIXED_ORDER_BYTES` (a small model's layers) goes to
+the compiled fixed-order kernel instead (`compiled_kernels`), where it is built: a row's bits the same at any height
+by construction, so a decoding step is not padded to the GEMM library's 16 rows nor a prefill cut at measured
+heights, and nothing is measured. Another thread's call, or a call outside the mode, is the layer's own.
 """
 
 from __future__ import annotations
@@ -18,11 +21,18 @@ from typing import Any, TypeGuard
 import torch
 import torch.nn.functional as F
 
+from .compiled_kernels import compiled_linear
 from .gradients import plain_backward
 from .matmul import RowInvariantMatmuls, onednn_linear, onednn_usable, small_operand
 from .measured_store import kernel_site
-from .rows import MEASURED_ROWS, Path, RowsFn, choose, in_rows
+from .rows import MEASURED_ROWS, Path, RowsFn, choose, in_rows, record_any_height
 from .scopes import ModuleForwards, has_own_forward
+
+# The largest weight the compiled fixed-order kernel takes: one the caches hold (measured on the built-ins' layers,
+# up to a 4096x256 head: as fast as the GEMM library's calls or faster at every height; on larger weights the
+# library's blocking wins).
+_FIXED_ORDER_BYTES = 4 << 20
+_NO_BIAS = torch.empty(0)
 
 
 def _op(bias: torch.Tensor | None) -> str:
@@ -43,6 +53,32 @@ def _library(weight: torch.Tensor, bias: torch.Tensor | None):
             out = rows.new_empty((rows.shape[0], out_features))
             return torch.mm(rows, operand, out=out) if bias is None else torch.addmm(bias, rows, operand, out=out)
         return torch.mm(rows, operand) if bias is None else torch.addmm(bias, rows, operand)
+
+    return product
+
+
+def _fixed_order(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> RowsFn | None:
+    """`rows` times the layer's weight through the compiled fixed-order kernel, where it takes them (float32 rows and
+    parameters, a small weight whose rows are contiguous, the kernel built here); None elsewhere. The weight is read
+    as it is at every call (a weight changed in place, by an optimizer or through `.data`, is read changed)."""
+    op = compiled_linear(rows)
+    takes = (
+        op is not None
+        and weight.dtype == torch.float32
+        and weight.numel() * weight.element_size() <= _FIXED_ORDER_BYTES
+        and weight.stride(-1) == 1
+        and (bias is None or (bias.dtype == torch.float32 and bias.is_contiguous()))
+    )
+    if op is None or not takes:
+        return None
+    kernel: Callable = op
+    # (views of the parameters' data: an in-place change shows in them; a new tensor makes the layer's path anew)
+    weights, biases = weight.detach(), (_NO_BIAS if bias is None else bias.detach())
+
+    def product(rows: torch.Tensor) -> torch.Tensor:
+        rows = rows if rows.stride(-1) == 1 else rows.contiguous()
+        out = rows.new_empty((rows.shape[0], weights.shape[0]))
+        return kernel(rows, weights, biases, torch.get_num_threads(), out)
 
     return product
 
@@ -72,9 +108,10 @@ class _Forward:
         self._library, self._op = _library(module.weight, module.bias), _op(module.bias)
         # (thread count, whether the op's CPU kernel is replaced now) -> (compute, floor, the elements between which a
         # call is the library's op whole, from the floor's rows to `MEASURED_ROWS`: such a call is `F.linear`'s own,
-        # None where the path is another; the ceiling). The library's path calls the op's out overload while the mode
-        # replaces the op, the op itself while not (`_library`): two kernels, where one is registered for the op alone
-        # (a kernel library's), each measured for itself.
+        # None where the path is another; the ceiling, None where `compute` takes any height in one call). The
+        # library's path calls the op's out overload while the mode replaces the op, the op itself while not
+        # (`_library`): two kernels, where one is registered for the op alone (a kernel library's), each measured for
+        # itself.
         self._chosen: dict[tuple, tuple] = {}
 
     def original(self, x: torch.Tensor) -> torch.Tensor:
@@ -147,6 +184,11 @@ class _Forward:
             # itself while not; one kind of call where both are one kernel (as torch registers them)
             site = kernel_site(f"aten::{self._op}.out" if op_replaced else f"aten::{self._op}")
             key = ("linear", self._weight.shape, self._bias is not None, site)
+            fixed = _fixed_order(rows, self._weight, self._bias)
+            if fixed is not None:  # any height, one call (`ceiling` None)
+                record_any_height(rows, 0, key, "compiled")
+                self._chosen[torch.get_num_threads(), op_replaced] = (fixed, 1, None, None)
+                return self(x)
             paths = _paths(rows, self._weight, self._bias, self._library)
             compute, floor, ceiling = choose(rows, 0, key, *paths, operand=self._weight.t())
             measured = (floor * self._in, MEASURED_ROWS * self._in) if floor is not None else None
@@ -154,8 +196,8 @@ class _Forward:
             self._chosen[torch.get_num_threads(), op_replaced] = (compute, floor, whole, ceiling)
             return self(x)  # the call again, its path chosen
         compute, floor, _, ceiling = chosen
-        # (a Size as one argument parses slowly)
-        return in_rows(rows, 0, compute, floor, ceiling).view(*x.shape[:-1], self._out)
+        computed = compute(rows) if ceiling is None else in_rows(rows, 0, compute, floor, ceiling)
+        return computed.view(*x.shape[:-1], self._out)  # (a Size as one argument parses slowly)
 
 
 def _where(weight: torch.Tensor, bias: torch.Tensor | None) -> tuple:

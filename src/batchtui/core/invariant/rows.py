@@ -64,7 +64,8 @@ class ChosenPath:
     height: int | None  # the row-keeping height it is padded to; None: tiles of `tile_rows` rows
     heights: dict[str, int | None]  # each path's row-keeping height as measured (None: none up to 16, or it failed)
     failed: tuple[str, ...] = ()  # the paths that could not run here (a kernel this CPU lacks)
-    ceiling: int = MEASURED_ROWS  # the tallest call made: a taller one is cut into calls of the heights checked
+    # the tallest call made: a taller one is cut into calls of the heights checked; None: any height, one call
+    ceiling: int | None = MEASURED_ROWS
     unneeded: tuple[str, ...] = ()  # paths measured only below the chosen one's height (not taken from it up)
 
 
@@ -116,11 +117,7 @@ def choose(
     thread count.
     `operand`: the [..., K, N] tensor the rows multiply, where they do (`_probe` makes rows whose sums show any
     change of order with it)."""
-    # The library blocks a call by its thread count too, and that count is per thread (the app's workers run
-    # with one core fewer than the main thread): a measurement holds for one count only.
-    shape = (a.shape[:dim], a.shape[dim + 1 :], a.stride(-1) == 1)
-    # A model split across devices (--device-map) has the same shapes on CPU and CUDA: measured apart.
-    key = (key, a.dtype, *shape, a.device.type, torch.get_num_threads())
+    key = _full_key(a, dim, key)
     known = _measured.get(key)  # a dict read needs no lock
     if known is None:
         paths = [(name, library), *others()]
@@ -129,6 +126,21 @@ def choose(
         )
     chosen, floor, ceiling = known
     return (library if chosen == 0 else others()[chosen - 1][1]), floor, ceiling
+
+
+def _full_key(a: torch.Tensor, dim: int, key: tuple) -> tuple:
+    """`key` with what else decides a call's kernels: the dtype, the shape and layout of all but the rows, the device
+    type (a model split across devices has the same shapes on CPU and CUDA) and the thread count (the library blocks
+    a call by it, and it is per thread: the app's workers run with one core fewer than the main thread)."""
+    return (key, a.dtype, a.shape[:dim], a.shape[dim + 1 :], a.stride(-1) == 1, a.device.type, torch.get_num_threads())
+
+
+def record_any_height(a: torch.Tensor, dim: int, key: tuple, name: str) -> None:
+    """For `chosen_paths`: calls like `a` of `key` are computed by `name`, a kernel that gives a row the same bits in
+    a call of any height by construction (nothing measured, nothing padded or cut)."""
+    full = _full_key(a, dim, key)
+    with _measured_lock:
+        _chosen[full] = ChosenPath(full, name, 1, {name: 1}, ceiling=None)
 
 
 def in_rows(
