@@ -59,10 +59,11 @@ def test_the_switch_takes_the_python_path_without_building(tmp_path):
     assert _built(tmp_path) == []
 
 
-def test_only_cpu_tensors_take_the_compiled_kernels_and_the_linear_float32_alone(monkeypatch):
+def test_only_cpu_tensors_take_the_compiled_kernels_and_the_linear_float32_and_bfloat16_alone(monkeypatch):
     assert compiled_attention(torch.zeros(1, device="meta")) is None
     assert compiled_linear(torch.zeros(1, device="meta")) is None
-    assert compiled_linear(torch.zeros(1, dtype=torch.bfloat16)) is None
+    assert compiled_linear(torch.zeros(1, dtype=torch.bfloat16)) is not None
+    assert compiled_linear(torch.zeros(1, dtype=torch.float16)) is None
     assert compiled_linear(torch.zeros(1, dtype=torch.float64)) is None
     monkeypatch.setenv(SWITCH, "0")
     assert compiled_attention(torch.zeros(1)) is None

@@ -65,7 +65,9 @@ async def test_the_mode_s_first_measuring_is_said_in_the_status_line_as_it_goes(
     from tui_helpers import wait_for
 
     from batchtui.core.invariant import linear, measured_store, mode, rows
+    from batchtui.core.invariant.compiled_kernels import SWITCH
 
+    monkeypatch.setenv(SWITCH, "0")  # the measured paths (the compiled kernels measure nothing)
     store = measured_store.MeasuredStore(tmp_path)
     monkeypatch.setattr(rows, "store", store)
     monkeypatch.setattr(mode, "store", store)

@@ -1,11 +1,12 @@
 """The mode's compiled CPU kernels, C++ and OpenMP built with torch's own extension tools (`torch.utils.cpp_extension`)
 on first use, once per machine: attention summed in one fixed order (`compiled/ordered_attention.cpp`), and a small
-float32 linear layer's rows summed in one fixed order (`compiled/fixed_order_linear.cpp`).
+float32 or bfloat16 linear layer's rows summed in one fixed order (`compiled/fixed_order_linear.cpp`).
 
 The attention's Python path (`attention_tiles`, `attention_scan`) is some twenty small calls a layer, most of a small
 model's cost in the mode; the compiled kernel is one call, each query computed whole by one thread in key order. A
-small model's float32 linear layers in the GEMM library keep a row's bits only from 16 rows (a decoding step's 8 rows
-padded to 16, a prefill's cut at measured heights); the compiled one keeps them at any height, measured nothing.
+small model's linear layers in the GEMM libraries keep a row's bits only from a measured height and up to measured
+ones (float32's decoding step of 8 rows padded to 16, a prefill's rows padded up to a height checked); the compiled
+one keeps them at any height, measured nothing.
 They are built for this CPU (`-march=native`), so their folder is named by everything that decides their code: the
 CPU model and flags, torch's version and build, the sources, the flags: `$XDG_CACHE_HOME/batchtui/compiled/<digest>/`
 (clear it with `rm -r ~/.cache/batchtui/compiled`). Where they cannot be built (no C++ compiler, no ninja) or
@@ -43,6 +44,7 @@ SWITCH = "BATCHTUI_COMPILED_KERNELS"  # "0": the Python paths
 _CFLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-trapping-math", "-fopenmp")
 
 _NAME = "batchtui_kernels"
+_LINEAR_DTYPES = (torch.float32, torch.bfloat16)
 _STALE_LOCK_S = 600
 _lock = threading.Lock()  # held while building: a caller meanwhile waits for the answer
 _built: list[bool] = []  # [whether the kernels could be built]: decided once a process
@@ -54,8 +56,9 @@ def compiled_attention(t: torch.Tensor) -> Callable | None:
 
 
 def compiled_linear(t: torch.Tensor) -> Callable | None:
-    """The compiled fixed-order linear op for rows like `t` (CPU, float32), or None: the GEMM library's paths."""
-    return torch.ops.batchtui.fixed_order_linear if t.dtype == torch.float32 and _usable(t) else None
+    """The compiled fixed-order linear op for rows like `t` (CPU, float32 or bfloat16), or None: the GEMM library's
+    paths."""
+    return torch.ops.batchtui.fixed_order_linear if t.dtype in _LINEAR_DTYPES and _usable(t) else None
 
 
 def _usable(t: torch.Tensor) -> bool:

@@ -1,23 +1,28 @@
 // A linear layer's rows, each summed in one fixed order whatever else shares the call (the CPU kernel of batchtui's
 // `fixed_order_linear`).
 //
-// Output (r, n) is bias[n] + the sum over k of x[r, k] * w[n, k]: in spans of kSpan terms, each taken k after k as
-// one fused multiply-add after another from +0 and added to the total in order; the same operations for every row,
-// whatever the call's height, the row's place in it, the thread that computes it or the thread count. Each thread
-// copies the weight's blocks of kCols outputs it takes transposed ([K][kCols], zeros past N) once a call, so that a
-// row's outputs are independent sums side by side in the vector lanes (every lane the same fused operation: no
-// scalar tail rounds otherwise); the weight is read as it is at the call, never kept. float32 only,
-// for weights the caches hold (a small model's layers), where a GEMM library's call costs more than its arithmetic
-// and keeps a row's bits only from a measured height (a bfloat16 GEMM's dot-product instructions outrun it there).
+// Output (r, n) is bias[n] + the sum over k of x[r, k] * w[n, k]: in spans of kSpan terms, each taken in order from
+// +0 and added to the total in order; the same operations for every row, whatever the call's height, the row's place
+// in it, the thread that computes it or the thread count. Each thread copies the weight's blocks of kCols outputs it
+// takes transposed (zeros past N) once a call, so that a row's outputs are independent sums side by side in the
+// vector lanes (every lane the same fused operation: no scalar tail rounds otherwise); the weight is read as it is at
+// the call, never kept. float32: one fused multiply-add a term. bfloat16 where the CPU has its dot-product instruction
+// (avx512_bf16): a pair of terms an instruction (both products exact in float32, added to the lane one after the
+// other, as the instruction defines); elsewhere converted to float32 and summed as float32 is. Made for weights the
+// caches hold (a small model's layers), where a GEMM library's call costs more than its arithmetic and keeps a row's
+// bits only from a measured height.
 
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/tensor.h>
+#include <torch/headeronly/util/BFloat16.h>
 
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 #include <vector>
 
 using torch::stable::Tensor;
@@ -80,15 +85,26 @@ constexpr int64_t kChunkRows = 48;  // rows a task takes
 // error of a long sum grows with the terms summed one after another, so a span keeps it to a GEMM library's.
 constexpr int64_t kSpan = 64;
 
+using BFloat16 = c10::BFloat16;
+
+template <typename T>
 struct Call {
-  const float* x;
-  int64_t x_stride;      // from a row to the next, in elements
-  const float* weight;   // [n][k], rows contiguous
+  const T* x;
+  int64_t x_stride;  // from a row to the next, in elements
+  const T* weight;   // [n][k], rows contiguous
   int64_t w_stride;
-  const float* bias;     // nullptr where none
-  float* out;            // [m][n], contiguous
+  const T* bias;     // nullptr where none
+  T* out;            // [m][n], contiguous
   int64_t m, n, k;
 };
+
+// Output (r, n0 + l) for l < the block's real outputs, from the block's sums (kCols of them) and the bias.
+template <typename T>
+void write_row(const Call<T>& c, int64_t r, int64_t n0, const float* sums) {
+  const int64_t real = std::min(kCols, c.n - n0);
+  T* out = c.out + r * c.n + n0;
+  for (int64_t l = 0; l < real; ++l) out[l] = T(c.bias ? sums[l] + float(c.bias[n0 + l]) : sums[l]);
+}
 
 #if defined(__AVX__)
 // Eight rows of eight floats (rows[l] + k0, l = 0..7) written transposed: column k0 + i's eight values at out + i *
@@ -110,12 +126,22 @@ inline void transpose8(const float* const* rows, int64_t k0, float* out) {
 }
 #endif
 
-// Outputs n0 .. n0+kCols-1 of the weight transposed into `column` ([k][kCols]), zeros past the last output: blocks
-// of eight outputs by eight terms through registers where the machine has them, the rest one value at a time.
-void transpose_block(const Call& c, int64_t n0, float* column) {
+// Outputs n0 .. n0+kCols-1 of the weight transposed into `column` ([k][kCols] float32), zeros past the last output:
+// blocks of eight outputs by eight terms through registers where the machine has them, the rest one value at a time.
+// A bfloat16 weight's rows are converted into `staging` first ([kCols][k]).
+template <typename T>
+void transpose_block(const Call<T>& c, int64_t n0, float* column, float* staging) {
   const int64_t real = std::min(kCols, c.n - n0);
   const float* rows[kCols];
-  for (int64_t l = 0; l < real; ++l) rows[l] = c.weight + (n0 + l) * c.w_stride;
+  for (int64_t l = 0; l < real; ++l) {
+    const T* row = c.weight + (n0 + l) * c.w_stride;
+    if constexpr (std::is_same_v<T, float>) {
+      rows[l] = row;
+    } else {
+      for (int64_t k = 0; k < c.k; ++k) staging[l * c.k + k] = float(row[k]);
+      rows[l] = staging + l * c.k;
+    }
+  }
   int64_t done = 0;  // terms transposed through registers, for every output
 #if defined(__AVX__)
   if (real == kCols) {
@@ -130,48 +156,133 @@ void transpose_block(const Call& c, int64_t n0, float* column) {
   }
 }
 
-// Rows r0 .. r0+R-1 times outputs n0 .. n0+kCols-1 (`column`: theirs, transposed).
-template <int64_t R>
-void block(const Call& c, int64_t r0, int64_t n0, const float* column) {
+// Rows r0 .. r0+R-1 times outputs n0 .. n0+kCols-1 (`column`: theirs, transposed, float32), one fused multiply-add a
+// term.
+template <typename T, int64_t R>
+void block(const Call<T>& c, int64_t r0, int64_t n0, const float* column) {
   Vec total[R][2], acc[R][2];
   for (int64_t r = 0; r < R; ++r) total[r][0] = total[r][1] = zero();
-  const float* rows = c.x + r0 * c.x_stride;
+  const T* rows = c.x + r0 * c.x_stride;
   for (int64_t k0 = 0; k0 < c.k; k0 += kSpan) {
     for (int64_t r = 0; r < R; ++r) acc[r][0] = acc[r][1] = zero();
     for (int64_t k = k0; k < std::min(c.k, k0 + kSpan); ++k) {
       const Vec w0 = load(column + k * kCols), w1 = load(column + k * kCols + kWidth);
       for (int64_t r = 0; r < R; ++r) {
-        const Vec xv = broadcast(rows[r * c.x_stride + k]);
+        const Vec xv = broadcast(float(rows[r * c.x_stride + k]));
         acc[r][0] = fmadd(xv, w0, acc[r][0]);
         acc[r][1] = fmadd(xv, w1, acc[r][1]);
       }
     }
     for (int64_t r = 0; r < R; ++r) total[r][0] = add(total[r][0], acc[r][0]), total[r][1] = add(total[r][1], acc[r][1]);
   }
-  const int64_t real = std::min(kCols, c.n - n0);
   for (int64_t r = 0; r < R; ++r) {
     float sums[kCols];
     store(sums, total[r][0]);
     store(sums + kWidth, total[r][1]);
-    float* out = c.out + (r0 + r) * c.n + n0;
-    for (int64_t l = 0; l < real; ++l) out[l] = c.bias ? sums[l] + c.bias[n0 + l] : sums[l];
+    write_row(c, r0 + r, n0, sums);
   }
 }
+
+#if defined(__AVX512BF16__)
+// bfloat16 by pairs of terms: a pair's two values as one 32-bit word (the first in its low half), so that the weight's
+// blocks are transposed as float32's are, pairs for terms: `column` [k/2 rounded up][kCols] words, the last pair's
+// second half 0 where k is odd.
+inline uint32_t pair_at(const BFloat16* row, int64_t p, int64_t k) {
+  uint16_t low, high = 0;
+  std::memcpy(&low, row + 2 * p, 2);
+  if (2 * p + 1 < k) std::memcpy(&high, row + 2 * p + 1, 2);
+  return uint32_t(low) | (uint32_t(high) << 16);
+}
+
+void transpose_pairs(const Call<BFloat16>& c, int64_t n0, float* column) {
+  const int64_t real = std::min(kCols, c.n - n0), pairs = (c.k + 1) / 2, whole = c.k / 2 - c.k / 2 % 8;
+  const float* rows[kCols];  // each row's pairs read as 32-bit words (unaligned loads)
+  for (int64_t l = 0; l < real; ++l) rows[l] = reinterpret_cast<const float*>(c.weight + (n0 + l) * c.w_stride);
+  int64_t done = 0;
+  if (real == kCols) {
+    done = whole;
+    for (int64_t l = 0; l < kCols; l += 8)
+      for (int64_t p0 = 0; p0 < done; p0 += 8) transpose8(rows + l, p0, column + p0 * kCols + l);
+  }
+  for (int64_t p = done; p < pairs; ++p) {
+    for (int64_t l = 0; l < real; ++l) {
+      const uint32_t word = pair_at(c.weight + (n0 + l) * c.w_stride, p, c.k);
+      std::memcpy(column + p * kCols + l, &word, 4);
+    }
+    std::fill(column + p * kCols + real, column + (p + 1) * kCols, 0.0f);
+  }
+}
+
+template <int64_t R>
+void block_pairs(const Call<BFloat16>& c, int64_t r0, int64_t n0, const float* column) {
+  static_assert(kWidth == 16, "16 float32 lanes a register");
+  __m512 total[R][2], acc[R][2];
+  for (int64_t r = 0; r < R; ++r) total[r][0] = total[r][1] = _mm512_setzero_ps();
+  const int64_t pairs = (c.k + 1) / 2;
+  for (int64_t p0 = 0; p0 < pairs; p0 += kSpan / 2) {
+    for (int64_t r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    const int64_t end = std::min(pairs, p0 + kSpan / 2);
+    for (int64_t p = p0; p < end; ++p) {
+      const __m512bh w0 = (__m512bh)_mm512_loadu_ps(column + p * kCols);
+      const __m512bh w1 = (__m512bh)_mm512_loadu_ps(column + p * kCols + kWidth);
+      const bool whole = 2 * p + 1 < c.k;  // (a last pair of one term, where k is odd: its second half 0)
+      for (int64_t r = 0; r < R; ++r) {
+        const BFloat16* x = c.x + (r0 + r) * c.x_stride + 2 * p;
+        int32_t word;
+        if (whole)
+          std::memcpy(&word, x, 4);
+        else
+          word = int32_t(pair_at(x, 0, 1));
+        const __m512bh xv = (__m512bh)_mm512_set1_epi32(word);
+        acc[r][0] = _mm512_dpbf16_ps(acc[r][0], xv, w0);
+        acc[r][1] = _mm512_dpbf16_ps(acc[r][1], xv, w1);
+      }
+    }
+    for (int64_t r = 0; r < R; ++r)
+      total[r][0] = _mm512_add_ps(total[r][0], acc[r][0]), total[r][1] = _mm512_add_ps(total[r][1], acc[r][1]);
+  }
+  for (int64_t r = 0; r < R; ++r) {
+    float sums[kCols];
+    _mm512_storeu_ps(sums, total[r][0]);
+    _mm512_storeu_ps(sums + kWidth, total[r][1]);
+    write_row(c, r0 + r, n0, sums);
+  }
+}
+#endif
+
+// Whether `T`'s sums go by pairs of terms here (bfloat16 on a CPU with its dot-product instruction).
+template <typename T>
+constexpr bool kByPairs =
+#if defined(__AVX512BF16__)
+    std::is_same_v<T, BFloat16>;
+#else
+    false;
+#endif
 
 // The rows from r0 (at most kRows) times outputs n0 .. n0+kCols-1, through the block of their count.
-void rows_times_block(const Call& c, int64_t r0, int64_t count, int64_t n0, const float* column) {
+template <typename T, int64_t R>
+void block_of(const Call<T>& c, int64_t r0, int64_t n0, const float* column) {
+#if defined(__AVX512BF16__)
+  if constexpr (kByPairs<T>) return block_pairs<R>(c, r0, n0, column);
+#endif
+  if constexpr (!kByPairs<T>) block<T, R>(c, r0, n0, column);
+}
+
+template <typename T>
+void rows_times_block(const Call<T>& c, int64_t r0, int64_t count, int64_t n0, const float* column) {
   static_assert(kRows == 6, "the counts below");
   switch (count) {
-    case 1: block<1>(c, r0, n0, column); break;
-    case 2: block<2>(c, r0, n0, column); break;
-    case 3: block<3>(c, r0, n0, column); break;
-    case 4: block<4>(c, r0, n0, column); break;
-    case 5: block<5>(c, r0, n0, column); break;
-    default: block<6>(c, r0, n0, column); break;
+    case 1: block_of<T, 1>(c, r0, n0, column); break;
+    case 2: block_of<T, 2>(c, r0, n0, column); break;
+    case 3: block_of<T, 3>(c, r0, n0, column); break;
+    case 4: block_of<T, 4>(c, r0, n0, column); break;
+    case 5: block_of<T, 5>(c, r0, n0, column); break;
+    default: block_of<T, 6>(c, r0, n0, column); break;
   }
 }
 
-void linear_all(const Call& c, int64_t threads) {
+template <typename T>
+void linear_all(const Call<T>& c, int64_t threads) {
   const int64_t chunks = (c.m + kChunkRows - 1) / kChunkRows, blocks = (c.n + kCols - 1) / kCols;
   // Threads split the outputs first (an even split whatever the rows: a short last chunk of rows is every
   // thread's, and a thread transposes each of its blocks once); which thread takes which rows changes nothing in any
@@ -179,11 +290,18 @@ void linear_all(const Call& c, int64_t threads) {
 #pragma omp parallel num_threads(threads) if ((c.m + 1) * c.n * c.k > (1 << 16))
   {
     std::vector<float> column(c.k * kCols);
+    std::vector<float> staging(std::is_same_v<T, float> || kByPairs<T> ? 0 : c.k * kCols);
     int64_t transposed = -1;
 #pragma omp for collapse(2) schedule(static)
     for (int64_t b = 0; b < blocks; ++b)
       for (int64_t chunk = 0; chunk < chunks; ++chunk) {
-        if (b != transposed) transpose_block(c, b * kCols, column.data()), transposed = b;
+        if (b != transposed) {
+#if defined(__AVX512BF16__)
+          if constexpr (kByPairs<T>) transpose_pairs(c, b * kCols, column.data());
+#endif
+          if constexpr (!kByPairs<T>) transpose_block(c, b * kCols, column.data(), staging.data());
+          transposed = b;
+        }
         const int64_t end = std::min(c.m, (chunk + 1) * kChunkRows);
         for (int64_t r0 = chunk * kChunkRows; r0 < end; r0 += kRows)
           rows_times_block(c, r0, std::min(kRows, end - r0), b * kCols, column.data());
@@ -191,14 +309,15 @@ void linear_all(const Call& c, int64_t threads) {
   }
 }
 
-// x [m, k] and weight [n, k] (each row contiguous, rows of any stride) and bias ([n] or empty), all
-// float32; writes out ([m, n], contiguous, float32) and returns it.
+// x [m, k] and weight [n, k] (each row contiguous, rows of any stride) and bias ([n] or empty), all float32 or all
+// bfloat16; writes out ([m, n], contiguous, their dtype) and returns it.
 Tensor fixed_order_linear(Tensor x, Tensor weight, Tensor bias, int64_t threads, Tensor out) {
   using torch::headeronly::ScalarType;
-  const auto is_float = [](const Tensor& t) { return t.scalar_type() == ScalarType::Float; };
-  STD_TORCH_CHECK(x.dim() == 2 && weight.dim() == 2 && out.dim() == 2 && is_float(x) && is_float(weight) &&
-                      is_float(out) && (bias.numel() == 0 || is_float(bias)),
-                  "fixed_order_linear: 2-d float32 tensors expected");
+  const ScalarType type = x.scalar_type();
+  STD_TORCH_CHECK(x.dim() == 2 && weight.dim() == 2 && out.dim() == 2 &&
+                      (type == ScalarType::Float || type == ScalarType::BFloat16) && weight.scalar_type() == type &&
+                      out.scalar_type() == type && (bias.numel() == 0 || bias.scalar_type() == type),
+                  "fixed_order_linear: 2-d tensors, all float32 or all bfloat16, expected");
   const int64_t m = x.sizes()[0], k = x.sizes()[1], n = weight.sizes()[0];
   STD_TORCH_CHECK(weight.sizes()[1] == k && (k <= 1 || weight.strides()[1] == 1) &&
                       (bias.numel() == 0 || (bias.numel() == n && bias.is_contiguous())),
@@ -206,14 +325,21 @@ Tensor fixed_order_linear(Tensor x, Tensor weight, Tensor bias, int64_t threads,
   STD_TORCH_CHECK(out.is_contiguous() && out.sizes()[0] == m && out.sizes()[1] == n &&
                       (m == 0 || k == 0 || x.strides()[1] == 1),
                   "fixed_order_linear: out [m, n] contiguous, x's rows contiguous expected");
-  const Call c{static_cast<const float*>(x.data_ptr()),
-               m > 1 ? x.strides()[0] : k,
-               static_cast<const float*>(weight.data_ptr()),
-               weight.strides()[0],
-               bias.numel() > 0 ? static_cast<const float*>(bias.data_ptr()) : nullptr,
-               static_cast<float*>(out.mutable_data_ptr()),
-               m, n, k};
-  linear_all(c, threads);
+  auto run = [&](auto zero) {
+    using T = decltype(zero);
+    const Call<T> c{static_cast<const T*>(x.data_ptr()),
+                    m > 1 ? x.strides()[0] : k,
+                    static_cast<const T*>(weight.data_ptr()),
+                    weight.strides()[0],
+                    bias.numel() > 0 ? static_cast<const T*>(bias.data_ptr()) : nullptr,
+                    static_cast<T*>(out.mutable_data_ptr()),
+                    m, n, k};
+    linear_all(c, threads);
+  };
+  if (type == ScalarType::Float)
+    run(float());
+  else
+    run(BFloat16());
   return out;
 }
 
