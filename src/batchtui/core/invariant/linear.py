@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from .compiled_kernels import compiled_linear
-from .gradients import plain_backward
+from .gradients import linear_plain_backward
 from .matmul import RowInvariantMatmuls, onednn_linear, onednn_usable, small_operand
 from .measured_store import kernel_site
 from .rows import MEASURED_ROWS, Path, RowsFn, choose, in_rows, record_any_height
@@ -171,8 +171,7 @@ class _Forward:
         if x.dtype != self._dtype or x.shape[-1] != self._in or not RowInvariantMatmuls.active():
             return self.original(x)
         if torch.is_grad_enabled():
-            tensors = (x, self._weight) if self._bias is None else (x, self._weight, self._bias)
-            return plain_backward(lambda *_: self._rows(x, chosen, op_replaced), F.linear, *tensors)
+            return linear_plain_backward(lambda: self._rows(x, chosen, op_replaced), x, self._weight, self._bias)
         return self._rows(x, chosen, op_replaced)
 
     def _rows(self, x: torch.Tensor, chosen: tuple | None, op_replaced: bool) -> torch.Tensor:
