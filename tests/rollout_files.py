@@ -14,7 +14,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from batchtui.core.models.builtin import builtin_path
 
 METRICS = ("max_abs_diff", "mean_abs_diff", "ratio_min", "ratio_max", "kl", "k3_kl", "chi2_token", "chi2_seq",
-           "training_ppl", "rollout_ppl", "log_ppl_diff", "clip_fraction", "tis_fraction")  # fmt: skip
+           "training_ppl", "rollout_ppl", "log_ppl_diff", "clip_fraction", "tis_fraction", "ppl_ratio",
+           "masked_token_fraction", "masked_seq_fraction", "seq_ratio_min", "seq_ratio_mean", "seq_ratio_max",
+           "ess_token", "ess_seq")  # fmt: skip
 PROMPTS = ["a", "The quick brown fox", "def f(x):\n    return x + 1", "Once upon a time", "1, 2, 3,", "Hello"]
 
 
@@ -60,14 +62,27 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
     return path
 
 
-def metrics_by_definition(pairs: list[tuple[list[float], list[float]]]) -> dict:
-    """The definitions (issue's words), in float64, from each sequence's (trainer, sampler) logprobs."""
+def metrics_by_definition(
+    pairs: list[tuple[list[float], list[float]]], clip_eps: float = 0.2, tis_cap: float = 2.0, tis_floor: float = 0.0
+) -> dict:
+    """The definitions (the issues' and docs/metrics.md's words), in float64, from each sequence's (trainer, sampler)
+    logprobs."""
     lt = [t for trainer, _ in pairs for t in trainer]
     lr = [s for _, sampler in pairs for s in sampler]
     delta = [t - s for t, s in zip(lt, lr)]
     ratio = [math.exp(d) for d in delta]
     n, seqs = len(delta), len(pairs)
+    seq_ratio = [math.exp(math.fsum(t - s for t, s in zip(*p))) for p in pairs]
     return {
+        "ppl_ratio": math.fsum(math.exp(math.fsum(s) / len(s) - math.fsum(t) / len(t)) for t, s in pairs) / seqs,
+        "masked_token_fraction": sum(not tis_floor <= r <= tis_cap for r in ratio) / n,
+        "masked_seq_fraction": sum(not tis_floor <= r <= tis_cap for r in seq_ratio) / seqs,
+        "tis_low_fraction": sum(r < tis_floor for r in ratio) / n,
+        "seq_ratio_min": min(seq_ratio),
+        "seq_ratio_mean": math.fsum(seq_ratio) / seqs,
+        "seq_ratio_max": max(seq_ratio),
+        "ess_token": math.fsum(ratio) ** 2 / (n * math.fsum(r * r for r in ratio)),
+        "ess_seq": math.fsum(seq_ratio) ** 2 / (seqs * math.fsum(r * r for r in seq_ratio)),
         "max_abs_diff": max(map(abs, delta)),
         "mean_abs_diff": math.fsum(map(abs, delta)) / n,
         "ratio_min": min(ratio),
@@ -79,8 +94,8 @@ def metrics_by_definition(pairs: list[tuple[list[float], list[float]]]) -> dict:
         "training_ppl": math.fsum(math.exp(-math.fsum(t) / len(t)) for t, _ in pairs) / seqs,
         "rollout_ppl": math.fsum(math.exp(-math.fsum(s) / len(s)) for _, s in pairs) / seqs,
         "log_ppl_diff": math.fsum(math.fsum(s) / len(s) - math.fsum(t) / len(t) for t, s in pairs) / seqs,
-        "clip_fraction": sum(abs(r - 1) > 0.2 for r in ratio) / n,
-        "tis_fraction": sum(r > 2 for r in ratio) / n,
+        "clip_fraction": sum(abs(r - 1) > clip_eps for r in ratio) / n,
+        "tis_fraction": sum(r > tis_cap for r in ratio) / n,
     }
 
 

@@ -24,7 +24,8 @@ DESCRIPTION = (
     "the local model as a trainer does (one training-mode forward of prompt + completion, logprobs in float32) and "
     "report RL's training-inference mismatch: kl, k3_kl, chi2, perplexities, clip and TIS fractions, percentiles of "
     "|δ|, the worst sequences and tokens. Under torchrun the rollouts are split across the ranks. Exit 0 when every "
-    "ratio is exactly 1, 1 when any is not, 2 on bad input, 130 when interrupted (--resume goes on)."
+    "ratio is exactly 1 (with --max-kl: when the kl is at most X), 1 when not, 2 on bad input, 130 when interrupted "
+    "(--resume goes on)."
 )
 
 
@@ -61,6 +62,22 @@ def rollouts_parser(prog: str) -> OneLineParser:
         help="score log_softmax(logits / T), as TRL and verl do (default: the lines' `temperature`, 1 where they "
         "give none)",
     )  # fmt: skip
+    parser.add_argument(
+        "--clip-eps", type=float, default=0.2, metavar="E",
+        help="PPO's clip range the clip_fraction counts against: |ratio − 1| > E (default 0.2)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--tis-cap", type=float, default=2.0, metavar="C",
+        help="truncated importance sampling's cap: tis_fraction counts ratios above C (default 2)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--tis-floor", type=float, metavar="F",
+        help="a lower cap: tis_low_fraction counts ratios below F; the masked fractions count outside [F, C]",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-kl", type=float, metavar="X",
+        help="a gate for CI: exit 1 when the kl is above X, 0 when not (however small the mismatch left)",
+    )  # fmt: skip
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument(
         "--dist-timeout", type=float, default=DEFAULT_DIST_TIMEOUT_S, metavar="S",
@@ -88,6 +105,7 @@ def _rollouts(args: argparse.Namespace) -> int:
     ).validated()
     check_report_destination(args.json)
     start_torch(args, keep_freed=False)  # (memory flat in the number of batches)
+    from ..numbers.importance import Correction
     from ..reports.report import write_json
     from ..reports.rollouts import rollouts_json
     from ..rollouts.job import RolloutsJob
@@ -95,9 +113,10 @@ def _rollouts(args: argparse.Namespace) -> int:
     from ..rollouts.scoring import score_rollouts
     from ..terminal.rollouts_text import format_rollouts, rollouts_notes, rollouts_verdict
 
+    correction = Correction(args.clip_eps, args.tis_cap, args.tis_floor)
     job = RolloutsJob(
         args.file, settings, args.batch_tokens, args.records, args.resume, args.skip_bad, args.dist_timeout,
-        args.temperature,
+        args.temperature, correction, args.max_kl,
     ).checked()  # fmt: skip
     bar = TqdmBar(args.quiet, unit="seq")
     try:
@@ -118,6 +137,8 @@ def _rollouts(args: argparse.Namespace) -> int:
     print(rollouts_verdict(summary), file=out)
     if args.json:
         write_json(rollouts_json(summary), args.json)
+    if summary.kl_within is not None:  # --max-kl decides
+        return EXIT_OK if summary.kl_within else EXIT_DIVERGED
     return EXIT_OK if summary.bitwise else EXIT_DIVERGED
 
 

@@ -3,7 +3,9 @@
 The metrics are `numbers.importance`'s over every scored token; `abs_diff_percentiles` the nearest-rank percentiles
 of |δ| (the ⌈p·n⌉-th smallest); the histograms count δ and the ratio exp(δ) in equal bins between their least and
 greatest value; the worst sequences are those with the largest |Σ δ| (the log of the sequence's importance ratio,
-what `chi2_seq` weighs), the worst tokens those with the largest |δ|.
+what `chi2_seq` weighs), the worst tokens those with the largest |δ|; `by_position` and `by_entropy` give |δ| over
+the tokens in bands of their place in the completion and of the trainer's entropy at them (the sampler's distribution
+is not in the lines; where the two agree, the trainer's is the sampler's).
 """
 
 from __future__ import annotations
@@ -52,6 +54,17 @@ class WorstToken:
 
 
 @dataclass(frozen=True)
+class DeltaBand:
+    """|δ| over the tokens whose place in the completion (from 0), or entropy, lies in [low, high)."""
+
+    low: float
+    high: float  # inf for the last band
+    tokens: int
+    mean_abs_diff: float
+    max_abs_diff: float
+
+
+@dataclass(frozen=True)
 class RolloutsSummary:
     config: dict
     metrics: ImportanceMetrics
@@ -64,6 +77,17 @@ class RolloutsSummary:
     faults: tuple[str, ...]  # the first of them, in words
     resumed: int  # sequences read back from the records file, not scored again
     elapsed_s: float
+    by_position: tuple[DeltaBand, ...] = ()  # the bands with tokens, in order
+    by_entropy: tuple[DeltaBand, ...] = ()
+    max_kl: float | None = None  # `--max-kl`: the kl a run may have at most
+
+    @property
+    def kl_within(self) -> bool | None:
+        """Whether the kl is at most `max_kl` (None without one; False without a kl: nothing scored)."""
+        if self.max_kl is None:
+            return None
+        kl = self.metrics.kl
+        return kl is not None and kl <= self.max_kl
 
     @property
     def bitwise(self) -> bool:

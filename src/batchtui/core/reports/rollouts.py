@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..numbers.rollouts import Histogram, RolloutsSummary, ScoredToken
+from ..numbers.rollouts import DeltaBand, Histogram, RolloutsSummary, ScoredToken
 from .generation import importance_json
 from .report import number
 
@@ -27,6 +27,10 @@ def rollouts_json(summary: RolloutsSummary) -> dict:
                 for s in summary.worst_sequences
             ],
             "worst_tokens": [{"line": w.line, **_token(w.token)} for w in summary.worst_tokens],
+            "by_position": [_band(b) for b in summary.by_position],
+            "by_entropy": [_band(b) for b in summary.by_entropy],
+            "max_kl": number(summary.max_kl) if summary.max_kl is not None else None,
+            "kl_within": summary.kl_within,
             "skipped": summary.skipped,
             "faults": list(summary.faults),
             "resumed": summary.resumed,
@@ -49,3 +53,10 @@ def _token(t: ScoredToken) -> dict:
         "delta": number(t.delta),
         "ratio": number(t.ratio),
     }
+
+
+def _band(b: DeltaBand) -> dict:
+    """A band [low, high) of |δ| (`high` null for the last, open one)."""
+    high = None if b.high == float("inf") else number(b.high)
+    return {"low": number(b.low), "high": high, "tokens": b.tokens, "mean_abs_diff": number(b.mean_abs_diff),
+            "max_abs_diff": number(b.max_abs_diff)}  # fmt: skip

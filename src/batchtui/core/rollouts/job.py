@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 
 from ..errors import InputError
+from ..numbers.importance import DEFAULTS, Correction
 from ..settings import Settings
 from .plan import DEFAULT_BATCH_TOKENS
 from .torchrun_place import torchrun_place
@@ -23,6 +24,8 @@ class RolloutsJob:
     skip_bad: bool = False
     dist_timeout_s: float = DEFAULT_DIST_TIMEOUT_S
     temperature: float | None = None  # `--temperature`: None takes the lines' (1 where they say none)
+    correction: Correction = DEFAULTS  # `--clip-eps`, `--tis-cap`, `--tis-floor`
+    max_kl: float | None = None  # `--max-kl`
 
     def checked(self) -> RolloutsJob:
         torchrun_place()  # torchrun's variables, when set, are torchrun's: checked before anything waits on them
@@ -30,6 +33,15 @@ class RolloutsJob:
             raise InputError(f"--dist-timeout must be above 0 and at most 86400 seconds, not {self.dist_timeout_s:g}")
         if self.temperature is not None and not 0 < self.temperature <= 1000:  # (NaN fails it too)
             raise InputError(f"--temperature must be above 0 and at most 1000, not {self.temperature:g}")
+        c = self.correction
+        if not 0 < c.clip_eps <= 10:
+            raise InputError(f"--clip-eps must be above 0 and at most 10, not {c.clip_eps:g}")
+        if not 1 <= c.tis_cap <= 1e6:
+            raise InputError(f"--tis-cap must be at least 1 and at most 1e6, not {c.tis_cap:g}")
+        if c.tis_floor is not None and not 0 <= c.tis_floor <= 1:
+            raise InputError(f"--tis-floor must be at least 0 and at most 1, not {c.tis_floor:g}")
+        if self.max_kl is not None and not 0 <= self.max_kl < float("inf"):
+            raise InputError(f"--max-kl must be a number of at least 0, not {self.max_kl:g}")
         if self.batch_tokens < 1:
             raise InputError(f"--batch-tokens must be at least 1, not {self.batch_tokens}")
         if self.resume and not self.records:

@@ -40,6 +40,7 @@ class Record:
     batch: int
     completion_ids: tuple[int, ...]
     logprobs: SequenceLogprobs
+    entropy: tuple[float, ...]  # the trainer's distribution's entropy at each completion token (nats)
 
     def as_json(self) -> str:
         seq = self.logprobs
@@ -51,6 +52,7 @@ class Record:
                 "completion_ids": list(self.completion_ids),
                 "trainer_logprobs": list(seq.trainer),
                 "sampler_logprobs": list(seq.sampler),
+                "trainer_entropy": list(self.entropy),
                 "top1_disagree": None if seq.top1_disagree is None else list(seq.top1_disagree),
                 "log_ratio": seq.log_ratio,
                 "max_abs_diff": max(map(abs, seq.deltas)),
@@ -167,10 +169,16 @@ def _record(raw: bytes, where: str) -> Record:
             _whole(entry["batch"]),
             tuple(_ids(entry["completion_ids"])),
             seq,
+            tuple(_floats(entry["trainer_entropy"])),
         )
     except (UnicodeDecodeError, ValueError, RecursionError, KeyError, TypeError):
         raise InputError(f"{where}: not a record of `batchtui rollouts`") from None
-    if len(record.completion_ids) != len(seq.trainer) or not isinstance(entry["digest"], str):
+    if (
+        len(record.completion_ids) != len(seq.trainer)
+        or len(record.entropy) != len(seq.trainer)
+        or any(value < 0 for value in record.entropy)
+        or not isinstance(entry["digest"], str)
+    ):
         raise InputError(f"{where}: not a record of `batchtui rollouts`")
     return record
 

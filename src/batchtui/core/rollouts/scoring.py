@@ -68,12 +68,15 @@ def score_rollouts(
             if not ranks.first:
                 return None
             config = resolved_config(settings, loaded)
+            c = job.correction
             config.update(rollouts_file=job.path, batch_tokens=job.batch_tokens, records=job.records, ranks=ranks.size,
-                          temperature=temperature, top_p=top_p, top_k=top_k)  # fmt: skip
+                          temperature=temperature, top_p=top_p, top_k=top_k, clip_eps=c.clip_eps, tis_cap=c.tis_cap,
+                          tis_floor=c.tis_floor, max_kl=job.max_kl)  # fmt: skip
             return scored.tally.summary(
                 loaded.tokenizer.decode,
                 lambda token: _label(loaded, token),
                 config=config,
+                max_kl=job.max_kl,
                 skipped=faults.count,
                 faults=tuple(faults.kept),
                 resumed=scored.resumed,
@@ -127,6 +130,7 @@ def records_run(job: RolloutsJob, settings: Settings, loaded: LoadedModel, tempe
         "batch_tokens": job.batch_tokens,
         "layout": "prompts left-padded, completions right-padded",  # TRL's GRPO layout (`run.trainer_forward`)
         "temperature": temperature,
+        "records_format": 2,  # (2: each token's trainer entropy kept; records written before lack it)
     }
 
 
@@ -150,7 +154,7 @@ class _Scoring:
         self.progress, self.cancelled = progress, cancelled
         self.checked = checked  # what the checking pass read: exactly those lines are scored
         self.run = run  # the settings the records file's first line holds
-        self.tally = RolloutsTally()
+        self.tally = RolloutsTally(job.correction)
         self.flat_heap = FlatHeap() if torch.device(loaded.device).type == "cpu" else None
         # opened and locked before anything is read back or scored: another run on the file is refused here
         self.records = RecordsFile(job.records, job.resume, run) if job.records and ranks.first else None
@@ -212,6 +216,7 @@ class _Scoring:
             [list(r.completion_ids) for r in rollouts],
             self.loaded.pad_token_id,
             self.temperature,
+            entropy=True,
         )
         return [_record(batch, rollout, score) for rollout, score in zip(rollouts, scores)]
 
@@ -267,4 +272,5 @@ def _record(batch: Batch, rollout: Rollout, score) -> Record:
     if rollout.top1_ids is not None:
         disagree = tuple((score.top1 != torch.tensor(rollout.top1_ids, device=score.top1.device)).tolist())
     logprobs = SequenceLogprobs(trainer, rollout.logprobs, disagree)
-    return Record(rollout.line, rollout.digest, batch.index, rollout.completion_ids, logprobs)
+    entropy = tuple(score.entropy.clamp(min=0).tolist())  # (rounding can leave a certain token's a hair below 0)
+    return Record(rollout.line, rollout.digest, batch.index, rollout.completion_ids, logprobs, entropy)

@@ -3,24 +3,53 @@ records read back first, then the new ones: the same additions in the same order
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections.abc import Callable
 
 import torch
 
-from ..numbers.importance import ImportanceTally
-from ..numbers.rollouts import Histogram, RolloutsSummary, ScoredToken, WorstSequence, WorstToken
+from ..numbers.importance import DEFAULTS, Correction, ImportanceTally
+from ..numbers.rollouts import DeltaBand, Histogram, RolloutsSummary, ScoredToken, WorstSequence, WorstToken
 from .deltas import DeltaSpill
 from .records import Record
 
 WORST = 10  # sequences and tokens listed
+# The bands |δ| is given over: a token's place in its completion, and the trainer's entropy there (nats).
+POSITION_EDGES = (0, 16, 64, 256, 1024, math.inf)
+ENTROPY_EDGES = (0.0, 0.1, 0.5, 1.0, 2.0, 4.0, math.inf)
+
+
+class _Bands:
+    """|δ| summed and its largest kept per band of `edges` ([edges[i], edges[i + 1]))."""
+
+    def __init__(self, edges: tuple[float, ...]) -> None:
+        self.edges = edges
+        self.tokens = [0] * (len(edges) - 1)
+        self.sums = [0.0] * (len(edges) - 1)
+        self.tops = [0.0] * (len(edges) - 1)
+
+    def add(self, where: float, size: float) -> None:
+        band = bisect.bisect_right(self.edges, where) - 1
+        band = min(max(band, 0), len(self.tokens) - 1)
+        self.tokens[band] += 1
+        self.sums[band] += size
+        self.tops[band] = max(self.tops[band], size)
+
+    def bands(self) -> tuple[DeltaBand, ...]:
+        return tuple(
+            DeltaBand(self.edges[i], self.edges[i + 1], n, self.sums[i] / n, self.tops[i])
+            for i, n in enumerate(self.tokens)
+            if n
+        )
 
 
 class RolloutsTally:
-    def __init__(self) -> None:
-        self.importance = ImportanceTally()
+    def __init__(self, correction: Correction = DEFAULTS) -> None:
+        self.importance = ImportanceTally(correction)
         self.deltas = DeltaSpill()
+        self.by_position, self.by_entropy = _Bands(POSITION_EDGES), _Bands(ENTROPY_EDGES)
         # min-heaps of the WORST largest: (key, -line, -step, what); ties go to the earlier line and step
         self._sequences: list[tuple] = []
         self._tokens: list[tuple] = []
@@ -33,7 +62,9 @@ class RolloutsTally:
         self.deltas.add(deltas)
         self._low, self._high = min(self._low, *deltas), max(self._high, *deltas)
         _keep(self._sequences, (abs(seq.log_ratio), -record.line, 0, record))
-        for step, delta in enumerate(deltas):
+        for step, (delta, entropy) in enumerate(zip(deltas, record.entropy)):
+            self.by_position.add(step, abs(delta))
+            self.by_entropy.add(entropy, abs(delta))
             if len(self._tokens) < WORST or abs(delta) > self._tokens[0][0]:
                 _keep(self._tokens, (abs(delta), -record.line, -step, record))
 
@@ -75,6 +106,8 @@ class RolloutsTally:
             ratio_histogram=ratio_hist,
             worst_sequences=sequences,
             worst_tokens=tokens,
+            by_position=self.by_position.bands(),
+            by_entropy=self.by_entropy.bands(),
             **rest,
         )
 

@@ -24,6 +24,7 @@ class TrainerScores:
 
     logprobs: torch.Tensor  # [n] float32: lt of each completion token
     top1: torch.Tensor  # [n] the trainer's own top-1 token at each of those positions
+    entropy: torch.Tensor | None = None  # [n] float32: the trainer's distribution's entropy (nats) there, if asked
 
 
 @contextlib.contextmanager
@@ -81,10 +82,16 @@ def score_as_trainer(model, prompts: list[list[int]], completions: list[list[int
 
 
 def scored_in_training(
-    model, prompts: list[list[int]], completions: list[list[int]], pad_id: int, temperature: float = 1.0
+    model,
+    prompts: list[list[int]],
+    completions: list[list[int]],
+    pad_id: int,
+    temperature: float = 1.0,
+    entropy: bool = False,
 ) -> list[TrainerScores]:
     """`score_as_trainer` inside its modes, entered once by a caller that scores batch after batch (entering training
-    mode costs a walk over the model's modules and, where it uses hub kernels, transformers' kernelizing again)."""
+    mode costs a walk over the model's modules and, where it uses hub kernels, transformers' kernelizing again).
+    `entropy`: each position's entropy too (a pass over the vocabulary more)."""
     # (the inputs made here: a tensor made in inference mode cannot be saved for a backward)
     with torch.inference_mode(False), torch.enable_grad():
         logits, _, _, start = _forward_in_layout(model, prompts, completions, pad_id)
@@ -97,8 +104,11 @@ def scored_in_training(
         if temperature != 1.0:  # log_softmax(logits / T) in float32, as TRL and verl score a sampler's tokens
             before = before / temperature
         chosen = torch.tensor(completion, device=before.device)
-        logprobs = before.log_softmax(-1).gather(-1, chosen[:, None])[:, 0]
-        scores.append(TrainerScores(logprobs, before.argmax(-1)))
+        every = before.log_softmax(-1)
+        logprobs = every.gather(-1, chosen[:, None])[:, 0]
+        # (a token of probability 0: 0 · -inf counts 0)
+        spread = -(every.exp() * every).nan_to_num().sum(-1) if entropy else None
+        scores.append(TrainerScores(logprobs, before.argmax(-1), spread))
     return scores
 
 

@@ -19,9 +19,19 @@ _METRICS = (
     ("training_ppl", "training_ppl"),
     ("rollout_ppl", "rollout_ppl"),
     ("log_ppl_diff", "log_ppl_diff"),
-    ("clip_fraction", "clip_fraction (|ratio − 1| > 0.2)"),
-    ("tis_fraction", "tis_fraction (ratio > 2)"),
+    ("ppl_ratio", "ppl_ratio = mean(exp(mean lr − mean lt))"),
+    ("clip_fraction", "clip_fraction (|ratio − 1| > {clip_eps:g})"),
+    ("tis_fraction", "tis_fraction (ratio > {tis_cap:g})"),
+    ("tis_low_fraction", "tis_low_fraction (ratio < {tis_floor})"),
+    ("masked_token_fraction", "masked_token_fraction (outside [{floor:g}, {tis_cap:g}])"),
+    ("masked_seq_fraction", "masked_seq_fraction (exp(Σδ) outside [{floor:g}, {tis_cap:g}])"),
+    ("seq_ratio_min", "seq_ratio min = exp(Σδ)"),
+    ("seq_ratio_mean", "seq_ratio mean"),
+    ("seq_ratio_max", "seq_ratio max"),
+    ("ess_token", "ess_token = (Σ ratio)² / (n Σ ratio²)"),
+    ("ess_seq", "ess_seq (of the sequences' ratios)"),
 )
+_BAND_HEADER = ("tokens", "mean |δ|", "max |δ|")
 
 
 def format_rollouts(summary: RolloutsSummary, color: bool = False, width: int = 72) -> str:
@@ -34,6 +44,8 @@ def format_rollouts(summary: RolloutsSummary, color: bool = False, width: int = 
         chart = histogram_chart(histogram, title, color, width)
         if chart:
             parts.append(chart)
+    for title, column, bands in band_tables(summary):
+        parts.append(f"{title}\n" + format_columns((column, *_BAND_HEADER), bands, {0}))
     if summary.worst_sequences:
         parts.append(
             "worst sequences (by |Σ δ|)\n" + format_columns(SEQUENCE_HEADER, worst_sequence_rows(summary), {4})
@@ -52,12 +64,41 @@ TOKEN_HEADER = ("step", "token", "trainer lt", "sampler lr", "δ", "ratio")
 
 
 def metric_rows(summary: RolloutsSummary) -> list[tuple[str, str]]:
-    """(name, value) of every metric and percentile, in words."""
-    m = summary.metrics
-    rows = [(label, _number(getattr(m, name), name)) for name, label in _METRICS]
+    """(name, value) of every metric and percentile, in words (the fractions' labels with the run's settings)."""
+    m, config = summary.metrics, summary.config
+    settings = {
+        "clip_eps": config.get("clip_eps", 0.2),
+        "tis_cap": config.get("tis_cap", 2.0),
+        "tis_floor": config.get("tis_floor"),
+        "floor": config.get("tis_floor") or 0.0,
+    }
+    rows = [
+        (label.format(**settings), _number(getattr(m, name), name))
+        for name, label in _METRICS
+        if name != "tis_low_fraction" or settings["tis_floor"] is not None
+    ]
     rows.append(("top1_disagree", "unknown (no top1_ids)" if m.top1_disagree is None else str(m.top1_disagree)))
     rows += [(f"|δ| {name}", format_float(value)) for name, value in summary.abs_diff_percentiles.items()]
     return rows
+
+
+def band_tables(summary: RolloutsSummary) -> list[tuple[str, str, list[tuple[str, ...]]]]:
+    """|δ| by the tokens' place in the completion and by the trainer's entropy there: (title, the bands' column,
+    rows), each band [low, high) as `low-high` (the last `low+`)."""
+
+    def rows(bands) -> list[tuple[str, ...]]:
+        return [
+            (f"{b.low:g}+" if b.high == float("inf") else f"{b.low:g}-{b.high:g}", str(b.tokens),
+             format_float(b.mean_abs_diff), format_float(b.max_abs_diff))
+            for b in bands
+        ]  # fmt: skip
+
+    tables = []
+    if summary.by_position:
+        tables.append(("|δ| by the token's step in its completion (from 0)", "steps", rows(summary.by_position)))
+    if summary.by_entropy:
+        tables.append(("|δ| by the trainer's entropy at the token (nats)", "entropy", rows(summary.by_entropy)))
+    return tables
 
 
 def histograms(summary: RolloutsSummary) -> list[tuple[str, Histogram]]:
@@ -167,11 +208,18 @@ def rollouts_notes(summary: RolloutsSummary) -> list[str]:
 def rollouts_verdict(summary: RolloutsSummary) -> str:
     m = summary.metrics
     resumed = f" ({summary.resumed} read back from the records)" if summary.resumed else ""
+    gate = "" if summary.max_kl is None else _gate(summary)
     if summary.bitwise:
         return f"{m.sequences} sequences{resumed}: every logprob the same bits (every ratio exactly 1, every metric 0)"
     return (
         f"{m.sequences} sequences{resumed}, {m.tokens} tokens: max|δ| {format_float(m.max_abs_diff)}, kl "
         f"{format_float(m.kl)}, ratio {format_precise(m.ratio_min)}-{format_precise(m.ratio_max)}, "
         f"clipped {m.clip_fraction:.1%}, "
-        f"over the TIS cap {m.tis_fraction:.1%}"
+        f"over the TIS cap {m.tis_fraction:.1%}{gate}"
     )
+
+
+def _gate(summary: RolloutsSummary) -> str:
+    """`--max-kl`'s word: within it or over it."""
+    limit = format_float(summary.max_kl)
+    return f"; kl within --max-kl {limit}" if summary.kl_within else f"; kl OVER --max-kl {limit}"
