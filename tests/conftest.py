@@ -33,6 +33,13 @@ def pytest_configure(config):
     # One fresh model cache per test session (subprocesses inherit it); never the network.
     os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="batchtui-test-cache-")
     os.environ["HF_HUB_OFFLINE"] = "1"
+    # The mode's compiled kernels built into that cache now, once a process (and found there by the commands the
+    # tests start), not inside the first test that needs them, whose output would hold the build's notice.
+    import torch
+
+    from batchtui.core.invariant.compiled_kernels import compiled_linear
+
+    compiled_linear(torch.zeros(1))
     _launch_vllm(config)
     if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
         # Parallel workers share the cores: one kernel thread each (and in the commands they start), or torch's

@@ -185,3 +185,26 @@ def test_lines_sampled_from_a_truncated_distribution_are_said_and_two_samplers_r
     err = capsys.readouterr().err
     assert "sampled otherwise (top_p 1 top_k 0 at line 1, top_p 0.9 top_k 0 at line 2)" in err, err
     assert err.count("\n") == 1
+
+
+def test_with_the_mode_the_report_says_what_it_removed_as_two_plain_runs_give_it(sampled, tmp_path, capsys):
+    """The trainer's own batch noise the mode removes: the first batch's tokens that move between their batch and
+    alone, recomputed here from a plain run in the plan's batches and one with every sequence alone (a batch of one
+    per sequence: --batch-tokens 1). How many move is this machine's kernels' to say; in the mode, none."""
+    rows, path = sampled
+    _, _, batched = _run(path, tmp_path, "--batch-tokens", "60", name="batched")
+    _, _, alone = _run(path, tmp_path, "--batch-tokens", "1", name="alone")
+    capsys.readouterr()
+    _, report, _ = _run(path, tmp_path, "--batch-tokens", "60", "--invariant", name="mode")
+    out = capsys.readouterr().out
+    noise = report["rollouts"]["batch_noise"]
+    together = _records(batched)
+    on_its_own = {r["line"]: r["trainer_logprobs"] for r in _records(alone)}
+    first = [r for r in together if r["batch"] == 0][:16]
+    assert noise["lines"] == [r["line"] for r in first]
+    moves = [abs(a - b) for r in first for a, b in zip(r["trainer_logprobs"], on_its_own[r["line"]])]
+    assert noise["tokens"] == len(moves) and noise["moved"] == sum(m > 0 for m in moves)
+    assert noise["max_abs_diff"] == max(moves) and noise["moved_in_mode"] == 0
+    assert "the batch-invariant mode removed the trainer's own batch noise" in out
+    _, plain, _ = _run(path, tmp_path, name="plain")
+    assert plain["rollouts"]["batch_noise"] is None  # said only with --invariant

@@ -65,6 +65,18 @@ class DeltaBand:
 
 
 @dataclass(frozen=True)
+class BatchNoise:
+    """The trainer's own batch noise, measured on a run in the mode (`rollouts.batch_noise`): the first batch's
+    sequences scored in their batch and each alone, without the mode and with it."""
+
+    lines: tuple[int, ...]  # the sequences (their lines in the rollouts file)
+    tokens: int
+    moved: int  # tokens whose logprob, without the mode, is not the same bits in the batch and alone
+    max_abs_diff: float  # the largest such move
+    moved_in_mode: int  # the same in the mode (0: it holds)
+
+
+@dataclass(frozen=True)
 class RolloutsSummary:
     config: dict
     metrics: ImportanceMetrics
@@ -80,6 +92,7 @@ class RolloutsSummary:
     by_position: tuple[DeltaBand, ...] = ()  # the bands with tokens, in order
     by_entropy: tuple[DeltaBand, ...] = ()
     max_kl: float | None = None  # `--max-kl`: the kl a run may have at most
+    batch_noise: BatchNoise | None = None  # with `--invariant` (rank 0's first batch): what the mode removed
 
     @property
     def kl_within(self) -> bool | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..numbers.rollouts import DeltaBand, Histogram, RolloutsSummary, ScoredToken
+from ..numbers.rollouts import BatchNoise, DeltaBand, Histogram, RolloutsSummary, ScoredToken
 from .generation import importance_json
 from .report import number
 
@@ -31,6 +31,7 @@ def rollouts_json(summary: RolloutsSummary) -> dict:
             "by_entropy": [_band(b) for b in summary.by_entropy],
             "max_kl": number(summary.max_kl) if summary.max_kl is not None else None,
             "kl_within": summary.kl_within,
+            "batch_noise": None if summary.batch_noise is None else _noise(summary.batch_noise),
             "skipped": summary.skipped,
             "faults": list(summary.faults),
             "resumed": summary.resumed,
@@ -60,3 +61,8 @@ def _band(b: DeltaBand) -> dict:
     high = None if b.high == float("inf") else number(b.high)
     return {"low": number(b.low), "high": high, "tokens": b.tokens, "mean_abs_diff": number(b.mean_abs_diff),
             "max_abs_diff": number(b.max_abs_diff)}  # fmt: skip
+
+
+def _noise(noise: BatchNoise) -> dict:
+    return {"lines": list(noise.lines), "tokens": noise.tokens, "moved": noise.moved,
+            "max_abs_diff": number(noise.max_abs_diff), "moved_in_mode": noise.moved_in_mode}  # fmt: skip

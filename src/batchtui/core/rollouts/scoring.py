@@ -28,6 +28,7 @@ from ..numbers.rollouts import RolloutsSummary
 from ..run.skeleton import resolved_config, run_guarded
 from ..run.trainer_forward import scored_in_training, trainer_modes
 from ..settings import Settings
+from .batch_noise import batch_noise
 from .job import RolloutsJob
 from .plan import Batch, batches
 from .ranks import Ranks, joined, rank_device
@@ -67,6 +68,11 @@ def score_rollouts(
             run_guarded(loaded, lambda: scored.all(total, settings))
             if not ranks.first:
                 return None
+            noise = None
+            if settings.invariant:  # what the mode removed: the first batch scored again, each way
+                first = next(scored.plan())
+                noise = run_guarded(loaded, lambda: batch_noise(
+                    loaded.model, first, loaded.pad_token_id, temperature, settings.kernel_classes))  # fmt: skip
             config = resolved_config(settings, loaded)
             c = job.correction
             config.update(rollouts_file=job.path, batch_tokens=job.batch_tokens, records=job.records, ranks=ranks.size,
@@ -77,6 +83,7 @@ def score_rollouts(
                 lambda token: _label(loaded, token),
                 config=config,
                 max_kl=job.max_kl,
+                batch_noise=noise,
                 skipped=faults.count,
                 faults=tuple(faults.kept),
                 resumed=scored.resumed,
@@ -165,7 +172,7 @@ class _Scoring:
         if self.records is not None:
             self.records.close()
 
-    def _plan(self) -> Iterator[Batch]:
+    def plan(self) -> Iterator[Batch]:
         rollouts = read_rollouts(self.job.path, self.vocabulary, RolloutFaults(skip_bad=False), self.checked)
         return batches(rollouts, self.job.batch_tokens)
 
@@ -178,7 +185,7 @@ class _Scoring:
         with invariant_if(settings.invariant, model, settings.kernel_classes), trainer_modes(model):
             round_: list[tuple[Batch, int]] = []
             seen = 0  # rollouts of the plan before the batch at hand
-            for batch in self._plan():
+            for batch in self.plan():
                 if seen + len(batch.rollouts) > done:  # not all of it scored before: (it, how many of it were)
                     round_.append((batch, max(0, done - seen)))
                 seen += len(batch.rollouts)
@@ -223,7 +230,7 @@ class _Scoring:
     def _read_back(self) -> int:
         """The records file's records checked against the plan's first rollouts (line, input digest and batch) and
         added to the summary; how many."""
-        plan = ((rollout, batch.index) for batch in self._plan() for rollout in batch.rollouts)
+        plan = ((rollout, batch.index) for batch in self.plan() for rollout in batch.rollouts)
         count = 0
         for record, planned in zip(read_records(self.job.records, self.run), _padded(plan)):
             _check_record(record, planned, count + 1, self.job)

@@ -184,8 +184,9 @@ def histogram_ticks(histogram: Histogram, ratio: bool) -> tuple[list[float], lis
 
 
 def rollouts_notes(summary: RolloutsSummary) -> list[str]:
-    """What a reader needs besides the numbers: the temperature scored at, where it is not 1; a truncated sampler."""
-    notes = []
+    """What a reader needs besides the numbers: what the mode removed, with `--invariant`; the temperature scored at,
+    where it is not 1; a truncated sampler."""
+    notes = [] if summary.batch_noise is None else [_mode_removed(summary)]
     temperature = summary.config.get("temperature", 1.0)
     if temperature not in (None, 1.0):
         notes.append(
@@ -223,3 +224,28 @@ def _gate(summary: RolloutsSummary) -> str:
     """`--max-kl`'s word: within it or over it."""
     limit = format_float(summary.max_kl)
     return f"; kl within --max-kl {limit}" if summary.kl_within else f"; kl OVER --max-kl {limit}"
+
+
+def _mode_removed(summary: RolloutsSummary) -> str:
+    """With `--invariant`: the trainer's own batch noise the mode removed, beside what is left (the sampler's)."""
+    noise, m = summary.batch_noise, summary.metrics
+    assert noise is not None
+    n = len(noise.lines)
+    without = (
+        f"without it {noise.moved} of their {noise.tokens} tokens move between their batch and alone (up to "
+        f"{format_float(noise.max_abs_diff)})"
+        if noise.moved
+        else f"without it none of their {noise.tokens} tokens moves between their batch and alone on this machine"
+    )
+    with_it = "none does" if not noise.moved_in_mode else f"{noise.moved_in_mode} still do (the mode does not hold)"
+    left = (
+        "nothing is left: every logprob is the sampler's bits"
+        if summary.bitwise
+        else f"what is left (max|δ| {format_float(m.max_abs_diff)}, kl {format_float(m.kl)}) is the sampler's kernels "
+        "against the trainer's: the mode makes the trainer's logprobs independent of their batch, it does not change "
+        "a server's"
+    )
+    return (
+        f"the batch-invariant mode removed the trainer's own batch noise: of the first batch's {n} sequences "
+        f"scored again, {without}; with it {with_it}. {left[0].upper()}{left[1:]}"
+    )
