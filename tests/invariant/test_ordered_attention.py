@@ -9,6 +9,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from threads import torch_threads
 from torch.nn.functional import scaled_dot_product_attention as sdpa
 
 from batchtui.core.invariant.compiled_kernels import SWITCH, compiled_attention
@@ -38,12 +39,8 @@ def _operands(seen: int, heads: int, kv_heads: int, d: int, dtype, seed: int):
 
 
 def _run(threads: int, *args, **kwargs) -> torch.Tensor:
-    old = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads):
         return ordered_attention(*args, **kwargs)
-    finally:
-        torch.set_num_threads(old)
 
 
 @settings(max_examples=60, deadline=None)
