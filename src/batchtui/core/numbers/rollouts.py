@@ -93,6 +93,9 @@ class RolloutsSummary:
     by_entropy: tuple[DeltaBand, ...] = ()
     max_kl: float | None = None  # `--max-kl`: the kl a run may have at most
     batch_noise: BatchNoise | None = None  # with `--invariant` (rank 0's first batch): what the mode removed
+    masked_tokens: int = 0  # scored but not counted: the lines' masks left them out
+    by_step: tuple[tuple[int, ImportanceMetrics], ...] = ()  # the metrics of each `step` the lines name, in order
+    by_group: tuple[tuple[str, ImportanceMetrics], ...] = ()  # ... of each `group`, in the order of their names
 
     @property
     def kl_within(self) -> bool | None:

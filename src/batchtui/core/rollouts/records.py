@@ -41,6 +41,19 @@ class Record:
     completion_ids: tuple[int, ...]
     logprobs: SequenceLogprobs
     entropy: tuple[float, ...]  # the trainer's distribution's entropy at each completion token (nats)
+    mask: tuple[bool, ...] | None = None  # the line's: which tokens count (None: all)
+    step: int | None = None  # the line's
+    group: str | None = None
+
+    @property
+    def counted(self) -> SequenceLogprobs:
+        """The logprobs of the tokens that count (all where the line gives no mask)."""
+        seq = self.logprobs
+        if self.mask is None:
+            return seq
+        keep = [i for i, counts in enumerate(self.mask) if counts]
+        top1 = None if seq.top1_disagree is None else tuple(seq.top1_disagree[i] for i in keep)
+        return SequenceLogprobs(tuple(seq.trainer[i] for i in keep), tuple(seq.sampler[i] for i in keep), top1)
 
     def as_json(self) -> str:
         seq = self.logprobs
@@ -53,6 +66,9 @@ class Record:
                 "trainer_logprobs": list(seq.trainer),
                 "sampler_logprobs": list(seq.sampler),
                 "trainer_entropy": list(self.entropy),
+                "mask": None if self.mask is None else [int(v) for v in self.mask],
+                "step": self.step,
+                "group": self.group,
                 "top1_disagree": None if seq.top1_disagree is None else list(seq.top1_disagree),
                 "log_ratio": seq.log_ratio,
                 "max_abs_diff": max(map(abs, seq.deltas)),
@@ -170,12 +186,16 @@ def _record(raw: bytes, where: str) -> Record:
             tuple(_ids(entry["completion_ids"])),
             seq,
             tuple(_floats(entry["trainer_entropy"])),
+            None if entry["mask"] is None else tuple(bool(v) for v in _bits(entry["mask"])),
+            None if entry["step"] is None else _whole(entry["step"]),
+            None if entry["group"] is None else _text(entry["group"]),
         )
     except (UnicodeDecodeError, ValueError, RecursionError, KeyError, TypeError):
         raise InputError(f"{where}: not a record of `batchtui rollouts`") from None
     if (
         len(record.completion_ids) != len(seq.trainer)
         or len(record.entropy) != len(seq.trainer)
+        or (record.mask is not None and len(record.mask) != len(seq.trainer))
         or any(value < 0 for value in record.entropy)
         or not isinstance(entry["digest"], str)
     ):
@@ -199,6 +219,18 @@ def _floats(values) -> list[float]:
     ):
         raise TypeError
     return [float(v) for v in values]
+
+
+def _bits(values) -> list[int]:
+    if not isinstance(values, list) or not all(type(v) is int and v in (0, 1) for v in values):
+        raise TypeError
+    return values
+
+
+def _text(value) -> str:
+    if not isinstance(value, str):
+        raise TypeError
+    return value
 
 
 def _bools(values) -> list[bool]:

@@ -3,7 +3,10 @@
 A line holds `prompt_ids` and `completion_ids` (lists of token ids; `prompt` and `completion` strings instead where the
 model's tokenizer is at hand: the prompt tokenized as the tokenizer does by default, special tokens included, the
 completion without them), `logprobs` (the sampler's logprob of each completion token) and optionally `top1_ids` (the
-sampler's own top-1 token at each step, where it gave it). Other keys are ignored. Blank lines are skipped.
+sampler's own top-1 token at each step, where it gave it), `mask` (one 0 or 1 a completion token: 0 for a token the
+sampler did not choose, a tool's output or a turn of another speaker, scored with the rest but not counted), `step`
+(the training step that sampled it) and `group` (its prompt's group, as GRPO groups a prompt's samples): the report
+breaks the metrics down by each. Other keys are ignored. Blank lines are skipped.
 
 The file is someone else's: a line is read up to `MAX_LINE_BYTES`, every field is checked for its type, ids lie in the
 vocabulary, logprobs are finite and at most 0, one per completion token, and the sequence fits the model's context.
@@ -24,6 +27,9 @@ from ..untrusted import MiB, finite, open_regular
 MAX_LINE_BYTES = 16 * MiB
 # The faults a report lists by line (all are counted).
 FAULTS_KEPT = 20
+# The most distinct `step`s or `group`s a file may name: the breakdown holds a tally for each.
+MAX_KEYS = 100_000
+_GROUP_CHARS = 200
 
 
 @dataclass(frozen=True)
@@ -38,6 +44,9 @@ class Rollout:
     top1_ids: tuple[int, ...] | None
     temperature: float | None = None  # what the line says it was sampled at (`endpoint --save-rollouts` writes it)
     truncation: tuple[float, int] = (1.0, 0)  # the line's top_p and top_k (1 and 0: the whole distribution)
+    mask: tuple[bool, ...] | None = None  # per completion token, whether it counts (None: every one)
+    step: int | None = None
+    group: str | None = None
 
 
 @dataclass(frozen=True)
@@ -62,6 +71,8 @@ class RolloutFaults:
         self.last_line = 0
         self.temperatures: dict[float | None, int] = {}  # each temperature the lines give, at its first line
         self.truncations: dict[tuple[float, int], int] = {}  # each (top_p, top_k) the lines give, at its first line
+        self.steps: set = set()  # the distinct steps and groups the lines name (at most MAX_KEYS each)
+        self.groups: set = set()
 
     def __call__(self, fault: InputError, number: int) -> None:
         if not self.skip_bad:
@@ -96,6 +107,11 @@ def read_rollouts(
             continue
         faults.temperatures.setdefault(rollout.temperature, number)
         faults.truncations.setdefault(rollout.truncation, number)
+        for key, seen, name in ((rollout.step, faults.steps, "steps"), (rollout.group, faults.groups, "groups")):
+            if key is not None and key not in seen:
+                if len(seen) == MAX_KEYS:
+                    raise InputError(f"{path} line {number}: more than {MAX_KEYS} {name} (a breakdown a {name[:-1]})")
+                seen.add(key)
         yield rollout
     if checked is not None and number < checked.last_line:
         raise InputError(f"{path} changed since it was checked: it ends at line {number}, not {checked.last_line}")
@@ -150,7 +166,30 @@ def _rollout(number: int, raw: bytes, vocabulary: Vocabulary) -> Rollout:
     ):
         raise InputError(f"{where}: temperature must be a number above 0 (at most 1000), not {str(temperature)[:20]}")
     return Rollout(number, line_digest(raw), prompt, completion, logprobs, top1,
-                   None if temperature is None else float(temperature), _truncation(entry, where))  # fmt: skip
+                   None if temperature is None else float(temperature), _truncation(entry, where),
+                   _mask(entry.get("mask"), len(completion), where), *_step_and_group(entry, where))  # fmt: skip
+
+
+def _mask(mask, n: int, where: str) -> tuple[bool, ...] | None:
+    """The line's `mask`: one 0 or 1 (or false, true) a completion token; None where it gives none."""
+    if mask is None:
+        return None
+    if not isinstance(mask, list) or not all(type(v) in (int, bool) and v in (0, 1) for v in mask):
+        raise InputError(f"{where}: mask must be a list of 0 and 1 (1: the sampler chose the token, 0: not counted)")
+    if len(mask) != n:
+        raise InputError(f"{where}: mask has {len(mask)} values, the completion {n} tokens")
+    return tuple(bool(v) for v in mask)
+
+
+def _step_and_group(entry: dict, where: str) -> tuple[int | None, str | None]:
+    step, group = entry.get("step"), entry.get("group")
+    if step is not None and not (type(step) is int and 0 <= step <= 2**31):
+        raise InputError(f"{where}: step must be a whole number from 0, not {str(step)[:20]}")
+    if group is not None and not (
+        (type(group) is int and abs(group) <= 2**63) or (isinstance(group, str) and len(group) <= _GROUP_CHARS)
+    ):
+        raise InputError(f"{where}: group must be a whole number or a string of at most {_GROUP_CHARS} characters")
+    return step, None if group is None else str(group)
 
 
 def _truncation(entry: dict, where: str) -> tuple[float, int]:

@@ -137,7 +137,7 @@ def records_run(job: RolloutsJob, settings: Settings, loaded: LoadedModel, tempe
         "batch_tokens": job.batch_tokens,
         "layout": "prompts left-padded, completions right-padded",  # TRL's GRPO layout (`run.trainer_forward`)
         "temperature": temperature,
-        "records_format": 2,  # (2: each token's trainer entropy kept; records written before lack it)
+        "records_format": 3,  # (2: each token's trainer entropy kept; 3: the lines' mask, step and group)
     }
 
 
@@ -258,6 +258,8 @@ def _check_record(record: Record, planned: tuple[Rollout, int] | None, number: i
         raise InputError(f"{where}: line {rollout.line} of {job.path} changed since the record was written")
     if record.completion_ids != rollout.completion_ids or record.logprobs.sampler != rollout.logprobs:
         raise InputError(f"{where}: its completion or sampler logprobs are not line {rollout.line}'s: edited")
+    if (record.mask, record.step, record.group) != (rollout.mask, rollout.step, rollout.group):
+        raise InputError(f"{where}: its mask, step or group is not line {rollout.line}'s: edited")
     if any(value > 0 for value in record.logprobs.trainer):
         raise InputError(f"{where}: a trainer logprob above 0: not a logprob, edited")
 
@@ -280,4 +282,5 @@ def _record(batch: Batch, rollout: Rollout, score) -> Record:
         disagree = tuple((score.top1 != torch.tensor(rollout.top1_ids, device=score.top1.device)).tolist())
     logprobs = SequenceLogprobs(trainer, rollout.logprobs, disagree)
     entropy = tuple(score.entropy.clamp(min=0).tolist())  # (rounding can leave a certain token's a hair below 0)
-    return Record(rollout.line, rollout.digest, batch.index, rollout.completion_ids, logprobs, entropy)
+    return Record(rollout.line, rollout.digest, batch.index, rollout.completion_ids, logprobs, entropy, rollout.mask,
+                  rollout.step, rollout.group)  # fmt: skip

@@ -47,7 +47,11 @@ class _Bands:
 
 class RolloutsTally:
     def __init__(self, correction: Correction = DEFAULTS) -> None:
+        self.correction = correction
         self.importance = ImportanceTally(correction)
+        self.masked_tokens = 0  # scored, not counted (the lines' masks)
+        self._by_step: dict[int, ImportanceTally] = {}
+        self._by_group: dict[str, ImportanceTally] = {}
         self.deltas = DeltaSpill()
         self.by_position, self.by_entropy = _Bands(POSITION_EDGES), _Bands(ENTROPY_EDGES)
         # min-heaps of the WORST largest: (key, -line, -step, what); ties go to the earlier line and step
@@ -56,17 +60,31 @@ class RolloutsTally:
         self._low, self._high = math.inf, -math.inf  # the least and greatest δ
 
     def add(self, record: Record) -> None:
-        seq = record.logprobs
+        seq = record.counted  # the tokens a mask leaves out are scored, not counted
+        self.masked_tokens += len(record.logprobs.trainer) - len(seq.trainer)
         self.importance.add(seq)
+        for key, tallies in ((record.step, self._by_step), (record.group, self._by_group)):
+            if key is not None:
+                self._tally_of(tallies, key).add(seq)
         deltas = seq.deltas
         self.deltas.add(deltas)
-        self._low, self._high = min(self._low, *deltas), max(self._high, *deltas)
+        if deltas:
+            self._low, self._high = min(self._low, *deltas), max(self._high, *deltas)
         _keep(self._sequences, (abs(seq.log_ratio), -record.line, 0, record))
-        for step, (delta, entropy) in enumerate(zip(deltas, record.entropy)):
+        mask = record.mask
+        for step, (delta, entropy) in enumerate(zip(record.logprobs.deltas, record.entropy)):
+            if mask is not None and not mask[step]:
+                continue
             self.by_position.add(step, abs(delta))
             self.by_entropy.add(entropy, abs(delta))
             if len(self._tokens) < WORST or abs(delta) > self._tokens[0][0]:
                 _keep(self._tokens, (abs(delta), -record.line, -step, record))
+
+    def _tally_of(self, tallies: dict, key) -> ImportanceTally:
+        tally = tallies.get(key)
+        if tally is None:
+            tally = tallies[key] = ImportanceTally(self.correction)
+        return tally
 
     def close(self) -> None:
         self.deltas.close()
@@ -88,8 +106,8 @@ class RolloutsTally:
         sequences = tuple(
             WorstSequence(
                 record.line,
-                record.logprobs.log_ratio,
-                max(map(abs, record.logprobs.deltas)),
+                record.counted.log_ratio,
+                max(map(abs, record.counted.deltas), default=0.0),
                 decode(list(record.completion_ids)),
                 scored(record),
             )
@@ -108,6 +126,9 @@ class RolloutsTally:
             worst_tokens=tokens,
             by_position=self.by_position.bands(),
             by_entropy=self.by_entropy.bands(),
+            masked_tokens=self.masked_tokens,
+            by_step=tuple((key, tally.metrics()) for key, tally in sorted(self._by_step.items())),
+            by_group=tuple((key, tally.metrics()) for key, tally in sorted(self._by_group.items())),
             **rest,
         )
 

@@ -32,6 +32,8 @@ _METRICS = (
     ("ess_seq", "ess_seq (of the sequences' ratios)"),
 )
 _BAND_HEADER = ("tokens", "mean |δ|", "max |δ|")
+_BREAKDOWN_HEADER = ("sequences", "tokens", "kl", "max |δ|", "clipped", "over the cap")
+_BREAKDOWN_ROWS = 20  # rows a breakdown shows on the terminal (the JSON report has them all)
 
 
 def format_rollouts(summary: RolloutsSummary, color: bool = False, width: int = 72) -> str:
@@ -46,6 +48,8 @@ def format_rollouts(summary: RolloutsSummary, color: bool = False, width: int = 
             parts.append(chart)
     for title, column, bands in band_tables(summary):
         parts.append(f"{title}\n" + format_columns((column, *_BAND_HEADER), bands, {0}))
+    for title, column, rows in breakdown_tables(summary):
+        parts.append(f"{title}\n" + format_columns((column, *_BREAKDOWN_HEADER), rows, {0}))
     if summary.worst_sequences:
         parts.append(
             "worst sequences (by |Σ δ|)\n" + format_columns(SEQUENCE_HEADER, worst_sequence_rows(summary), {4})
@@ -98,6 +102,33 @@ def band_tables(summary: RolloutsSummary) -> list[tuple[str, str, list[tuple[str
         tables.append(("|δ| by the token's step in its completion (from 0)", "steps", rows(summary.by_position)))
     if summary.by_entropy:
         tables.append(("|δ| by the trainer's entropy at the token (nats)", "entropy", rows(summary.by_entropy)))
+    return tables
+
+
+def breakdown_tables(summary: RolloutsSummary) -> list[tuple[str, str, list[tuple[str, ...]]]]:
+    """The metrics by the lines' `step` (in order) and by their `group` (those with the largest max |δ| first), at most
+    `_BREAKDOWN_ROWS` rows each: (title, the key's column, rows)."""
+
+    def fraction(value: float | None) -> str:
+        return "-" if value is None else f"{value:.1%}"
+
+    def row(key, m) -> tuple[str, ...]:
+        return (literal(str(key), 24), str(m.sequences), str(m.tokens), _number(m.kl, "kl"),
+                _number(m.max_abs_diff, "max_abs_diff"), fraction(m.clip_fraction),
+                fraction(m.tis_fraction))  # fmt: skip
+
+    def more(total: int) -> str:
+        return f" ({_BREAKDOWN_ROWS} of {total} shown: --json has all)" if total > _BREAKDOWN_ROWS else ""
+
+    tables = []
+    if summary.by_step:
+        steps = summary.by_step
+        rows = [row(key, m) for key, m in steps[:_BREAKDOWN_ROWS]]
+        tables.append((f"by step{more(len(steps))}", "step", rows))
+    if summary.by_group:
+        groups = sorted(summary.by_group, key=lambda item: -(item[1].max_abs_diff or 0.0))
+        rows = [row(key, m) for key, m in groups[:_BREAKDOWN_ROWS]]
+        tables.append((f"by group, the largest max |δ| first{more(len(groups))}", "group", rows))
     return tables
 
 
@@ -187,6 +218,11 @@ def rollouts_notes(summary: RolloutsSummary) -> list[str]:
     """What a reader needs besides the numbers: what the mode removed, with `--invariant`; the temperature scored at,
     where it is not 1; a truncated sampler."""
     notes = [] if summary.batch_noise is None else [_mode_removed(summary)]
+    if summary.masked_tokens:
+        notes.append(
+            f"{summary.masked_tokens} tokens the lines' masks leave out (not the sampler's choice) were scored with "
+            "the rest and not counted"
+        )
     temperature = summary.config.get("temperature", 1.0)
     if temperature not in (None, 1.0):
         notes.append(
