@@ -43,6 +43,7 @@ def test_bench_json_has_ratios_and_targets(tmp_path, capsys):
     ):
         each = [a / b for a, b in zip(rounds[name], rounds[base])]
         assert data["ratios"][ratio] == pytest.approx(sum(each) / 2, rel=1e-12), ratio
+        assert data["spreads"][ratio] == pytest.approx([min(each), max(each)], rel=1e-12), ratio
     seconds = data["seconds"]
     # The generations' forward passes by phase in each round's best try (within its seconds), the best round's as
     # `phases`, and their ratios paired by round as the methods' are (of two rounds, the mean).

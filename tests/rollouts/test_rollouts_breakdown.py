@@ -65,7 +65,8 @@ def test_the_metrics_by_step_and_by_group_are_the_definitions_over_their_tokens(
 
 @pytest.mark.parametrize(
     "fields,said",
-    [({"mask": [1]}, "mask has 1 values, the completion 2 tokens"), ({"mask": [1, 2]}, "mask must be a list of 0 and 1"),
+    [({"mask": [1]}, "mask has 1 values, the completion 2 tokens"),
+     ({"mask": [1, 2]}, "mask must be a list of 0 and 1"),
      ({"step": -1}, "step must be a whole number from 0"), ({"step": 1.5}, "step must be a whole number from 0"),
      ({"group": [1]}, "group must be a whole number or a string"), ({"group": "x" * 201}, "group must be")],
 )  # fmt: skip

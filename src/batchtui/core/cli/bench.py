@@ -121,8 +121,8 @@ def _bench(args: argparse.Namespace) -> int:
     )
     rows: list[tuple[str, ...]] = [(name, f"{seconds * 1000:.1f}") for name, seconds in result.seconds.items()]
     print(format_columns(("method", "ms (best)"), rows, left={0}), file=out)
-    ratios = [(name, f"{value:.3f}") for name, value in result.ratios.items()]
-    print(format_columns(("ratio", "value"), ratios, left={0}), file=out)
+    ratios = [(name, f"{value:.3f}", _spread(result.spreads.get(name))) for name, value in result.ratios.items()]
+    print(format_columns(("ratio", "value", "rounds from-to"), ratios, left={0}), file=out)
     if result.phases:
         rows = [(name, *(f"{phases[phase] * 1000:.1f}" for phase in PHASES)) for name, phases in result.phases.items()]
         print(format_columns(("forward passes of", "prefill ms", "decode ms"), rows, left={0}), file=out)
@@ -157,3 +157,8 @@ def _bench(args: argparse.Namespace) -> int:
         )
         return EXIT_TARGET_MISSED
     return EXIT_OK
+
+
+def _spread(spread: tuple[float, float] | None) -> str:
+    """A ratio's least and greatest round (its median is the value): how far one run of the bench can be trusted."""
+    return "" if spread is None else f"{spread[0]:.3f}-{spread[1]:.3f}"

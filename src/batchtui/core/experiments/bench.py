@@ -231,6 +231,7 @@ class BenchResult:
     # The aten ops whose CPU kernels the mode leaves to the library for this model (its calls never need them)
     library_kernels: list[str] = field(default_factory=list)
     ratios: dict[str, float] = field(default_factory=dict)  # of two methods: the median of their rounds' ratios
+    spreads: dict[str, tuple[float, float]] = field(default_factory=dict)  # each ratio's least and greatest round
     targets: list[dict] = field(default_factory=list)
 
     def as_dict(self) -> dict:
@@ -342,30 +343,34 @@ def bench(
         library_kernels=sorted(library_kernels_on_cpu(loaded.model)),
     )
 
-    def paired(name: str, base: str) -> float:
-        return statistics.median(a / b for a, b in zip(times[name], times[base]))
+    def median_of(key: str, each: list[float]) -> float:
+        result.spreads[key] = (min(each), max(each))
+        return statistics.median(each)
 
-    def paired_phase(phase: str) -> float:
+    def paired(name: str, base: str, key: str) -> float:
+        return median_of(key, [a / b for a, b in zip(times[name], times[base])])
+
+    def paired_phase(phase: str, key: str) -> float:
         rounds_of = zip(round_phases["generate_invariant"], round_phases["generate"])
-        return statistics.median(a[phase] / b[phase] for a, b in rounds_of)
+        return median_of(key, [a[phase] / b[phase] for a, b in rounds_of])
 
-    result.ratios = {
-        "compare_vs_floor": paired("compare", "floor"),
-        "modules_vs_floor": paired("compare_modules", "floor"),
-        "compare_vs_seed": paired("compare", "seed"),
-        "generate_vs_floor": paired("generate", "generate_floor"),
-        "invariant_vs_compare": paired("compare_invariant", "compare"),
-        "invariant_generate_vs_generate": paired("generate_invariant", "generate"),
-        "invariant_trainer_vs_trainer": paired("trainer_invariant", "trainer"),
-        "invariant_train_step_vs_train_step": paired("train_step_invariant", "train_step"),
-        **{
-            f"invariant_{phase}_vs_{phase}": paired_phase(phase)
-            for phase in PHASES
-            if all(each[phase] > 0 for each in round_phases["generate"])
-        },
+    pairs_of = {
+        "compare_vs_floor": ("compare", "floor"),
+        "modules_vs_floor": ("compare_modules", "floor"),
+        "compare_vs_seed": ("compare", "seed"),
+        "generate_vs_floor": ("generate", "generate_floor"),
+        "invariant_vs_compare": ("compare_invariant", "compare"),
+        "invariant_generate_vs_generate": ("generate_invariant", "generate"),
+        "invariant_trainer_vs_trainer": ("trainer_invariant", "trainer"),
+        "invariant_train_step_vs_train_step": ("train_step_invariant", "train_step"),
     }
+    result.ratios = {key: paired(name, base, key) for key, (name, base) in pairs_of.items()}
+    for phase in PHASES:
+        if all(each[phase] > 0 for each in round_phases["generate"]):
+            key = f"invariant_{phase}_vs_{phase}"
+            result.ratios[key] = paired_phase(phase, key)
     for name, (method, base, _) in added.ratios.items():
-        result.ratios[name] = paired(method, base)
+        result.ratios[name] = paired(method, base, name)
     result.targets = _targets(result, texts, loaded)
     result.targets += [_target(name, result.ratios[name], limit) for name, (_, _, limit) in added.ratios.items()]
     return result

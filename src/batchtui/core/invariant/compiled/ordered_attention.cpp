@@ -254,19 +254,15 @@ void attend_tile(const Inputs<T, W>& in, const Operands<W>& ops, int64_t b, int6
   }
 }
 
-// The tile's queries computed in the smallest of the tile heights that holds them (each query's sums the same in all).
+// A decoding step's single query in a tile of one, every other count in a tile of kTile (each query's sums the same
+// in both; two heights, not four: each is compiled for every dtype, and the build is the first process's wait).
 template <typename T, typename W>
 void attend_queries(const Inputs<T, W>& in, const Operands<W>& ops, int64_t b, int64_t h, int64_t i0, int64_t count,
                     Room<W>& room) {
-  static_assert(kTile == 8, "the heights below");
   if (count == 1)
     attend_tile<T, W, 1>(in, ops, b, h, i0, count, room);
-  else if (count == 2)
-    attend_tile<T, W, 2>(in, ops, b, h, i0, count, room);
-  else if (count <= 4)
-    attend_tile<T, W, 4>(in, ops, b, h, i0, count, room);
   else
-    attend_tile<T, W, 8>(in, ops, b, h, i0, count, room);
+    attend_tile<T, W, kTile>(in, ops, b, h, i0, count, room);
 }
 
 template <typename T, typename W>
