@@ -183,7 +183,7 @@ def test_cli_says_a_split_and_exits_1(tiny_path, tmp_path, capsys):
 
 
 def test_views_mark_the_shared_prefix_the_split_and_what_follows(tiny_path):
-    from batchtui.core.terminal.generation import continuation_tokens, describe_split, step_curve
+    from batchtui.tui.views.generation_screen import continuation_tokens, describe_split, step_curve
 
     settings = Settings(model=str(tiny_path), dtype="float64", batch_size=4)
     with batch_variant(settings, amplitude=2e-3):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from factories import make_comparison, make_text
 
-from batchtui.core.terminal.heatmap import divergent_cells
+from batchtui.tui.views.heatmap_cells import divergent_cells
 from batchtui.tui.views.navigation import (
     clamp_cell,
     flip_cells,

@@ -11,8 +11,8 @@ from batchtui.core import Settings
 from batchtui.core.errors import InputError
 from batchtui.core.experiments.sweep import parse_batch_sizes, parse_names
 from batchtui.core.run.engine import compare
-from batchtui.core.terminal.heatmap import bucket_of, heatmap_series, overview_span
 from batchtui.core.visible import shown_token
+from batchtui.tui.views.heatmap_cells import bucket_of, heatmap_series, overview_span
 from batchtui.tui.views.layers import MARK_LEGEND, fitted_labels, layer_curve
 from batchtui.tui.views.navigation import flip_cells, worst_flip
 from batchtui.tui.views.tokens import token_strip, topk_union

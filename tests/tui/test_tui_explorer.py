@@ -9,10 +9,10 @@ from textual.widgets import DataTable, Input
 from textual_plotext import PlotextPlot
 from tui_helpers import MIXED, make_app, settle, wait_for
 
-from batchtui.core.terminal.heatmap import overview_span
 from batchtui.core.visible import shown_token
 from batchtui.tui.screens.prompt_screen import PromptScreen
 from batchtui.tui.screens.sweep_screen import SweepScreen
+from batchtui.tui.views.heatmap_cells import overview_span
 from batchtui.tui.views.navigation import flip_cells, worst_flip
 from batchtui.tui.views.tokens import topk_union
 from batchtui.tui.widgets.heatmap import FLIP_MARKER, SELECTED_MARKER, Heatmap, HeatmapPlot

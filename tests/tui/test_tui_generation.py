@@ -7,9 +7,9 @@ from textual.widgets import DataTable
 from tui_helpers import batch_variant, make_app, settle, wait_for
 
 from batchtui.core import Settings
-from batchtui.core.terminal.generation import continuation_tokens
 from batchtui.core.visible import literal
 from batchtui.tui.screens.help_screen import HelpScreen
+from batchtui.tui.views.generation_screen import continuation_tokens
 from batchtui.tui.widgets.generation_pane import GenerationPane
 from batchtui.tui.widgets.heatmap import Heatmap
 from batchtui.tui.widgets.status_line import StatusLine

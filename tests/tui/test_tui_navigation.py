@@ -3,8 +3,8 @@ divergences, flips, sorting, and what the status line says on the way."""
 
 from tui_helpers import detail_title, make_app, settle, wait_for
 
-from batchtui.core.terminal.heatmap import divergent_cells
 from batchtui.core.terminal.plain import decimals_to_tell_apart
+from batchtui.tui.views.heatmap_cells import divergent_cells
 from batchtui.tui.views.navigation import flip_cells, next_divergent, next_flip
 from batchtui.tui.widgets.status_line import StatusLine
 from batchtui.tui.widgets.summary_table import SummaryTable
@@ -175,7 +175,7 @@ async def test_status_says_the_effective_batch_size_and_what_reveals_a_divergenc
 
 
 async def test_flips_are_marked_on_the_heatmap_and_in_its_legend():
-    from batchtui.core.terminal.heatmap import heatmap_series
+    from batchtui.tui.views.heatmap_cells import heatmap_series
     from batchtui.tui.widgets.heatmap import FLIP_MARKER, HeatmapPlot
 
     app = make_app(texts=FLIPPING)

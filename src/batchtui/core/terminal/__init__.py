@@ -1,3 +1,3 @@
-"""Terminal text: plain-text tables and verdicts, and the views the CLI and the app both draw (the heatmap's
-buckets, generation and rollouts text); the app's own view-models live beside it, in tui/views/.
+"""Terminal text: what the CLI prints, plain-text tables and verdicts (the app reuses some of their words); the app's
+own view-models (the heatmap's buckets, a generation's screen) live in tui/views/.
 Imports the numbers; never torch at import."""

@@ -4,8 +4,8 @@ outcome in words."""
 from __future__ import annotations
 
 from ...core.numbers.comparison import Comparison
-from ...core.terminal.heatmap import divergent_cells
 from ...core.terminal.plain import counted, invariant_tally, invariant_verdict, verdict_rule
+from .heatmap_cells import divergent_cells
 
 
 def describe_outcome(comparison: Comparison, batch_size: int) -> list[str]:

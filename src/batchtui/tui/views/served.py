@@ -1,5 +1,5 @@
 """What the app's generation view draws for a served model (`batchtui --url`): under load against alone, in the
-same shapes as a local generation (`terminal.generation.GenerationScreen`)."""
+same shapes as a local generation (`views.generation_screen.GenerationScreen`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from ...core.endpoint.report import endpoint_verdict, split_at
 from ...core.endpoint.result import ContinuationSplit, EndpointComparison, ServedText
 from ...core.numbers.comparison import TopToken
 from ...core.run.backend import ServedContinuation
-from ...core.terminal.generation import ContinuationToken, GenerationScreen, LadderView, RunText, StepCurve, TextRow
 from ...core.terminal.plain import counted, format_float
+from .generation_screen import ContinuationToken, GenerationScreen, LadderView, RunText, StepCurve, TextRow
 
 
 def endpoint_screen(comparison: EndpointComparison) -> GenerationScreen:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from ...core.models.token_text import readable_pieces
 from ...core.numbers.comparison import PositionMetrics, TextResult
-from ...core.terminal.heatmap import bucket_of
+from .heatmap_cells import bucket_of
 
 
 @dataclass(frozen=True)

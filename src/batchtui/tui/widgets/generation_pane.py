@@ -13,10 +13,10 @@ from textual_plotext import PlotextPlot
 
 from ...core.endpoint.result import EndpointComparison
 from ...core.numbers.generation import GenerationComparison
-from ...core.terminal.generation import GenerationScreen, RunText, TextRow
-from ...core.terminal.generation import local_generation_screen as local_screen
 from ...core.visible import literal
 from .. import chart_colors
+from ..views.generation_screen import GenerationScreen, RunText, TextRow
+from ..views.generation_screen import local_generation_screen as local_screen
 from ..views.served import endpoint_screen
 from ..views.ticks import decade_ticks
 from .ladder_chart import LadderChart

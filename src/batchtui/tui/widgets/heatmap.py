@@ -13,7 +13,7 @@ from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
 from ...core.numbers.comparison import Comparison
-from ...core.terminal.heatmap import BUCKET_LEGEND, heatmap_series, overview_span
+from ..views.heatmap_cells import BUCKET_LEGEND, heatmap_series, overview_span
 from ..views.navigation import worst_flip
 
 # 256-colour codes, one per bucket: grey for exactly zero, then cold to hot by decade.

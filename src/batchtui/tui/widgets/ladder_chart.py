@@ -9,8 +9,8 @@ from textual.containers import Vertical
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
-from ...core.terminal.generation import LadderView
 from .. import chart_colors
+from ..views.generation_screen import LadderView
 
 
 class LadderChart(Vertical):

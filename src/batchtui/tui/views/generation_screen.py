@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..numbers.comparison import TopToken
-from ..numbers.generation import GenerationComparison, TextGeneration
-from .plain import format_float, format_precise
+from ...core.numbers.comparison import TopToken
+from ...core.numbers.generation import GenerationComparison, TextGeneration
+from ...core.terminal.plain import format_float, format_precise
 
 
 @dataclass(frozen=True)
@@ -126,7 +126,7 @@ class GenerationScreen:
 
 
 def local_generation_screen(comparison: GenerationComparison) -> GenerationScreen:
-    from .generation_text import generation_verdict, split_words
+    from ...core.terminal.generation_text import generation_verdict, split_words
 
     rows = []
     for t in comparison.texts:

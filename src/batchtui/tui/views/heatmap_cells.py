@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..numbers.comparison import Comparison
+from ...core.numbers.comparison import Comparison
 
 # Heatmap colour scale: bucket 0 is exactly zero, then one bucket per decade of max|Δ|.
 _DECADES = tuple(range(-6, 1))  # upper bounds 1e-6 .. 1e0
