@@ -163,7 +163,8 @@ def token_words(sequence: WorstSequence, step: int) -> str:
 def _number(value: float | None, name: str) -> str:
     if value is None:
         return "-"
-    six_decimals = (name.startswith("ratio") or name.endswith("ppl")) and abs(value) < 1e4
+    # (values near 1 where the runs agree: a ratio, a perplexity, an effective sample size, to six decimals)
+    six_decimals = ("ratio" in name or name.endswith("ppl") or name.startswith("ess")) and abs(value) < 1e4
     return format_precise(value) if six_decimals else format_float(value)
 
 
