@@ -281,6 +281,12 @@ void rows_times_block(const Call<T>& c, int64_t r0, int64_t count, int64_t n0, c
   }
 }
 
+// At least `size` floats of `kept`, grown where it holds fewer.
+float* room(std::vector<float>& kept, int64_t size) {
+  if (static_cast<int64_t>(kept.size()) < size) kept.resize(size);
+  return kept.data();
+}
+
 template <typename T>
 void linear_all(const Call<T>& c, int64_t threads) {
   const int64_t chunks = (c.m + kChunkRows - 1) / kChunkRows, blocks = (c.n + kCols - 1) / kCols;
@@ -289,22 +295,25 @@ void linear_all(const Call<T>& c, int64_t threads) {
   // row: a row's sums are one thread's, in one order.
 #pragma omp parallel num_threads(threads) if ((c.m + 1) * c.n * c.k > (1 << 16))
   {
-    std::vector<float> column(c.k * kCols);
-    std::vector<float> staging(std::is_same_v<T, float> || kByPairs<T> ? 0 : c.k * kCols);
+    // Each pool thread's buffers, kept from call to call and never zero-filled: a block is written whole before it
+    // is read (a decoding step's call otherwise allocated and cleared them every time).
+    thread_local std::vector<float> kept_column, kept_staging;
+    float* column = room(kept_column, c.k * kCols);
+    float* staging = std::is_same_v<T, float> || kByPairs<T> ? nullptr : room(kept_staging, c.k * kCols);
     int64_t transposed = -1;
 #pragma omp for collapse(2) schedule(static)
     for (int64_t b = 0; b < blocks; ++b)
       for (int64_t chunk = 0; chunk < chunks; ++chunk) {
         if (b != transposed) {
 #if defined(__AVX512BF16__)
-          if constexpr (kByPairs<T>) transpose_pairs(c, b * kCols, column.data());
+          if constexpr (kByPairs<T>) transpose_pairs(c, b * kCols, column);
 #endif
-          if constexpr (!kByPairs<T>) transpose_block(c, b * kCols, column.data(), staging.data());
+          if constexpr (!kByPairs<T>) transpose_block(c, b * kCols, column, staging);
           transposed = b;
         }
         const int64_t end = std::min(c.m, (chunk + 1) * kChunkRows);
         for (int64_t r0 = chunk * kChunkRows; r0 < end; r0 += kRows)
-          rows_times_block(c, r0, std::min(kRows, end - r0), b * kCols, column.data());
+          rows_times_block(c, r0, std::min(kRows, end - r0), b * kCols, column);
       }
   }
 }
