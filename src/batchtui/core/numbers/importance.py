@@ -220,14 +220,14 @@ class ImportanceTally:
         for d in deltas:
             self.token_logs.add(d)
             self.token_squares.add(2 * d)
-        log_ratio = seq.log_ratio
-        seq_ratio = math.inf if math.isnan(log_ratio) else importance_ratio(log_ratio)
+        log_ratio = math.inf if math.isnan(seq.log_ratio) else seq.log_ratio  # (NaN: past the floats both ways)
+        seq_ratio = importance_ratio(log_ratio)
         self.seq_ratio_sum += seq_ratio
         self.masked_seqs += correction.outside(seq_ratio)
         self.seq_ratio_min = seq_ratio if self.seq_ratio_min is None else min(self.seq_ratio_min, seq_ratio)
         self.seq_ratio_max = seq_ratio if self.seq_ratio_max is None else max(self.seq_ratio_max, seq_ratio)
-        self.seq_logs.add(math.inf if math.isnan(log_ratio) else log_ratio)
-        self.seq_squares.add(math.inf if math.isnan(log_ratio) else 2 * log_ratio)
+        self.seq_logs.add(log_ratio)
+        self.seq_squares.add(2 * log_ratio)
         top = max(abs(d) for d in deltas)
         self.max_abs = top if self.max_abs is None else max(self.max_abs, top)
         self.ratio_min = min(ratios) if self.ratio_min is None else min(self.ratio_min, *ratios)
