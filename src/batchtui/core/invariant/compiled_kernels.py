@@ -1,12 +1,12 @@
 """The mode's compiled CPU kernels, C++ and OpenMP built with torch's own extension tools (`torch.utils.cpp_extension`)
-on first use, once per machine: attention summed in one fixed order (`compiled/ordered_attention.cpp`), and a small
+on first use, once per machine: attention summed in one fixed order (`compiled/ordered_attention.cpp`), and a
 float32 or bfloat16 linear layer's rows summed in one fixed order (`compiled/fixed_order_linear.cpp`).
 
 The attention's Python path (`attention_tiles`, `attention_scan`) is some twenty small calls a layer, most of a small
 model's cost in the mode; the compiled kernel is one call, each query computed whole by one thread in key order. A
-small model's linear layers in the GEMM libraries keep a row's bits only from a measured height and up to measured
-ones (float32's decoding step of 8 rows padded to 16, a prefill's rows padded up to a height checked); the compiled
-one keeps them at any height, measured nothing.
+model's linear layers in the GEMM libraries keep a row's bits only from a measured height and up to measured ones
+(float32's decoding step of 8 rows padded to 16, a prefill's rows padded up to a height checked, a tall call cut into
+calls that each read the whole weight again); the compiled one keeps them at any height, measured nothing.
 They are built for this CPU (`-march=native`), so their folder is named by everything that decides their code: the
 CPU model and flags, torch's version and build, the sources, the flags: `$XDG_CACHE_HOME/batchtui/compiled/<digest>/`
 (clear it with `rm -r ~/.cache/batchtui/compiled`). Where they cannot be built (no C++ compiler, no ninja) or

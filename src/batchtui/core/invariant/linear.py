@@ -6,10 +6,11 @@ costs tens of microseconds, that is what the mode cost. While `RowInvariantLinea
 `nn.Linear` of the model (the class itself, not a subclass with its own forward) computes its rows in its own
 forward: oneDNN's inner product on the weight as stored where it keeps rows from the fewest rows (one call into
 C++, as fast as the library's or faster), else the GEMM library's op (`rows.by_rows` measures both, per shape,
-dtype and thread count: `rows`). A float32 or bfloat16 weight of at most `_FIXED_ORDER_BYTES` (a small model's
-layers) goes to the compiled fixed-order kernel instead (`compiled_kernels`), where it is built: a row's bits the same
-at any height by construction, so a decoding step is not padded to the GEMM library's 16 rows nor a prefill padded up
-to a height checked, and nothing is measured. Another thread's call, or a call outside the mode, is the layer's own.
+dtype and thread count: `rows`): float16 and float64 layers, and every layer where the compiled kernels are not
+built. A float32 or bfloat16 layer goes to the compiled fixed-order kernel instead (`compiled_kernels`): a row's bits
+the same at any height by construction, so a decoding step is not padded to the GEMM library's 16 rows nor a prefill
+padded up to a height checked, and nothing is measured (as fast as MKL's and oneDNN's calls or faster, from a 256x1536
+layer to a 151936x1536 head: docs/measurements.md). Another thread's call, or a call outside the mode, is the layer's own.
 """
 
 from __future__ import annotations
@@ -28,10 +29,6 @@ from .measured_store import kernel_site
 from .rows import MEASURED_ROWS, Path, RowsFn, choose, in_rows, record_any_height
 from .scopes import ModuleForwards, has_own_forward
 
-# The largest weight the compiled fixed-order kernel takes: one the caches hold (measured on the built-ins' layers,
-# up to a 4096x256 head: as fast as the GEMM libraries' calls or faster at nearly every height; on larger float32
-# weights the library's blocking wins).
-_FIXED_ORDER_BYTES = 4 << 20
 _NO_BIAS = torch.empty(0)
 
 
@@ -59,13 +56,12 @@ def _library(weight: torch.Tensor, bias: torch.Tensor | None):
 
 def _fixed_order(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> RowsFn | None:
     """`rows` times the layer's weight through the compiled fixed-order kernel, where it takes them (float32 or
-    bfloat16 rows and parameters of one dtype, a small weight whose rows are contiguous, the kernel built here); None
+    bfloat16 rows and parameters of one dtype, a weight whose rows are contiguous, the kernel built here); None
     elsewhere. The weight is read as it is at every call (a weight changed in place, by an optimizer or through
     `.data`, is read changed)."""
     op = compiled_linear(rows)
     takes = (
         weight.dtype == rows.dtype
-        and weight.numel() * weight.element_size() <= _FIXED_ORDER_BYTES
         and weight.stride(-1) == 1
         and (bias is None or (bias.dtype == rows.dtype and bias.is_contiguous()))
     )
