@@ -1,6 +1,7 @@
-"""The mode's compiled kernels (attention, float32 and bfloat16 linear layers): built once a machine into the cache folder,
-said once, and loaded from there by the next process without a word; where they cannot be built (no compiler) one line
-says so and the Python paths keep the promise; `BATCHTUI_COMPILED_KERNELS=0` takes the Python paths without building.
+"""The mode's compiled kernels (attention, float32 and bfloat16 linear layers): built once a machine into the cache
+folder, said once, and loaded from there by the next process without a word; where they cannot be built (no compiler)
+one line says so and the Python paths keep the promise; `BATCHTUI_COMPILED_KERNELS=0` takes the Python paths without
+building.
 (Their bits, arrival by arrival, are `test_ordered_attention`'s, `test_fixed_order_linear`'s and the arrival
 tests'.)"""
 

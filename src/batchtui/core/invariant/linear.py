@@ -9,8 +9,9 @@ C++, as fast as the library's or faster), else the GEMM library's op (`rows.by_r
 dtype and thread count: `rows`): float16 and float64 layers, and every layer where the compiled kernels are not
 built. A float32 or bfloat16 layer goes to the compiled fixed-order kernel instead (`compiled_kernels`): a row's bits
 the same at any height by construction, so a decoding step is not padded to the GEMM library's 16 rows nor a prefill
-padded up to a height checked, and nothing is measured (as fast as MKL's and oneDNN's calls or faster, from a 256x1536
-layer to a 151936x1536 head: docs/measurements.md). Another thread's call, or a call outside the mode, is the layer's own.
+padded up to a height checked, and nothing is measured (as fast as MKL's and oneDNN's calls or faster, from a
+256x1536 layer to a 151936x1536 head: docs/measurements.md). Another thread's call, or a call outside the mode, is
+the layer's own.
 """
 
 from __future__ import annotations
