@@ -128,5 +128,5 @@ def test_records_of_an_older_format_are_refused_by_resume_naming_it(scored, tmp_
     code = main(["rollouts", str(path), "--model", "tiny", "--dtype", "float32", "--records", str(records),
                  "--resume", "--quiet"])  # fmt: skip
     err = capsys.readouterr().err
-    assert code == 2 and "its records_format is null, this run's 3" in err, err
+    assert code == 2 and "its records_format is null, this run's 4" in err, err
     assert records.read_text().splitlines()[1:] == lines[1:]  # nothing lost

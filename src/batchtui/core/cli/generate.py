@@ -6,8 +6,9 @@ import argparse
 
 from ..errors import InputError
 from ..numbers.generation import DEFAULT_MAX_NEW_TOKENS
+from ..run.trl_call import check_trl
 from .exit_codes import parsed_and_guarded
-from .options import add_remedy_option, command_parser
+from .options import add_remedy_option, add_trainer_option, command_parser
 from .report_command import ReportKind, add_repro_options, report_command
 
 DESCRIPTION = (
@@ -50,6 +51,7 @@ def add_generation_options(parser: argparse.ArgumentParser) -> None:
 def run_generate(argv: list[str], prog: str = "batchtui generate") -> int:
     parser = command_parser(prog, DESCRIPTION)
     add_generation_options(parser)
+    add_trainer_option(parser)
     parser.add_argument("--json", metavar="PATH", help="write the full report to PATH ('-' for stdout)")
     add_remedy_option(parser)
     add_repro_options(parser)
@@ -60,13 +62,17 @@ def _generate(args: argparse.Namespace, command_line: list[str]) -> int:
     args.command_line = command_line
     if args.ops and not args.vs_trainer:
         raise InputError("--ops names where the sampler and the trainer part: it needs --vs-trainer")
+    if args.trainer != "batchtui":
+        if not args.vs_trainer:
+            raise InputError("--trainer says how the trainer calls the model: it needs --vs-trainer")
+        check_trl()
 
     def run(texts, settings, lines, sink):
         from ..run.generation import generate_and_compare
 
         return generate_and_compare(
             texts, settings, args.max_new_tokens, args.from_embeds, lines=lines, logits_sink=sink,
-            vs_prefill=args.vs_prefill, vs_trainer=args.vs_trainer, ops=args.ops,
+            vs_prefill=args.vs_prefill, vs_trainer=args.vs_trainer, ops=args.ops, trainer=args.trainer,
         )  # fmt: skip
 
     return report_command(args, run, _generation_report)

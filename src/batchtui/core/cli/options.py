@@ -181,6 +181,17 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_trainer_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--trainer",
+        choices=("batchtui", "trl"),
+        default="batchtui",
+        help="how the trainer's forward calls the model: batchtui (positions counted from each row's first token, "
+        "log_softmax of the float32 logits) or trl (as TRL 1.16's GRPOTrainer does: no position ids, its fused LM "
+        "head); with trl the report says which of the two moves the logprobs (default: batchtui)",
+    )
+
+
 def add_threads_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--threads",

@@ -13,6 +13,7 @@ from .options import (
     OneLineParser,
     TqdmBar,
     add_threads_option,
+    add_trainer_option,
     check_report_destination,
     human_output,
     int_at_least,
@@ -83,6 +84,7 @@ def rollouts_parser(prog: str) -> OneLineParser:
         "--dist-timeout", type=float, default=DEFAULT_DIST_TIMEOUT_S, metavar="S",
         help="under torchrun: seconds the ranks wait for each other, to meet and at each round, before ending",
     )  # fmt: skip
+    add_trainer_option(parser)
     add_threads_option(parser)
     parser.add_argument("--json", metavar="PATH", help="write the report to PATH ('-' for stdout)")
     return parser
@@ -116,7 +118,7 @@ def _rollouts(args: argparse.Namespace) -> int:
     correction = Correction(args.clip_eps, args.tis_cap, args.tis_floor)
     job = RolloutsJob(
         args.file, settings, args.batch_tokens, args.records, args.resume, args.skip_bad, args.dist_timeout,
-        args.temperature, correction, args.max_kl,
+        args.temperature, correction, args.max_kl, args.trainer,
     ).checked()  # fmt: skip
     bar = TqdmBar(args.quiet, unit="seq")
     try:

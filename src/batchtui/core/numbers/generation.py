@@ -7,6 +7,7 @@ from functools import cached_property
 
 from .comparison import FirstOp, PositionColumns, PositionMetrics, RunResult
 from .importance import ImportanceMetrics, SequenceLogprobs, importance_metrics
+from .trl_parts import TrlParts
 
 DEFAULT_MAX_NEW_TOKENS = 32
 
@@ -118,6 +119,7 @@ class GenerationComparison(RunResult):
     """Every text's continuations batched and alone, with the settings the run resolved to."""
 
     texts: tuple[TextGeneration, ...]
+    trl_parts: TrlParts | None = None  # with `--trainer trl`: which of TRL's ways moves the trainer's logprobs
 
     @property
     def trainer_vs_sampler(self) -> ImportanceMetrics | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .importance import ImportanceMetrics, importance_ratio
+from .trl_parts import TrlParts
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,7 @@ class RolloutsSummary:
     by_entropy: tuple[DeltaBand, ...] = ()
     max_kl: float | None = None  # `--max-kl`: the kl a run may have at most
     batch_noise: BatchNoise | None = None  # with `--invariant` (rank 0's first batch): what the mode removed
+    trl_parts: TrlParts | None = None  # with `--trainer trl` (rank 0's first batch): which of TRL's ways moves them
     masked_tokens: int = 0  # scored but not counted: the lines' masks left them out
     by_step: tuple[tuple[int, ImportanceMetrics], ...] = ()  # the metrics of each `step` the lines name, in order
     by_group: tuple[tuple[str, ImportanceMetrics], ...] = ()  # ... of each `group`, in the order of their names

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..numbers.generation import Continuation, GenerationComparison, TextGeneration
 from ..numbers.importance import ImportanceMetrics, SequenceLogprobs
+from ..numbers.trl_parts import TrlParts
 from .report import first_op_json, number, position_json, run_json
 
 
@@ -67,8 +68,15 @@ def generation_summary_json(comparison: GenerationComparison) -> dict:
         "near_ties": s.near_ties,
         "max_abs_diff": number(s.max_abs_diff),
         "trainer_vs_sampler": None if overall is None else importance_json(overall),
+        "trl_parts": None if comparison.trl_parts is None else trl_parts_json(comparison.trl_parts),
     }
 
 
 def generation_json(comparison: GenerationComparison) -> dict:
     return run_json(comparison, generation_summary_json(comparison), [_text(t) for t in comparison.texts])
+
+
+def trl_parts_json(parts: TrlParts) -> dict:
+    return {"tokens": parts.tokens, "by_positions": parts.by_positions,
+            "max_by_positions": number(parts.max_by_positions), "by_head": parts.by_head,
+            "max_by_head": number(parts.max_by_head)}  # fmt: skip

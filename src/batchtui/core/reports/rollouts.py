@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..numbers.rollouts import BatchNoise, DeltaBand, Histogram, RolloutsSummary, ScoredToken
-from .generation import importance_json
+from .generation import importance_json, trl_parts_json
 from .report import number
 
 
@@ -32,6 +32,7 @@ def rollouts_json(summary: RolloutsSummary) -> dict:
             "max_kl": number(summary.max_kl) if summary.max_kl is not None else None,
             "kl_within": summary.kl_within,
             "batch_noise": None if summary.batch_noise is None else _noise(summary.batch_noise),
+            "trl_parts": None if summary.trl_parts is None else trl_parts_json(summary.trl_parts),
             "masked_tokens": summary.masked_tokens,
             "by_step": [{"step": key, **importance_json(m)} for key, m in summary.by_step],
             "by_group": [{"group": key, **importance_json(m)} for key, m in summary.by_group],

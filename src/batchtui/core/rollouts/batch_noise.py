@@ -10,14 +10,16 @@ from __future__ import annotations
 
 from ..invariant.mode import invariant_if
 from ..numbers.rollouts import BatchNoise
-from ..run.trainer_forward import scored_in_training, trainer_modes
+from ..run.trainer_forward import DEFAULT, TrainerCall, scored_in_training, trainer_modes
 from .plan import Batch
 
 # The sequences scored again (of the first batch), each twice each way: a few forwards, whatever the file's size.
 NOISE_SEQUENCES = 16
 
 
-def batch_noise(model, batch: Batch, pad_id: int, temperature: float, classes: tuple[str, ...]) -> BatchNoise:
+def batch_noise(
+    model, batch: Batch, pad_id: int, temperature: float, classes: tuple[str, ...], call: TrainerCall = DEFAULT
+) -> BatchNoise:
     rollouts = batch.rollouts[:NOISE_SEQUENCES]
     prompts = [list(r.prompt_ids) for r in rollouts]
     completions = [list(r.completion_ids) for r in rollouts]
@@ -25,8 +27,11 @@ def batch_noise(model, batch: Batch, pad_id: int, temperature: float, classes: t
     def moves(invariant: bool) -> list[float]:
         """|Δ| of every token between its batch and alone, where the two are not the same bits (0 where they are)."""
         with invariant_if(invariant, model, classes), trainer_modes(model):
-            together = scored_in_training(model, prompts, completions, pad_id, temperature)
-            alone = [scored_in_training(model, [p], [c], pad_id, temperature)[0] for p, c in zip(prompts, completions)]
+            together = scored_in_training(model, prompts, completions, pad_id, temperature, call=call)
+            alone = [
+                scored_in_training(model, [p], [c], pad_id, temperature, call=call)[0]
+                for p, c in zip(prompts, completions)
+            ]
         return [
             abs(a - b) if a != b else 0.0
             for t, s in zip(together, alone)

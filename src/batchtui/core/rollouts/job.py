@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from ..errors import InputError
 from ..numbers.importance import DEFAULTS, Correction
+from ..run.trl_call import check_trl
 from ..settings import Settings
 from .plan import DEFAULT_BATCH_TOKENS
 from .torchrun_place import torchrun_place
@@ -26,6 +27,7 @@ class RolloutsJob:
     temperature: float | None = None  # `--temperature`: None takes the lines' (1 where they say none)
     correction: Correction = DEFAULTS  # `--clip-eps`, `--tis-cap`, `--tis-floor`
     max_kl: float | None = None  # `--max-kl`
+    trainer: str = "batchtui"  # `--trainer`: how the trainer's forward calls the model (`trainer_forward.trainer_call`)
 
     def checked(self) -> RolloutsJob:
         torchrun_place()  # torchrun's variables, when set, are torchrun's: checked before anything waits on them
@@ -42,6 +44,10 @@ class RolloutsJob:
             raise InputError(f"--tis-floor must be at least 0 and at most 1, not {c.tis_floor:g}")
         if self.max_kl is not None and not 0 <= self.max_kl < float("inf"):
             raise InputError(f"--max-kl must be a number of at least 0, not {self.max_kl:g}")
+        if self.trainer not in ("batchtui", "trl"):
+            raise InputError(f"--trainer is batchtui or trl, not {self.trainer!r}")
+        if self.trainer == "trl":
+            check_trl()
         if self.batch_tokens < 1:
             raise InputError(f"--batch-tokens must be at least 1, not {self.batch_tokens}")
         if self.resume and not self.records:

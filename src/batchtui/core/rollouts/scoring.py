@@ -26,9 +26,9 @@ from ..numbers.cpu_memory import FlatHeap
 from ..numbers.importance import SequenceLogprobs
 from ..numbers.rollouts import RolloutsSummary
 from ..run.skeleton import resolved_config, run_guarded
-from ..run.trainer_forward import scored_in_training, trainer_modes
+from ..run.trainer_forward import TrainerCall, scored_in_training, trainer_call, trainer_modes, trl_parts_of
 from ..settings import Settings
-from .batch_noise import batch_noise
+from .batch_noise import NOISE_SEQUENCES, batch_noise
 from .job import RolloutsJob
 from .plan import Batch, batches
 from .ranks import Ranks, joined, rank_device
@@ -68,22 +68,26 @@ def score_rollouts(
             run_guarded(loaded, lambda: scored.all(total, settings))
             if not ranks.first:
                 return None
-            noise = None
+            noise = parts = None
             if settings.invariant:  # what the mode removed: the first batch scored again, each way
                 first = next(scored.plan())
+                classes = settings.kernel_classes
                 noise = run_guarded(loaded, lambda: batch_noise(
-                    loaded.model, first, loaded.pad_token_id, temperature, settings.kernel_classes))  # fmt: skip
+                    loaded.model, first, loaded.pad_token_id, temperature, classes, scored.call))  # fmt: skip
+            if job.trainer == "trl":  # which of TRL's two ways moves the logprobs: the first batch scored each way
+                parts = run_guarded(loaded, lambda: _trl_parts(loaded, next(scored.plan()), temperature, settings))
             config = resolved_config(settings, loaded)
             c = job.correction
             config.update(rollouts_file=job.path, batch_tokens=job.batch_tokens, records=job.records, ranks=ranks.size,
                           temperature=temperature, top_p=top_p, top_k=top_k, clip_eps=c.clip_eps, tis_cap=c.tis_cap,
-                          tis_floor=c.tis_floor, max_kl=job.max_kl)  # fmt: skip
+                          tis_floor=c.tis_floor, max_kl=job.max_kl, trainer=job.trainer)  # fmt: skip
             return scored.tally.summary(
                 loaded.tokenizer.decode,
                 lambda token: _label(loaded, token),
                 config=config,
                 max_kl=job.max_kl,
                 batch_noise=noise,
+                trl_parts=parts,
                 skipped=faults.count,
                 faults=tuple(faults.kept),
                 resumed=scored.resumed,
@@ -91,6 +95,13 @@ def score_rollouts(
             )
         finally:
             scored.close()
+
+
+def _trl_parts(loaded: LoadedModel, batch: Batch, temperature: float, settings: Settings):
+    rollouts = batch.rollouts[:NOISE_SEQUENCES]  # (a few forwards, whatever the file's size)
+    prompts, completions = [list(r.prompt_ids) for r in rollouts], [list(r.completion_ids) for r in rollouts]
+    with invariant_if(settings.invariant, loaded.model, settings.kernel_classes), trainer_modes(loaded.model):
+        return trl_parts_of(loaded.model, prompts, completions, loaded.pad_token_id, temperature)
 
 
 def scoring_temperature(job: RolloutsJob, checked: RolloutFaults) -> float:
@@ -136,8 +147,10 @@ def records_run(job: RolloutsJob, settings: Settings, loaded: LoadedModel, tempe
         "invariant_classes": ",".join(settings.kernel_classes) if settings.invariant else "",
         "batch_tokens": job.batch_tokens,
         "layout": "prompts left-padded, completions right-padded",  # TRL's GRPO layout (`run.trainer_forward`)
+        "trainer": job.trainer,
         "temperature": temperature,
-        "records_format": 3,  # (2: each token's trainer entropy kept; 3: the lines' mask, step and group)
+        # (2: each token's trainer entropy kept; 3: the lines' mask, step and group; 4: the trainer's call)
+        "records_format": 4,
     }
 
 
@@ -158,6 +171,7 @@ class _Scoring:
     ) -> None:  # fmt: skip
         self.job, self.loaded, self.vocabulary, self.ranks = job, loaded, vocabulary, ranks
         self.temperature = temperature
+        self.call: TrainerCall = trainer_call(job.trainer)
         self.progress, self.cancelled = progress, cancelled
         self.checked = checked  # what the checking pass read: exactly those lines are scored
         self.run = run  # the settings the records file's first line holds
@@ -224,6 +238,7 @@ class _Scoring:
             self.loaded.pad_token_id,
             self.temperature,
             entropy=True,
+            call=self.call,
         )
         return [_record(batch, rollout, score) for rollout, score in zip(rollouts, scores)]
 
@@ -278,7 +293,7 @@ def _padded(plan: Iterator) -> Iterator:
 def _record(batch: Batch, rollout: Rollout, score) -> Record:
     trainer = tuple(score.logprobs.tolist())
     disagree = None
-    if rollout.top1_ids is not None:
+    if rollout.top1_ids is not None and score.top1 is not None:  # (TRL's head gives no top-1)
         disagree = tuple((score.top1 != torch.tensor(rollout.top1_ids, device=score.top1.device)).tolist())
     logprobs = SequenceLogprobs(trainer, rollout.logprobs, disagree)
     entropy = tuple(score.entropy.clamp(min=0).tolist())  # (rounding can leave a certain token's a hair below 0)

@@ -28,6 +28,7 @@ from ..numbers.generation import (
     TextGeneration,
 )
 from ..numbers.metrics import position_stats
+from ..numbers.trl_parts import TrlParts, summed
 from ..settings import Settings
 from .assemble import columns_by_text
 from .backend import Backend, Decoded
@@ -35,6 +36,7 @@ from .module_outputs import first_differing, module_outputs
 from .runner import Runner
 from .sampler_vs_trainer import first_parting_places, logprobs_of
 from .skeleton import CancelledFn, Chunk, PassSteps, PreparedRun, ProgressFn, own_tokens, prepare_run
+from .trainer_forward import TRL, TrainerCall, trainer_call, trainer_modes, trl_parts_of
 
 GENERATION_PADDING = "left"  # new tokens follow the prompt: right padding would put them after the pads
 
@@ -51,6 +53,7 @@ def generate_and_compare(
     vs_prefill: bool = False,
     vs_trainer: bool = False,
     ops: bool = False,
+    trainer: str = "batchtui",
 ) -> GenerationComparison:
     """Greedy continuations of every text, batched (chunks of batch_size, left-padded) and alone.
 
@@ -58,7 +61,9 @@ def generate_and_compare(
     `logits_sink(index, single, batched)`: handed each text's per-step next-token logits of both runs ([steps, V]).
     `vs_prefill`: also set each decode step of the text alone against one forward of the sequence so far.
     `vs_trainer`: also score each batched continuation as a trainer does (`run.trainer_forward`) against the logprobs
-    the batched decode gave its tokens (`numbers.importance`); with `ops`, where they part, the first op too.
+    the batched decode gave its tokens (`numbers.importance`); with `ops`, where they part, the first op too;
+    `trainer`: how the trainer calls the model (`trainer_forward.trainer_call`; with "trl", which of TRL's ways moves
+    the logprobs too).
     """
     started = time.perf_counter()
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
@@ -70,7 +75,10 @@ def generate_and_compare(
         notes.append("generation pads on the left (new tokens follow the prompt); right padding is for check")
     runner = Runner(loaded, GENERATION_PADDING, "mask", max_tokens=settings.max_tokens, from_embeds=from_embeds)
     steps = run.steps(1 + vs_prefill + vs_trainer, progress, cancelled, "generation")
-    generation = _Generation(loaded, runner, settings, max_new_tokens, steps, logits_sink, vs_prefill, vs_trainer, ops)
+    call = trainer_call(trainer)
+    generation = _Generation(
+        loaded, runner, settings, max_new_tokens, steps, logits_sink, vs_prefill, vs_trainer, ops, call
+    )
     results = run.guarded(lambda: generation.all(run))
     config = run.config
     config.update(
@@ -81,8 +89,10 @@ def generate_and_compare(
         vs_prefill=vs_prefill,
         vs_trainer=vs_trainer,
         ops=ops and vs_trainer,
+        trainer=trainer if vs_trainer else None,
     )
-    return GenerationComparison(config, tuple(results), tuple(notes), time.perf_counter() - started)
+    parts = summed(generation.trl_parts)
+    return GenerationComparison(config, tuple(results), tuple(notes), time.perf_counter() - started, parts)
 
 
 class _Generation:
@@ -97,6 +107,7 @@ class _Generation:
         vs_prefill: bool,
         vs_trainer: bool,
         ops: bool,
+        call: TrainerCall,
     ):  # fmt: skip
         self.loaded = loaded
         self.backend = backend
@@ -108,6 +119,8 @@ class _Generation:
         self.vs_prefill = vs_prefill
         self.vs_trainer = vs_trainer
         self.ops = ops  # with vs_trainer: the first op where the sampler and the trainer part
+        self.call = call  # with vs_trainer: how the trainer calls the model
+        self.trl_parts: list[TrlParts] = []  # with TRL's call: each chunk's
 
     def all(self, run: PreparedRun) -> list[TextGeneration]:
         results = []
@@ -152,7 +165,10 @@ class _Generation:
         where they part, with `ops` the first op there)."""
         completions = [list(self._continuation(tokens).token_ids) for tokens in batched.new_tokens]
         self.steps.before()
-        sequences = logprobs_of(self.loaded, prompts, completions, batched)
+        sequences = logprobs_of(self.loaded, prompts, completions, batched, self.call)
+        if self.call == TRL:
+            with trainer_modes(self.loaded.model):
+                self.trl_parts.append(trl_parts_of(self.loaded.model, prompts, completions, self.loaded.pad_token_id))
         parted = {row: s.first_differing_step for row, s in enumerate(sequences) if s.first_differing_step is not None}
         places = first_parting_places(
             self.loaded,
@@ -161,6 +177,7 @@ class _Generation:
             completions,
             parted,
             self.ops,
+            self.call,
         )
         self.steps.after()
         return [(sequence, *places.get(row, (None, None))) for row, sequence in enumerate(sequences)]

@@ -21,23 +21,28 @@ from ..numbers.importance import SequenceLogprobs
 from .backend import Decoded
 from .first_op import OnePlace, first_op_between
 from .module_outputs import first_differing, module_outputs
-from .trainer_forward import score_as_trainer
+from .trainer_forward import DEFAULT, TrainerCall, score_as_trainer
 
 
 def logprobs_of(
-    loaded: LoadedModel, prompts: list[list[int]], completions: list[list[int]], batched: Decoded
+    loaded: LoadedModel,
+    prompts: list[list[int]],
+    completions: list[list[int]],
+    batched: Decoded,
+    call: TrainerCall = DEFAULT,
 ) -> list[SequenceLogprobs]:
     """Each row's continuation (`completions`: the batched decode's tokens up to its EOS) scored by the sampler (its
-    step logits, log_softmax in float32) and by the trainer, and where their top-1s part."""
-    scores = score_as_trainer(loaded.model, prompts, completions, loaded.pad_token_id)
+    step logits, log_softmax in float32) and by the trainer called as `call` says, and where their top-1s part (not
+    known through TRL's head: it gives no logits)."""
+    scores = score_as_trainer(loaded.model, prompts, completions, loaded.pad_token_id, call)
     sequences = []
     for row, (completion, scored) in enumerate(zip(completions, scores)):
         stepped = batched.kept_logits[row, : len(completion)].float().to(scored.logprobs.device)
         chosen = torch.tensor(completion, device=stepped.device)
         sampler = stepped.log_softmax(-1).gather(-1, chosen[:, None])[:, 0]
-        disagree = (stepped.argmax(-1) != scored.top1).tolist()
+        disagree = None if scored.top1 is None else tuple((stepped.argmax(-1) != scored.top1).tolist())
         trainer = tuple(scored.logprobs.tolist())
-        sequences.append(SequenceLogprobs(trainer, tuple(sampler.tolist()), tuple(disagree)))
+        sequences.append(SequenceLogprobs(trainer, tuple(sampler.tolist()), disagree))
     return sequences
 
 
@@ -48,6 +53,7 @@ def first_parting_places(
     completions: list[list[int]],
     steps: dict[int, int],
     ops: bool = False,
+    call: TrainerCall = DEFAULT,
 ) -> dict[int, tuple[str | None, FirstOp | None]]:
     """For each row of `steps` (row -> its first differing completion token), the first module whose output there
     differs between the sampler (`decode()` runs the chunk's greedy decode again) and the trainer's forward, and with
@@ -60,7 +66,7 @@ def first_parting_places(
     order += [name for name, module in loaded.model.named_modules() if module is head and head is not None]
 
     def train():
-        return score_as_trainer(loaded.model, prompts, completions, loaded.pad_token_id)
+        return score_as_trainer(loaded.model, prompts, completions, loaded.pad_token_id, call)
 
     start, batch = max(len(p) for p in prompts), len(prompts)
     sampler = module_outputs(loaded.model, order, decode, {row: (step, row, -1) for row, step in steps.items()})

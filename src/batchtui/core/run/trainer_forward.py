@@ -2,9 +2,11 @@
 the rollouts a sampler made.
 
 The layout is TRL's GRPO trainer's: prompts left-padded to the longest prompt, completions right-padded to the
-longest completion, positions from the attention mask. The model runs in training mode with dropout off (TRL's
-`disable_dropout`: a dropout mask is random, no two runs of it agree) and autograd on (the forward a trainer
-differentiates); each completion token's logprob is log_softmax in float32 of the logits before it, at the token.
+longest completion. The model runs in training mode with dropout off (TRL's `disable_dropout`: a dropout mask is
+random, no two runs of it agree) and autograd on (the forward a trainer differentiates). How it is called is a
+`TrainerCall`: by default positions from the attention mask and each completion token's logprob log_softmax in float32
+of the logits before it, at the token (verl's and OpenRLHF's way); `TRL` as TRL's GRPO trainer calls it (no position
+ids, its fused LM head: `run.trl_call`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,31 @@ from dataclasses import dataclass
 
 import torch
 
+from ..numbers.trl_parts import TrlParts, trl_parts
 from .runner import position_ids
+from .trl_call import trl_logprobs, trl_utils
+
+
+@dataclass(frozen=True)
+class TrainerCall:
+    """How the trainer's forward calls the model."""
+
+    position_ids: bool = True  # positions counted from each row's first real token (False: none given)
+    fused_head: bool = False  # logprobs through TRL's fused LM head (False: log_softmax of the float32 logits)
+
+
+DEFAULT = TrainerCall()
+TRL = TrainerCall(position_ids=False, fused_head=True)
+_CALLS = {"batchtui": DEFAULT, "trl": TRL}  # `--trainer`
+
+
+def trainer_call(name: str) -> TrainerCall:
+    """`--trainer`'s call, ready before the mode is entered (TRL's head imported: the mode stands in for it only
+    where TRL is imported when it enters)."""
+    call = _CALLS[name]
+    if call.fused_head:
+        trl_utils()
+    return call
 
 
 @dataclass(frozen=True)
@@ -23,7 +49,7 @@ class TrainerScores:
     """One row's completion tokens as the trainer scored them."""
 
     logprobs: torch.Tensor  # [n] float32: lt of each completion token
-    top1: torch.Tensor  # [n] the trainer's own top-1 token at each of those positions
+    top1: torch.Tensor | None  # [n] the trainer's own top-1 token at each of those positions (None: TRL's head)
     entropy: torch.Tensor | None = None  # [n] float32: the trainer's distribution's entropy (nats) there, if asked
 
 
@@ -75,10 +101,12 @@ def grpo_layout(prompts: list[list[int]], completions: list[list[int]], pad_id: 
     return torch.tensor(ids, device=device), torch.tensor(mask, device=device), prompt_width
 
 
-def score_as_trainer(model, prompts: list[list[int]], completions: list[list[int]], pad_id: int) -> list[TrainerScores]:
+def score_as_trainer(
+    model, prompts: list[list[int]], completions: list[list[int]], pad_id: int, call: TrainerCall = DEFAULT
+) -> list[TrainerScores]:
     """Each row's completion tokens scored in one training-mode forward of the batch with autograd on."""
     with trainer_modes(model):
-        return scored_in_training(model, prompts, completions, pad_id)
+        return scored_in_training(model, prompts, completions, pad_id, call=call)
 
 
 def scored_in_training(
@@ -88,13 +116,16 @@ def scored_in_training(
     pad_id: int,
     temperature: float = 1.0,
     entropy: bool = False,
+    call: TrainerCall = DEFAULT,
 ) -> list[TrainerScores]:
     """`score_as_trainer` inside its modes, entered once by a caller that scores batch after batch (entering training
     mode costs a walk over the model's modules and, where it uses hub kernels, transformers' kernelizing again).
-    `entropy`: each position's entropy too (a pass over the vocabulary more)."""
+    `entropy`: each position's entropy too (a pass over the vocabulary more; TRL's head gives it anyway)."""
+    if call.fused_head:
+        return _scored_through_fused_head(model, prompts, completions, pad_id, temperature, call)
     # (the inputs made here: a tensor made in inference mode cannot be saved for a backward)
     with torch.inference_mode(False), torch.enable_grad():
-        logits, _, _, start = _forward_in_layout(model, prompts, completions, pad_id)
+        logits, _, _, start = _forward_in_layout(model, prompts, completions, pad_id, call)
         logits = logits.detach()
     scores = []
     for row, completion in enumerate(completions):
@@ -112,11 +143,28 @@ def scored_in_training(
     return scores
 
 
-def _forward_in_layout(model, prompts: list[list[int]], completions: list[list[int]], pad_id: int) -> tuple:
+def _scored_through_fused_head(model, prompts, completions, pad_id: int, temperature: float, call: TrainerCall):
+    """`scored_in_training` through TRL's fused LM head, which gives each label's logprob and entropy, not the
+    logits (so no top-1)."""
+    with torch.inference_mode(False), torch.enable_grad():
+        ids, mask, _ = grpo_layout(prompts, completions, pad_id, next(model.parameters()).device)
+        width = max(len(c) for c in completions)
+        positions = position_ids(mask, "mask") if call.position_ids else None
+        logprobs, entropies = trl_logprobs(model, ids, mask, width, temperature, positions)
+    return [
+        TrainerScores(logprobs[row, : len(c)].float(), None, entropies[row, : len(c)].float())
+        for row, c in enumerate(completions)
+    ]
+
+
+def _forward_in_layout(
+    model, prompts: list[list[int]], completions: list[list[int]], pad_id: int, call: TrainerCall = DEFAULT
+) -> tuple:
     """(logits, ids, mask, the first completion position): one forward of the batch in the trainer's layout
-    (`grpo_layout`), positions from the mask."""
+    (`grpo_layout`), positions from the mask unless `call` gives none."""
     ids, mask, start = grpo_layout(prompts, completions, pad_id, next(model.parameters()).device)
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask, "mask"), use_cache=False)
+    given = {"position_ids": position_ids(mask, "mask")} if call.position_ids else {}
+    logits = model(input_ids=ids, attention_mask=mask, use_cache=False, **given)
     return logits.logits, ids, mask, start
 
 
@@ -135,3 +183,17 @@ def training_step(model, prompts: list[list[int]], completions: list[list[int]],
         loss.backward()
         model.zero_grad(set_to_none=True)
         return loss.item()
+
+
+def trl_parts_of(
+    model, prompts: list[list[int]], completions: list[list[int]], pad_id: int, temperature: float = 1.0
+) -> TrlParts:
+    """Which of TRL's two ways (no position ids, the fused head) moves the batch's logprobs, inside the trainer's
+    modes (`numbers.trl_parts`): three scorings of the batch."""
+
+    def flat(call: TrainerCall) -> list[float]:
+        scores = scored_in_training(model, prompts, completions, pad_id, temperature, call=call)
+        return [value for s in scores for value in s.logprobs.tolist()]
+
+    with_positions = TrainerCall(position_ids=True, fused_head=True)
+    return trl_parts(flat(TRL), flat(with_positions), flat(DEFAULT))

@@ -6,6 +6,7 @@ from ..numbers.generation import GenerationComparison, TextGeneration
 from ..numbers.importance import SequenceLogprobs
 from ..visible import literal
 from .plain import format_columns, format_float, format_precise
+from .trl_parts_text import trl_parts_words
 
 
 def split_words(t: TextGeneration) -> tuple[str, str]:
@@ -90,22 +91,24 @@ def _trainer_verdict(comparison: GenerationComparison) -> str:
     measured = [(t, t.vs_trainer) for t in comparison.texts if t.vs_trainer is not None]
     same = sum(vs.first_differing_step is None for _, vs in measured)
     words = f"; trainer vs sampler: {same} of {len(measured)} texts bitwise"
+    parts = "" if comparison.trl_parts is None else "; " + trl_parts_words(comparison.trl_parts, "the generations'")
     if overall.bitwise:
-        return words + " (every ratio exactly 1, every metric 0)"
+        return words + " (every ratio exactly 1, every metric 0)" + parts
     words += (
         f", max|δ| {format_float(overall.max_abs_diff)}, kl {format_float(overall.kl)}, ratio "
         f"{format_precise(overall.ratio_min)}-{format_precise(overall.ratio_max)}, "
-        f"clipped {overall.clip_fraction:.1%}, "
-        f"top-1 differs at {overall.top1_disagree} of {overall.tokens} tokens"
+        f"clipped {overall.clip_fraction:.1%}"
     )
+    if overall.top1_disagree is not None:  # (TRL's head gives no top-1)
+        words += f", top-1 differs at {overall.top1_disagree} of {overall.tokens} tokens"
     parted = [(t, vs) for t, vs in measured if vs.first_differing_step is not None]
-    if not parted:
-        return words
-    first, at = min(parted, key=lambda pair: _step(pair[1].first_differing_step))  # the earliest (first on a tie)
-    where = f" in {first.vs_trainer_module}" if first.vs_trainer_module else ""
-    if first.vs_trainer_op is not None:
-        where += f", first at {first.vs_trainer_op.words()}: {first.vs_trainer_op.cause()}"
-    return words + f"; earliest at step {at.first_differing_step} (text {first.line}){where}"
+    if parted:
+        first, at = min(parted, key=lambda pair: _step(pair[1].first_differing_step))  # the earliest (first on a tie)
+        where = f" in {first.vs_trainer_module}" if first.vs_trainer_module else ""
+        if first.vs_trainer_op is not None:
+            where += f", first at {first.vs_trainer_op.words()}: {first.vs_trainer_op.cause()}"
+        words += f"; earliest at step {at.first_differing_step} (text {first.line}){where}"
+    return words + parts
 
 
 def _step(step: int | None) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from ..numbers.rollouts import Histogram, RolloutsSummary, ScoredToken, WorstSequence
 from ..visible import literal, shown_token
 from .plain import format_columns, format_float, format_precise
+from .trl_parts_text import trl_parts_words
 
 _METRICS = (
     ("max_abs_diff", "max |δ|"),
@@ -219,6 +220,8 @@ def rollouts_notes(summary: RolloutsSummary) -> list[str]:
     """What a reader needs besides the numbers: what the mode removed, with `--invariant`; the temperature scored at,
     where it is not 1; a truncated sampler."""
     notes = [] if summary.batch_noise is None else [_mode_removed(summary)]
+    if summary.trl_parts is not None:
+        notes.append(trl_parts_words(summary.trl_parts, "the first batch's"))
     if summary.masked_tokens:
         notes.append(
             f"{summary.masked_tokens} tokens the lines' masks leave out (not the sampler's choice) were scored with "
