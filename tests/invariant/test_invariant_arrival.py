@@ -2,7 +2,9 @@
 whole text alone, whether it is decoded token by token over a KV cache (greedy or sampled, batched or alone, the
 dynamic, static or sliding cache transformers picks), prefilled in chunks of any sizes, continued behind a prefix
 reused from a cache, or scored in a trainer's padded batch of prompt + completion (prompts left-padded and
-completions right-padded, or all right-padded) in training mode with autograd on and with gradient checkpointing.
+completions right-padded, or all right-padded) in training mode with autograd on and with gradient checkpointing, or
+packed one after another in one row with positions from 0 each (verl's and OpenRLHF's layout; every architecture
+whose masks tell packed sequences apart, OPT's refused).
 On the built-ins and every architecture of the matrix, in bfloat16 and float32; the same without the mode differs
 (`test_without_the_mode_decode_and_prefill_differ`)."""
 
@@ -16,7 +18,9 @@ from architectures import CHECKPOINTS, load_checkpoint
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 from batchtui.core import batch_invariant
+from batchtui.core.errors import InputError
 from batchtui.core.models.builtin import builtin_path
+from batchtui.core.run.packed_layout import check_packs, completion_logits
 
 pytestmark = pytest.mark.cpu_kernels  # run again with the AVX2 kernels (.ci/run)
 
@@ -38,6 +42,7 @@ HELD_OUT = {
     ),
 }  # fmt: skip
 MODELS = (*CHECKPOINTS, *BUILT_INS, *HELD_OUT)
+UNPACKABLE = {"opt"}  # masks that do not read the position ids: the packed layout refuses them
 DTYPES = (torch.bfloat16, torch.float32)
 
 
@@ -138,6 +143,25 @@ def _trainer_logits(model, ids, mask, checkpointing: bool) -> torch.Tensor:
         model.eval()
 
 
+def _packed_logits(model, name: str, sequences, prompt_lengths) -> list[torch.Tensor]:
+    """Each sequence's completion logits with every sequence packed in one row (training mode, autograd on); none
+    where the model cannot tell them apart, which must be an architecture known for it."""
+    try:
+        check_packs(model, name)
+    except InputError:
+        assert name in UNPACKABLE, f"{name}: the packed layout refused"
+        return []
+    assert name not in UNPACKABLE
+    prompts = [s[:p].tolist() for s, p in zip(sequences, prompt_lengths)]
+    completions = [s[p:].tolist() for s, p in zip(sequences, prompt_lengths)]
+    model.train()
+    try:
+        with torch.enable_grad():
+            return [c.detach().float() for c in completion_logits(model, prompts, completions, 0, 10_000)]
+    finally:
+        model.eval()
+
+
 def _no_dropout(model) -> None:
     """Dropout (and OPT's layer drop) off everywhere a training-mode forward reads it: modules, their float
     attributes (OPT keeps its rates as numbers), the config."""
@@ -196,6 +220,9 @@ def test_a_text_s_logits_are_the_same_however_its_tokens_arrive(models, name, th
                         assert not _differs(logits[i][real[i]], whole), (
                             f"{name} {dtype} text {i}: trainer's {layout} batch (checkpointing {checkpointing})"
                         )
+            for i, packed in enumerate(_packed_logits(model, name, sequences, prompt_lengths)):
+                p = prompt_lengths[i]
+                assert not _differs(packed, wholes[i][p - 1 : -1]), f"{name} {dtype} text {i}: packed in one row"
 
 
 @pytest.mark.slow

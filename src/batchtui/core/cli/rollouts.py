@@ -85,6 +85,11 @@ def rollouts_parser(prog: str) -> OneLineParser:
         help="under torchrun: seconds the ranks wait for each other, to meet and at each round, before ending",
     )  # fmt: skip
     add_trainer_option(parser)
+    parser.add_argument(
+        "--layout", choices=("grpo", "packed"), default="grpo",
+        help="the trainer's batch: grpo (TRL's: prompts left-padded, completions right-padded) or packed (sequences "
+        "one after another in rows, positions from 0 each, no padding: verl's and OpenRLHF's) (default: grpo)",
+    )  # fmt: skip
     add_threads_option(parser)
     parser.add_argument("--json", metavar="PATH", help="write the report to PATH ('-' for stdout)")
     return parser
@@ -118,7 +123,7 @@ def _rollouts(args: argparse.Namespace) -> int:
     correction = Correction(args.clip_eps, args.tis_cap, args.tis_floor)
     job = RolloutsJob(
         args.file, settings, args.batch_tokens, args.records, args.resume, args.skip_bad, args.dist_timeout,
-        args.temperature, correction, args.max_kl, args.trainer,
+        args.temperature, correction, args.max_kl, args.trainer, args.layout,
     ).checked()  # fmt: skip
     bar = TqdmBar(args.quiet, unit="seq")
     try:

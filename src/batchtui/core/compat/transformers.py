@@ -4,7 +4,9 @@ config holds, whether a model takes another)."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+from collections.abc import Iterator
 
 
 def experts_kwargs(dtype: str) -> dict:
@@ -58,3 +60,25 @@ def takes_attention_interface(model) -> bool:
 
 def supports_sdpa(model) -> bool:
     return bool(getattr(model, "_supports_sdpa", False))
+
+
+@contextlib.contextmanager
+def packed_sequences_found() -> Iterator[list[bool]]:
+    """Inside the block, each time a model's mask reads its position ids for packed sequences (transformers'
+    `masking_utils.find_packed_sequence_indices`, called where no attention mask is given), whether it found them
+    (several sequences in a row, each attending to itself only)."""
+    from transformers import masking_utils
+
+    own = masking_utils.find_packed_sequence_indices
+    found: list[bool] = []
+
+    def finding(position_ids):
+        sequences = own(position_ids)
+        found.append(sequences is not None)
+        return sequences
+
+    masking_utils.find_packed_sequence_indices = finding
+    try:
+        yield found
+    finally:
+        masking_utils.find_packed_sequence_indices = own

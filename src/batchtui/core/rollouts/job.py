@@ -28,6 +28,7 @@ class RolloutsJob:
     correction: Correction = DEFAULTS  # `--clip-eps`, `--tis-cap`, `--tis-floor`
     max_kl: float | None = None  # `--max-kl`
     trainer: str = "batchtui"  # `--trainer`: how the trainer's forward calls the model (`trainer_forward.trainer_call`)
+    layout: str = "grpo"  # `--layout`: TRL's GRPO padding, or packed (`run.packed_layout`)
 
     def checked(self) -> RolloutsJob:
         torchrun_place()  # torchrun's variables, when set, are torchrun's: checked before anything waits on them
@@ -46,6 +47,12 @@ class RolloutsJob:
             raise InputError(f"--max-kl must be a number of at least 0, not {self.max_kl:g}")
         if self.trainer not in ("batchtui", "trl"):
             raise InputError(f"--trainer is batchtui or trl, not {self.trainer!r}")
+        if self.layout not in ("grpo", "packed"):
+            raise InputError(f"--layout is grpo or packed, not {self.layout!r}")
+        if self.trainer == "trl" and self.layout == "packed":
+            raise InputError(
+                "--trainer trl scores in TRL's GRPO layout (it pads), --layout packed as verl and OpenRLHF do: give one"
+            )
         if self.trainer == "trl":
             check_trl()
         if self.batch_tokens < 1:

@@ -13,6 +13,7 @@ the summary's sums and worst few, every token's δ on disk.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterator
 
@@ -25,6 +26,7 @@ from ..models.loading import LoadedModel, load_model
 from ..numbers.cpu_memory import FlatHeap
 from ..numbers.importance import SequenceLogprobs
 from ..numbers.rollouts import RolloutsSummary
+from ..run.packed_layout import check_packs
 from ..run.skeleton import resolved_config, run_guarded
 from ..run.trainer_forward import TrainerCall, scored_in_training, trainer_call, trainer_modes, trl_parts_of
 from ..settings import Settings
@@ -37,6 +39,10 @@ from .rollouts_file import Rollout, RolloutFaults, Vocabulary, read_rollouts
 from .tally import RolloutsTally
 
 ProgressFn = Callable[[int, int], None]  # (sequences done, sequences in all)
+_LAYOUTS = {  # `--layout`, as the records file's first line says it
+    "grpo": "prompts left-padded, completions right-padded",  # TRL's GRPO layout (`run.trainer_forward`)
+    "packed": "sequences packed in rows of at most the context, positions from 0 each",  # `run.packed_layout`
+}
 # What decides a rollouts run's numbers, of the settings a comparison's report gives
 _CONFIG = ("model", "device", "dtype", "dtype_requested", "attn", "invariant", "invariant_classes", "pad_token_id",
            "vocab_size", "trust_remote_code")  # fmt: skip
@@ -80,7 +86,7 @@ def score_rollouts(
             c = job.correction
             config.update(rollouts_file=job.path, batch_tokens=job.batch_tokens, records=job.records, ranks=ranks.size,
                           temperature=temperature, top_p=top_p, top_k=top_k, clip_eps=c.clip_eps, tis_cap=c.tis_cap,
-                          tis_floor=c.tis_floor, max_kl=job.max_kl, trainer=job.trainer)  # fmt: skip
+                          tis_floor=c.tis_floor, max_kl=job.max_kl, trainer=job.trainer, layout=job.layout)  # fmt: skip
             return scored.tally.summary(
                 loaded.tokenizer.decode,
                 lambda token: _label(loaded, token),
@@ -102,6 +108,16 @@ def _trl_parts(loaded: LoadedModel, batch: Batch, temperature: float, settings: 
     prompts, completions = [list(r.prompt_ids) for r in rollouts], [list(r.completion_ids) for r in rollouts]
     with invariant_if(settings.invariant, loaded.model, settings.kernel_classes), trainer_modes(loaded.model):
         return trl_parts_of(loaded.model, prompts, completions, loaded.pad_token_id, temperature)
+
+
+def scoring_call(job: RolloutsJob, loaded: LoadedModel) -> TrainerCall:
+    """How the trainer's forward calls the model: `--trainer`'s call in `--layout`'s layout (the packed layout's rows
+    at most the model's context, a model that cannot tell packed sequences apart refused in one line)."""
+    call = trainer_call(job.trainer)
+    if job.layout != "packed":
+        return call
+    check_packs(loaded.model, loaded.name)
+    return dataclasses.replace(call, pack_width=loaded.max_tokens)
 
 
 def scoring_temperature(job: RolloutsJob, checked: RolloutFaults) -> float:
@@ -146,7 +162,7 @@ def records_run(job: RolloutsJob, settings: Settings, loaded: LoadedModel, tempe
         "invariant": settings.invariant,
         "invariant_classes": ",".join(settings.kernel_classes) if settings.invariant else "",
         "batch_tokens": job.batch_tokens,
-        "layout": "prompts left-padded, completions right-padded",  # TRL's GRPO layout (`run.trainer_forward`)
+        "layout": _LAYOUTS[job.layout],
         "trainer": job.trainer,
         "temperature": temperature,
         # (2: each token's trainer entropy kept; 3: the lines' mask, step and group; 4: the trainer's call)
@@ -171,7 +187,7 @@ class _Scoring:
     ) -> None:  # fmt: skip
         self.job, self.loaded, self.vocabulary, self.ranks = job, loaded, vocabulary, ranks
         self.temperature = temperature
-        self.call: TrainerCall = trainer_call(job.trainer)
+        self.call: TrainerCall = scoring_call(job, loaded)
         self.progress, self.cancelled = progress, cancelled
         self.checked = checked  # what the checking pass read: exactly those lines are scored
         self.run = run  # the settings the records file's first line holds

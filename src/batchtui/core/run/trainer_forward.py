@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from ..numbers.trl_parts import TrlParts, trl_parts
+from .packed_layout import completion_logits
 from .runner import position_ids
 from .trl_call import trl_logprobs, trl_utils
 
@@ -28,6 +29,7 @@ class TrainerCall:
 
     position_ids: bool = True  # positions counted from each row's first real token (False: none given)
     fused_head: bool = False  # logprobs through TRL's fused LM head (False: log_softmax of the float32 logits)
+    pack_width: int | None = None  # the packed layout's rows of at most this many tokens (None: the GRPO layout)
 
 
 DEFAULT = TrainerCall()
@@ -123,15 +125,9 @@ def scored_in_training(
     `entropy`: each position's entropy too (a pass over the vocabulary more; TRL's head gives it anyway)."""
     if call.fused_head:
         return _scored_through_fused_head(model, prompts, completions, pad_id, temperature, call)
-    # (the inputs made here: a tensor made in inference mode cannot be saved for a backward)
-    with torch.inference_mode(False), torch.enable_grad():
-        logits, _, _, start = _forward_in_layout(model, prompts, completions, pad_id, call)
-        logits = logits.detach()
     scores = []
-    for row, completion in enumerate(completions):
-        n = len(completion)
-        # the logits at position p choose the token at p + 1: the completion's from the prompt's last position on
-        before = logits[row, start - 1 : start - 1 + n].float()
+    for before, completion in zip(_completion_logits(model, prompts, completions, pad_id, call), completions):
+        before = before.float()
         if temperature != 1.0:  # log_softmax(logits / T) in float32, as TRL and verl score a sampler's tokens
             before = before / temperature
         chosen = torch.tensor(completion, device=before.device)
@@ -141,6 +137,20 @@ def scored_in_training(
         spread = -(every.exp() * every).nan_to_num().sum(-1) if entropy else None
         scores.append(TrainerScores(logprobs, before.argmax(-1), spread))
     return scores
+
+
+def _completion_logits(model, prompts, completions, pad_id: int, call: TrainerCall) -> list[torch.Tensor]:
+    """Each completion's [n, V] logits (detached: the forward's graph goes with this call) from one forward of the
+    batch in `call`'s layout."""
+    # (the inputs made here: a tensor made in inference mode cannot be saved for a backward)
+    with torch.inference_mode(False), torch.enable_grad():
+        if call.pack_width is not None:
+            befores = completion_logits(model, prompts, completions, pad_id, call.pack_width)
+        else:
+            logits, _, _, start = _forward_in_layout(model, prompts, completions, pad_id, call)
+            # the logits at position p choose the token at p + 1: the completion's from the prompt's last position on
+            befores = [logits[row, start - 1 : start - 1 + len(c)] for row, c in enumerate(completions)]
+    return [before.detach() for before in befores]
 
 
 def _scored_through_fused_head(model, prompts, completions, pad_id: int, temperature: float, call: TrainerCall):
