@@ -137,7 +137,7 @@ def build_app(argv: list[str], set_aside: bool = True):
         print(error_line(exc), file=sys.stderr)
         return EXIT_BAD_INPUT
     if args.rollouts:
-        return _rollouts_app(args)
+        return _rollouts_app(args, "model" in given_options(parser, argv))
     try:
         settings = settings_from_args(args)
         given = given_options(parser, argv)
@@ -182,16 +182,24 @@ def build_app(argv: list[str], set_aside: bool = True):
     return app
 
 
-def _rollouts_app(args):
-    """`--rollouts FILE`: the app on the rollouts view, its settings checked first (one line, exit 2)."""
+def _rollouts_app(args, model_given: bool):
+    """`--rollouts FILE`: the app on the rollouts view, its settings checked first (one line, exit 2); a records
+    file opens as it is (`model_given`: --model names the tokenizer that shows its tokens)."""
     try:
         from ..core.rollouts.job import RolloutsJob
         from ..core.rollouts.plan import DEFAULT_BATCH_TOKENS
+        from ..core.rollouts.saved import saved_records
 
+        output_dir = check_output_dir(args.output_dir) if args.output_dir else None
+        # a records file (`batchtui rollouts --records`) opens as it is, nothing scored; anything else is rollouts
+        saved = saved_records(args.rollouts, args.model if model_given else None)
+        if saved is not None:
+            from .rollouts_app import RolloutsApp
+
+            return RolloutsApp(saved, output_dir)
         settings = settings_from_args(args)
         batch_tokens = DEFAULT_BATCH_TOKENS if args.batch_tokens is None else args.batch_tokens
         job = RolloutsJob(args.rollouts, settings, batch_tokens).checked()
-        output_dir = check_output_dir(args.output_dir) if args.output_dir else None
     except BatchtuiError as exc:
         print(error_line(exc), file=sys.stderr)
         return EXIT_BAD_INPUT

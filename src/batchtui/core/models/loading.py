@@ -86,6 +86,23 @@ def load_model(settings: Settings) -> LoadedModel:
         return loaded
 
 
+def load_tokenizer(name: str):
+    """Model `name`'s tokenizer alone, from this machine's files (a built-in, a folder, the Hub's cache; never
+    downloaded, never its own code), or None where it is not here: for showing tokens a file names."""
+    from transformers import AutoTokenizer
+
+    if not name:
+        return None
+    source = _source(name)
+    if source == name and source_problem(source):
+        return None
+    try:
+        with _transformers_quiet():
+            return AutoTokenizer.from_pretrained(source, trust_remote_code=False, local_files_only=True)
+    except Exception:  # noqa: BLE001 - not here, or not a tokenizer: the tokens are shown by id
+        return None
+
+
 def _source(name: str) -> str:
     if name in builtin_names():
         return str(builtin_path(name))

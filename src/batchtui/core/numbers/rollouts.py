@@ -29,6 +29,7 @@ class ScoredToken:
     token: str
     trainer: float  # lt
     sampler: float  # lr
+    top1_disagree: bool | None = None  # the trainer's top-1 is not the sampler's (None: the line gives no top-1)
 
     @property
     def delta(self) -> float:
@@ -46,6 +47,11 @@ class WorstSequence:
     max_abs_diff: float
     completion: str  # its text, as the tokenizer decodes it
     tokens: tuple[ScoredToken, ...]
+
+    @property
+    def worst_step(self) -> int:
+        """The first of its counted tokens with the largest |δ| (the first token where it has none)."""
+        return next((i for i, t in enumerate(self.tokens) if abs(t.delta) == self.max_abs_diff), 0)
 
 
 @dataclass(frozen=True)

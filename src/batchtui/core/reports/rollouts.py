@@ -57,6 +57,7 @@ def _token(t: ScoredToken) -> dict:
         "sampler_logprob": number(t.sampler),
         "delta": number(t.delta),
         "ratio": number(t.ratio),
+        "top1_disagree": t.top1_disagree,
     }
 
 

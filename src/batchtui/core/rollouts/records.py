@@ -123,15 +123,16 @@ class RecordsFile:
         os.close(self._fd)
 
 
-def read_records(path: str, run: dict) -> Iterator[Record]:
+def read_records(path: str, run: dict, repair: bool = True) -> Iterator[Record]:
     """The whole records of the file in order, after its first line, the settings of the run that wrote them, which
-    must be `run`'s (a mismatch names the setting). A cut last line (a run stopped while writing it) is removed from
-    the file, so that appending goes on after the last whole one; only once every whole line has been taken (the
-    caller checks each against its run before asking for the next) and only where the cut line is the start of a
-    record (or of the first line): a file that is not this run's records loses nothing."""
+    must be `run`'s (a mismatch names the setting). With `repair`, a cut last line (a run stopped while writing it)
+    is removed from the file, so that appending goes on after the last whole one; only once every whole line has
+    been taken (the caller checks each against its run before asking for the next) and only where the cut line is
+    the start of a record (or of the first line): a file that is not this run's records loses nothing. Without it
+    (a file opened to be viewed) the file is only read."""
     if not os.path.lexists(path):
         return
-    with open_regular(path, "records file", writable=True) as handle:
+    with open_regular(path, "records file", writable=repair) as handle:
         number, whole = 0, 0
         while raw := handle.readline(MAX_LINE_BYTES + 1):
             number += 1
@@ -141,7 +142,8 @@ def read_records(path: str, run: dict) -> Iterator[Record]:
                     raise InputError(f"records file {path} line {number}: longer than any record")
                 if not (raw.startswith(start) or start.startswith(raw)):
                     raise InputError(f"records file {path} line {number}: not a record of `batchtui rollouts`")
-                handle.truncate(whole)  # the line a stopped run was writing
+                if repair:
+                    handle.truncate(whole)  # the line a stopped run was writing
                 return
             whole += len(raw)
             if number == 1:
@@ -150,18 +152,34 @@ def read_records(path: str, run: dict) -> Iterator[Record]:
             yield _record(raw, f"records file {path} line {number}")
 
 
-def _check_header(raw: bytes, path: str, run: dict) -> None:
-    if raw.startswith(RECORD_START):
-        raise InputError(
-            f"records file {path} does not say which run wrote it (an older batchtui's): --resume cannot check it "
-            "is this run's; score into a new records file"
-        )
+def written_run(path: str) -> dict | None:
+    """The settings a records file's first line holds (JSON scalars only), or None where the file does not begin
+    as records do (another kind of file)."""
+    with open_regular(path, "records file") as handle:
+        raw = handle.readline(MAX_LINE_BYTES + 1)
+    if not raw.startswith(HEADER_START):
+        return None
+    run = _header_run(raw, path)
+    return {str(k)[:100]: v for k, v in run.items() if v is None or isinstance(v, (str, int, float, bool))}
+
+
+def _header_run(raw: bytes, path: str) -> dict:
     try:
         written = json.loads(raw)["run"]
         if not raw.startswith(HEADER_START) or not isinstance(written, dict):
             raise TypeError
     except (UnicodeDecodeError, ValueError, RecursionError, KeyError, TypeError):
         raise InputError(f"records file {path} line 1: not a record of `batchtui rollouts`") from None
+    return written
+
+
+def _check_header(raw: bytes, path: str, run: dict) -> None:
+    if raw.startswith(RECORD_START):
+        raise InputError(
+            f"records file {path} does not say which run wrote it (an older batchtui's): --resume cannot check it "
+            "is this run's; score into a new records file"
+        )
+    written = _header_run(raw, path)
     for name, value in run.items():
         if written.get(name) != value:
             said = literal(json.dumps(written.get(name)), 80)

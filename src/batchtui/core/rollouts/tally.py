@@ -98,7 +98,8 @@ class RolloutsTally:
 
         def token(record: Record, step: int) -> ScoredToken:
             seq, token_id = record.logprobs, record.completion_ids[step]
-            return ScoredToken(step, token_id, label(token_id), seq.trainer[step], seq.sampler[step])
+            top1 = None if seq.top1_disagree is None else seq.top1_disagree[step]
+            return ScoredToken(step, token_id, label(token_id), seq.trainer[step], seq.sampler[step], top1)
 
         def scored(record: Record) -> tuple[ScoredToken, ...]:
             return tuple(token(record, step) for step in range(len(record.completion_ids)))

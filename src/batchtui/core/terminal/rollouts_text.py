@@ -56,8 +56,7 @@ def format_rollouts(summary: RolloutsSummary, color: bool = False, width: int = 
             "worst sequences (by |Σ δ|)\n" + format_columns(SEQUENCE_HEADER, worst_sequence_rows(summary), {4})
         )
     if summary.worst_tokens:
-        tokens = [(str(w.line), *token_row(w.token)) for w in summary.worst_tokens]
-        parts.append("worst tokens (by |δ|)\n" + format_columns(("line", *TOKEN_HEADER), tokens, {2}))
+        parts.append("worst tokens (by |δ|)\n" + format_columns(WORST_TOKEN_HEADER, worst_token_rows(summary), {2}))
     if summary.faults:
         listed = "\n".join(f"  {literal(fault)}" for fault in summary.faults)
         parts.append(f"{summary.skipped} faulty lines skipped; the first:\n{listed}")
@@ -65,7 +64,8 @@ def format_rollouts(summary: RolloutsSummary, color: bool = False, width: int = 
 
 
 SEQUENCE_HEADER = ("line", "tokens", "Σ δ", "max|δ|", "completion")
-TOKEN_HEADER = ("step", "token", "trainer lt", "sampler lr", "δ", "ratio")
+TOKEN_HEADER = ("step", "token", "trainer lt", "sampler lr", "δ", "ratio", "top-1")
+WORST_TOKEN_HEADER = ("line", *TOKEN_HEADER)
 
 
 def metric_rows(summary: RolloutsSummary) -> list[tuple[str, str]]:
@@ -145,10 +145,19 @@ def worst_sequence_rows(summary: RolloutsSummary, width: int = 40) -> list[tuple
     ]  # fmt: skip
 
 
+def worst_token_rows(summary: RolloutsSummary) -> list[tuple[str, ...]]:
+    return [(str(w.line), *token_row(w.token)) for w in summary.worst_tokens]
+
+
 def token_row(token: ScoredToken) -> tuple[str, ...]:
-    """A token's step, text, both logprobs, δ and ratio, in words (`TOKEN_HEADER`)."""
+    """A token's step, text, both logprobs, δ, ratio and whether the two top-1s agree, in words (`TOKEN_HEADER`)."""
     return (str(token.step), shown_token(token.token, 16), format_precise(token.trainer), format_precise(token.sampler),
-            format_float(token.delta), format_precise(token.ratio))  # fmt: skip
+            format_float(token.delta), format_precise(token.ratio), _top1(token))  # fmt: skip
+
+
+def _top1(token: ScoredToken) -> str:
+    """The two top-1s: the same, another, or unknown (the line gives no top-1, or TRL's head gave none)."""
+    return "" if token.top1_disagree is None else ("differs" if token.top1_disagree else "same")
 
 
 def token_words(sequence: WorstSequence, step: int) -> str:
@@ -157,7 +166,7 @@ def token_words(sequence: WorstSequence, step: int) -> str:
     return (
         f"line {sequence.line}, step {t.step} of {len(sequence.tokens)}: {shown_token(t.token, 24)} · trainer "
         f"{format_precise(t.trainer)} · sampler {format_precise(t.sampler)} · δ {format_float(t.delta)} · ratio "
-        f"{format_precise(t.ratio)}"
+        f"{format_precise(t.ratio)}" + ("" if t.top1_disagree is None else f" · top-1 {_top1(t)}")
     )
 
 

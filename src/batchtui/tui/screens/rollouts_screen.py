@@ -1,6 +1,7 @@
 """The rollouts view (`batchtui --rollouts FILE.jsonl --model M`): a sampler's rollouts scored by the local model as a
-trainer does, in a thread worker, with a progress bar; then the metrics, histograms of δ and of the ratio, and the
-worst sequences. Enter on a sequence opens its tokens (`RolloutTokensScreen`)."""
+trainer does, in a thread worker, with a progress bar; then the verdict (wrapped), the metrics (a table that scrolls:
+every one reachable at 80x24), histograms of δ and of the ratio, and the worst sequences and worst tokens in two tabs.
+Enter on a sequence opens its tokens at its worst one, on a token its sequence at it (`RolloutTokensScreen`)."""
 
 from __future__ import annotations
 
@@ -12,14 +13,16 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import DataTable, ProgressBar, Static
+from textual.widgets import DataTable, ProgressBar, Static, TabbedContent, TabPane
 from textual.worker import get_current_worker
 from textual_plotext import PlotextPlot
 
 from ...core.numbers.rollouts import RolloutsSummary, WorstSequence
+from ...core.rollouts.saved import SavedRecords
 from ...core.terminal.rollouts_text import (
     SEQUENCE_HEADER,
     TOKEN_HEADER,
+    WORST_TOKEN_HEADER,
     bar_places,
     histogram_ticks,
     histograms,
@@ -28,6 +31,7 @@ from ...core.terminal.rollouts_text import (
     token_row,
     token_words,
     worst_sequence_rows,
+    worst_token_rows,
 )
 from ...core.visible import literal
 from .. import chart_colors
@@ -38,31 +42,53 @@ from ..widgets.steady_footer import SteadyFooter
 
 
 class RolloutsScreen(Screen[None]):
+    BINDINGS = [
+        Binding("m", "focus_table('#rollouts-metrics')", "Metrics"),
+        Binding("s", "show_worst('worst-sequences', '#rollouts-worst')", "Worst sequences"),
+        Binding("t", "show_worst('worst-tokens', '#rollouts-worst-tokens')", "Worst tokens"),
+    ]
+
     def __init__(self, job) -> None:
         super().__init__()
-        self.job = job  # a `RolloutsJob`
+        self.job = job  # a `RolloutsJob` to score, or `SavedRecords` to open
         self.summary: RolloutsSummary | None = None
 
     def compose(self) -> ComposeResult:
-        settings = self.job.settings
-        title = f"Rollouts · {literal(self.job.path, 60)} · {literal(settings.model, 40)} · {settings.dtype}"
-        yield Static(title + (" · invariant mode" if settings.invariant else ""), id="rollouts-title", markup=False)
+        yield Static(self._title(), id="rollouts-title", markup=False)
         with Horizontal(id="rollouts-state"):
             yield ProgressBar(id="rollouts-progress", show_eta=True)
-            yield Static("loading the model and checking every line…", id="rollouts-status", markup=False)
+            saved = isinstance(self.job, SavedRecords)
+            doing = "reading the records…" if saved else "loading the model and checking every line…"
+            yield Static(doing, id="rollouts-status", markup=False)
         with Horizontal(id="rollouts-top"):
-            yield DataTable(id="rollouts-metrics", cursor_type="none", zebra_stripes=True)
+            # values first: a narrow terminal cuts the metrics' long names, never their values
+            yield DataTable(id="rollouts-metrics", cursor_type="row", zebra_stripes=True)
             with Vertical(id="rollouts-charts"):
                 yield PlotextPlot(id="rollouts-delta")
                 yield PlotextPlot(id="rollouts-ratio")
-        yield Static("worst sequences (by |Σ δ|) · enter: its tokens", id="rollouts-worst-title", markup=False)
-        yield DataTable(id="rollouts-worst", cursor_type="row")
+        with TabbedContent(id="rollouts-worst-tabs"):
+            with TabPane("worst sequences (|Σ δ|)", id="worst-sequences"):
+                yield DataTable(id="rollouts-worst", cursor_type="row")
+            with TabPane("worst tokens (|δ|)", id="worst-tokens"):
+                yield DataTable(id="rollouts-worst-tokens", cursor_type="row")
         yield SteadyFooter()
 
     def on_mount(self) -> None:
-        self.query_one("#rollouts-metrics", DataTable).add_columns("metric", "value")
+        self.query_one("#rollouts-metrics", DataTable).add_columns("value", "metric")
         self.query_one("#rollouts-worst", DataTable).add_columns(*SEQUENCE_HEADER)
+        self.query_one("#rollouts-worst-tokens", DataTable).add_columns(*WORST_TOKEN_HEADER)
         self._score()
+
+    def _title(self) -> str:
+        if isinstance(self.job, SavedRecords):
+            run = self.job.run
+            return (
+                f"Rollouts · {literal(self.job.path, 60)} · records of {literal(str(run.get('model')), 40)} · "
+                f"{literal(str(run.get('dtype')), 12)}" + (" · invariant mode" if run.get("invariant") is True else "")
+            )
+        settings = self.job.settings
+        title = f"Rollouts · {literal(self.job.path, 60)} · {literal(settings.model, 40)} · {settings.dtype}"
+        return title + (" · invariant mode" if settings.invariant else "")
 
     @work(thread=True, exclusive=True)
     def _score(self) -> None:
@@ -72,6 +98,10 @@ class RolloutsScreen(Screen[None]):
         def progress(done: int, total: int) -> None:
             self.post_message(RolloutsProgress(done, total))
 
+        if isinstance(self.job, SavedRecords):
+            job: SavedRecords = self.job
+            post_result(self, job.summary, RolloutsScored, partial(EngineFailed, title="records not read"))
+            return
         post_result(
             self,
             lambda: score_rollouts(self.job, progress, cancelled=lambda: worker.is_cancelled),
@@ -101,13 +131,17 @@ class RolloutsScreen(Screen[None]):
     def _show(self, summary: RolloutsSummary) -> None:
         self.summary = summary
         self.query_one(ProgressBar).display = False
+        self.query_one("#rollouts-state").add_class("done")  # the verdict wraps: all of it, at any width
         self.query_one("#rollouts-status", Static).update(Text(rollouts_verdict(summary), style="bold"))
         metrics = self.query_one("#rollouts-metrics", DataTable)
         for name, value in metric_rows(summary):
-            metrics.add_row(Text(name), Text(value, justify="right"))
+            metrics.add_row(Text(value, justify="right"), Text(name))
         worst = self.query_one("#rollouts-worst", DataTable)
         for row in worst_sequence_rows(summary, width=60):
             worst.add_row(*(Text(cell) for cell in row))
+        tokens = self.query_one("#rollouts-worst-tokens", DataTable)
+        for row in worst_token_rows(summary):
+            tokens.add_row(*(Text(cell) for cell in row))
         for chart, (title, histogram) in zip(self.query(PlotextPlot), histograms(summary)):
             plt = chart.plt
             plt.clear_figure()
@@ -118,10 +152,35 @@ class RolloutsScreen(Screen[None]):
             chart.refresh()
         worst.focus()
 
+    def action_focus_table(self, table: str) -> None:
+        self.query_one(table, DataTable).focus()
+
+    def action_show_worst(self, tab: str, table: str) -> None:
+        self.query_one(TabbedContent).active = tab
+        self.action_focus_table(table)
+
     @on(DataTable.RowSelected, "#rollouts-worst")
     def _open(self, event: DataTable.RowSelected) -> None:
         if self.summary is not None and self.summary.worst_sequences:
-            self.app.push_screen(RolloutTokensScreen(self.summary.worst_sequences, event.cursor_row))
+            sequences = self.summary.worst_sequences
+            index = event.cursor_row
+            self.app.push_screen(RolloutTokensScreen(sequences, index, sequences[index].worst_step))
+
+    @on(DataTable.RowSelected, "#rollouts-worst-tokens")
+    def _open_at_token(self, event: DataTable.RowSelected) -> None:
+        if self.summary is None or not self.summary.worst_tokens:
+            return
+        worst = self.summary.worst_tokens[event.cursor_row]
+        sequences = self.summary.worst_sequences
+        index = next((i for i, s in enumerate(sequences) if s.line == worst.line), None)
+        if index is None:  # the summary keeps the worst sequences' tokens only
+            self.notify(
+                f"line {worst.line} is not among the {len(sequences)} worst sequences kept: its tokens are in the "
+                "records file (--records)",
+                severity="warning",
+            )
+            return
+        self.app.push_screen(RolloutTokensScreen(sequences, index, worst.token.step))
 
 
 class RolloutTokensScreen(Screen[None]):
@@ -130,11 +189,11 @@ class RolloutTokensScreen(Screen[None]):
 
     BINDINGS = [Binding("escape", "dismiss", "Back"), *MOVE_BINDINGS[:-1]]
 
-    def __init__(self, sequences: tuple[WorstSequence, ...], index: int) -> None:
+    def __init__(self, sequences: tuple[WorstSequence, ...], index: int, step: int = 0) -> None:
         super().__init__()
         self.sequences = sequences
         self.index = index
-        self.step = 0
+        self.step = step  # the token the cursor starts on
 
     def compose(self) -> ComposeResult:
         yield Static(id="tokens-title", markup=False)
