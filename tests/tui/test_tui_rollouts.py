@@ -16,7 +16,7 @@ from tui_helpers import wait_for
 from batchtui.core import Settings
 from batchtui.core.cli import main
 from batchtui.core.rollouts.job import RolloutsJob
-from batchtui.core.rollouts.saved import SavedRecords
+from batchtui.core.rollouts.saved import SavedRollouts
 from batchtui.core.terminal.rollouts_text import metric_rows, rollouts_verdict
 from batchtui.tui.launcher import build_app
 from batchtui.tui.rollouts_app import RolloutsApp
@@ -117,7 +117,7 @@ async def test_a_records_file_opens_as_it_is_nothing_scored_nothing_written(roll
         handle.write(b'{"line": 9, "dige')  # a run stopped mid-line: left as it is
     before = records.read_bytes()
     app = build_app(["--rollouts", str(records)])  # no --model: the run's own names the tokenizer
-    assert isinstance(app, RolloutsApp) and isinstance(app.job, SavedRecords)
+    assert isinstance(app, RolloutsApp) and isinstance(app.job, SavedRollouts)
     async with app.run_test(size=(80, 24)) as pilot:
         screen = app.screen
         await wait_for(pilot, lambda: screen.summary is not None, "the records")
@@ -132,6 +132,19 @@ async def test_a_records_file_opens_as_it_is_nothing_scored_nothing_written(roll
         assert [t.token for t in worst[0].tokens] == [step["token"] for step in scored["worst_sequences"][0]["steps"]]
         assert "records of tiny · float32" in _text(screen.query_one("#rollouts-title", Static))
     assert records.read_bytes() == before  # only read
+
+
+async def test_a_report_opens_as_it_is(rollouts, tmp_path):
+    report = tmp_path / "report.json"
+    main(["rollouts", str(rollouts), "--model", "tiny", "--dtype", "float32", "--json", str(report), "--quiet"])
+    app = build_app(["--rollouts", str(report)])
+    assert isinstance(app, RolloutsApp) and app.job.kind == "report"
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = app.screen
+        await wait_for(pilot, lambda: screen.summary is not None, "the report")
+        assert screen.summary.metrics.sequences == json.loads(report.read_text())["rollouts"]["sequences"] == 8
+        assert "a saved report" in _text(screen.query_one("#rollouts-title", Static))
+        assert screen.query_one("#rollouts-worst", DataTable).row_count == 8
 
 
 async def test_a_damaged_records_file_is_said_on_screen(rollouts, tmp_path):

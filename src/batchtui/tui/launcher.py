@@ -188,11 +188,12 @@ def _rollouts_app(args, model_given: bool):
     try:
         from ..core.rollouts.job import RolloutsJob
         from ..core.rollouts.plan import DEFAULT_BATCH_TOKENS
-        from ..core.rollouts.saved import saved_records
+        from ..core.rollouts.saved import saved_rollouts
 
         output_dir = check_output_dir(args.output_dir) if args.output_dir else None
-        # a records file (`batchtui rollouts --records`) opens as it is, nothing scored; anything else is rollouts
-        saved = saved_records(args.rollouts, args.model if model_given else None)
+        # a records file or a report (`batchtui rollouts --records`, `--json`) opens as it is, nothing scored;
+        # anything else is rollouts to score
+        saved = saved_rollouts(args.rollouts, args.model if model_given else None)
         if saved is not None:
             from .rollouts_app import RolloutsApp
 

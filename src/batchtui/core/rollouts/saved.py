@@ -1,6 +1,7 @@
-"""A rollouts run's records file opened again (`batchtui --rollouts RECORDS.jsonl`): its summary made from the records
-alone, nothing scored, no model loaded; the tokens' text from the tokenizer of the model the run names (or another
-given), their ids where it cannot be read. The file is only read, checked as any records file is."""
+"""A rollouts run opened again (`batchtui --rollouts FILE`): its records file (`--records`), the summary made from the
+records alone, the tokens' text from the tokenizer of the model the run names (or another given), their ids where it
+cannot be read; or its report (`--json`), read back (`saved_report`). Nothing is scored, no model loaded, the file
+only read, checked as anything from elsewhere is."""
 
 from __future__ import annotations
 
@@ -13,25 +14,29 @@ from ..models.token_text import token_label
 from ..numbers.importance import DEFAULTS
 from ..numbers.rollouts import RolloutsSummary
 from .records import read_records, written_run
+from .saved_report import is_report, report_summary
 from .tally import RolloutsTally
 
 
 @dataclass(frozen=True)
-class SavedRecords:
-    """A records file to open (`saved_records`)."""
+class SavedRollouts:
+    """A records file or a report to open (`saved_rollouts`)."""
 
     path: str
-    run: dict  # the settings of the run that wrote it
-    model: str | None = None  # whose tokenizer shows the tokens (None: the run's model's)
+    kind: str  # "records" or "report"
+    run: dict  # a records file's: the settings of the run that wrote it
+    model: str | None = None  # a records file's: whose tokenizer shows the tokens (None: the run's model's)
 
     def summary(self) -> RolloutsSummary:
-        return saved_summary(self.path, self.model)
+        return saved_summary(self.path, self.model) if self.kind == "records" else report_summary(self.path)
 
 
-def saved_records(path: str, model: str | None = None) -> SavedRecords | None:
-    """Records file `path` to open, or None where it is another kind of file (rollouts to score)."""
+def saved_rollouts(path: str, model: str | None = None) -> SavedRollouts | None:
+    """Records file or report `path` to open, or None where it is another kind of file (rollouts to score)."""
+    if is_report(path):
+        return SavedRollouts(path, "report", {})
     run = written_run(path)
-    return None if run is None else SavedRecords(path, run, model)
+    return None if run is None else SavedRollouts(path, "records", run, model)
 
 
 def saved_summary(path: str, model: str | None = None) -> RolloutsSummary:

@@ -18,7 +18,7 @@ from textual.worker import get_current_worker
 from textual_plotext import PlotextPlot
 
 from ...core.numbers.rollouts import RolloutsSummary, WorstSequence
-from ...core.rollouts.saved import SavedRecords
+from ...core.rollouts.saved import SavedRollouts
 from ...core.terminal.rollouts_text import (
     SEQUENCE_HEADER,
     TOKEN_HEADER,
@@ -50,15 +50,15 @@ class RolloutsScreen(Screen[None]):
 
     def __init__(self, job) -> None:
         super().__init__()
-        self.job = job  # a `RolloutsJob` to score, or `SavedRecords` to open
+        self.job = job  # a `RolloutsJob` to score, or `SavedRollouts` to open
         self.summary: RolloutsSummary | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(self._title(), id="rollouts-title", markup=False)
         with Horizontal(id="rollouts-state"):
             yield ProgressBar(id="rollouts-progress", show_eta=True)
-            saved = isinstance(self.job, SavedRecords)
-            doing = "reading the records…" if saved else "loading the model and checking every line…"
+            saved = isinstance(self.job, SavedRollouts)
+            doing = "reading it…" if saved else "loading the model and checking every line…"
             yield Static(doing, id="rollouts-status", markup=False)
         with Horizontal(id="rollouts-top"):
             # values first: a narrow terminal cuts the metrics' long names, never their values
@@ -80,8 +80,10 @@ class RolloutsScreen(Screen[None]):
         self._score()
 
     def _title(self) -> str:
-        if isinstance(self.job, SavedRecords):
+        if isinstance(self.job, SavedRollouts):
             run = self.job.run
+            if self.job.kind == "report":
+                return f"Rollouts · {literal(self.job.path, 60)} · a saved report"
             return (
                 f"Rollouts · {literal(self.job.path, 60)} · records of {literal(str(run.get('model')), 40)} · "
                 f"{literal(str(run.get('dtype')), 12)}" + (" · invariant mode" if run.get("invariant") is True else "")
@@ -98,9 +100,9 @@ class RolloutsScreen(Screen[None]):
         def progress(done: int, total: int) -> None:
             self.post_message(RolloutsProgress(done, total))
 
-        if isinstance(self.job, SavedRecords):
-            job: SavedRecords = self.job
-            post_result(self, job.summary, RolloutsScored, partial(EngineFailed, title="records not read"))
+        if isinstance(self.job, SavedRollouts):
+            job: SavedRollouts = self.job
+            post_result(self, job.summary, RolloutsScored, partial(EngineFailed, title="rollouts not read"))
             return
         post_result(
             self,
@@ -124,9 +126,10 @@ class RolloutsScreen(Screen[None]):
         self.query_one("#rollouts-status", Static).update(Text(f"{done} of {total} sequences scored"))
 
     def _failed(self, message: str) -> None:
+        what = "not read" if isinstance(self.job, SavedRollouts) else "not scored"
         self.query_one(ProgressBar).display = False
-        self.query_one("#rollouts-status", Static).update(Text(f"not scored: {message}", style="bold red"))
-        self.notify(message, title="rollouts not scored", severity="error", markup=False)
+        self.query_one("#rollouts-status", Static).update(Text(f"{what}: {message}", style="bold red"))
+        self.notify(message, title=f"rollouts {what}", severity="error", markup=False)
 
     def _show(self, summary: RolloutsSummary) -> None:
         self.summary = summary
