@@ -103,7 +103,7 @@ if wants bench; then
   for attn in sdpa eager; do
     run python -m batchtui.core bench --model $MODEL --dtype bfloat16 --attn $attn --rounds 5 --json "$OUT/bench-$attn.json"
   done
-  run python -m batchtui.core bench --model $MODEL --dtype bfloat16 --texts 32 --min-tokens 256 --max-tokens 256 \
+  run python -m batchtui.core bench --model $MODEL --dtype bfloat16 --text-count 32 --min-text-tokens 256 --max-text-tokens 256 \
       --batch-size 8 --rounds 2 --json "$OUT/bench-memory.json"
 fi
 # `endpoint` against vLLM where vLLM is installed (it brings the openai client): does load change its answers?

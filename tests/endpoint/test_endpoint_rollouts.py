@@ -73,12 +73,14 @@ def test_top_p_and_top_k_are_sent_and_written_into_each_line(tmp_path, capsys):
     out = tmp_path / "rollouts.jsonl"
     with _server([GOOD]) as (url, received):
         assert main(["endpoint", "--url", url, "--model", "m", "one", "--save-rollouts", str(out),
-                     "--top-p", "0.9", "--top-k", "5"]) == 0  # fmt: skip
+                     "--sample-top-p", "0.9", "--sample-top-k", "5"]) == 0  # fmt: skip
     (row,) = [json.loads(line) for line in out.read_text().splitlines()]
     assert (row["temperature"], row["top_p"], row["top_k"]) == (1.0, 0.9, 5)
     (body,) = [json.loads(r.split(b"\r\n\r\n", 1)[1]) for r in received if r.startswith(b"POST")]
     assert (body["top_p"], body["top_k"]) == (0.9, 5)
-    for bad, said in ((["--top-p", "0"], "--top-p must be above 0"), (["--top-k", "-1"], "--top-k must be 0 (off)")):
+    refused = ((["--sample-top-p", "0"], "--sample-top-p must be above 0"),
+               (["--sample-top-k", "-1"], "--sample-top-k must be 0 (off)"))  # fmt: skip
+    for bad, said in refused:
         assert main(["endpoint", "--url", url, "one", "--save-rollouts", str(tmp_path / "x.jsonl"), *bad]) == 2
         assert said in capsys.readouterr().err
 

@@ -14,7 +14,8 @@ from batchtui.core.settings import Settings
 @pytest.mark.slow
 def test_bench_json_has_ratios_and_targets(tmp_path, capsys):
     out = tmp_path / "bench.json"
-    args = ["--texts", "3", "--min-tokens", "4", "--max-tokens", "9", "--rounds", "2", "--max-new-tokens", "4"]
+    args = ["--model", "tiny", "--text-count", "3", "--min-text-tokens", "4", "--max-text-tokens", "9", "--rounds", "2",
+            "--max-new-tokens", "4"]  # fmt: skip
     tokenizer = load_model(Settings(model="tiny")).tokenizer
     side = tokenizer.padding_side
     code = run_bench([*args, "--json", str(out), "--padding-side", "left" if side == "right" else "right"])

@@ -12,6 +12,7 @@ from ..core.cli import COMMANDS, commands_epilog, run_command
 from ..core.cli.exit_codes import EXIT_BAD_INPUT, error_line
 from ..core.cli.file_roles import check_files_apart
 from ..core.cli.options import OneLineParser, add_common_options, given_options, settings_from_args, texts_from_args
+from ..core.cli.shared_options import add_shared
 from ..core.errors import BatchtuiError
 from ..core.reports import session as session_file
 from ..core.safe_files import check_output_dir
@@ -63,12 +64,7 @@ def app_parser() -> OneLineParser:
     )
     add_common_options(parser)
     parser.add_argument("--session", metavar="FILE", help="session file (default: under $XDG_STATE_HOME/batchtui)")
-    parser.add_argument(
-        "--url",
-        help="an OpenAI-compatible server (vLLM, SGLang, transformers serve...): its continuations alone and "
-        "under load in the generation view; --model names the served model (default: the only one it serves)",
-    )
-    parser.add_argument("--api-key-env", metavar="NAME", help="with --url: the environment variable holding its key")
+    add_shared(parser, "--url", "--api-key-env")
     parser.add_argument(
         "--output-dir", metavar="DIR", help="where ctrl+s reports and f8 screenshots go (default: the current folder)"
     )
@@ -77,9 +73,7 @@ def app_parser() -> OneLineParser:
         metavar="FILE.jsonl",
         help="the rollouts view: score a sampler's rollouts with --model as a trainer does (see batchtui rollouts)",
     )
-    parser.add_argument(
-        "--batch-tokens", type=int, default=None, metavar="N", help="with --rollouts: padded tokens per forward"
-    )
+    add_shared(parser, "--batch-tokens")  # (with --rollouts)
     return parser
 
 

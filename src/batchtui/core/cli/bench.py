@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 
 from ..errors import InputError
-from ..numbers.generation import DEFAULT_MAX_NEW_TOKENS
-from ..settings import DTYPES, PADDING_SIDES, POSITION_MODES
 from ..terminal.plain import format_columns
 from .exit_codes import EXIT_OK, EXIT_TARGET_MISSED, parsed_and_guarded
 from .options import (
@@ -18,8 +16,8 @@ from .options import (
     settings_from_args,
     start_torch,
 )
+from .shared_options import add_shared
 
-BENCH_MODEL = "tiny"
 MATMUL_PATHS_SAID = (
     "per kind of call, the path taken, the rows a shorter call is padded to and a taller one cut at (each height up "
     "to it measured); each path measured"
@@ -66,43 +64,27 @@ def run_bench(argv: list[str], prog: str = "batchtui bench") -> int:
         description="Time compare() against the bare forward passes it compares, and generate mode against "
         "the bare generate calls. Exit 0 when every target holds, 4 when one is missed, 2 on bad input.",
     )
-    # The random tiny model by default: the small-model targets were set on it, and on the 4M English model
-    # (4096-token vocabulary) the per-position metrics weigh as much as the forward itself.
-    parser.add_argument(
-        "--model", default=BENCH_MODEL, help=f"built-in name, local path or Hub id (default: {BENCH_MODEL})"
-    )
-    parser.add_argument("--dtype", default="auto", choices=DTYPES, help="weights' dtype")
-    parser.add_argument("--device", default="auto", help="cuda, mps, cpu...")
-    parser.add_argument("--device-map", metavar="MAP", help="'auto': shard across this host's GPUs")
-    parser.add_argument("--attn", metavar="IMPL", help="attn_implementation (default: the model's)")
-    parser.add_argument("--padding-side", default="left", choices=PADDING_SIDES, help="side the padding goes")
-    parser.add_argument("--positions", default="mask", choices=POSITION_MODES, help="position ids")
-    parser.add_argument("--texts", type=int, default=16, metavar="N", help="number of texts")
-    parser.add_argument("--min-tokens", type=int, default=32, help="shortest text")
-    parser.add_argument("--max-tokens", type=int, default=128, help="longest text")
-    parser.add_argument("--batch-size", type=int, default=8, help="texts per batched pass")
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds; each method's best is printed")
-    parser.add_argument(
-        "--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS, metavar="N", help="new tokens per generate"
-    )
-    parser.add_argument("--trust-remote-code", action="store_true", help="run the checkpoint's own Python code")
+    add_shared(parser, "--model", "--dtype", "--device", "--device-map", "--attn", "--padding-side", "--positions")
+    parser.add_argument("--text-count", type=int, default=16, metavar="N", help="how many texts the workload has")
+    parser.add_argument("--min-text-tokens", type=int, default=32, metavar="N", help="the workload's shortest text")
+    parser.add_argument("--max-text-tokens", type=int, default=128, metavar="N", help="the workload's longest text")
+    add_shared(parser, "--batch-size", "--rounds", "--max-new-tokens", "--trust-remote-code", rounds={"default": 5})
     add_threads_option(parser)
-    parser.add_argument("--json", metavar="PATH", help="write the figures to PATH ('-' for stdout)")
+    add_shared(parser, "--json")
     return parsed_and_guarded(parser, argv, _bench)
 
 
 def _bench(args: argparse.Namespace) -> int:
-    if args.texts < 1 or args.rounds < 1 or args.max_new_tokens < 1 or not 1 <= args.min_tokens <= args.max_tokens:
-        raise InputError("texts, rounds and new tokens must be at least 1, and 1 <= min-tokens <= max-tokens")
-    # --max-tokens is the longest text of the workload here, not a cut.
-    settings = settings_from_args(args, ignored=("max_tokens",))
+    if args.text_count < 1 or not 1 <= args.min_text_tokens <= args.max_text_tokens:
+        raise InputError("--text-count must be at least 1, and 1 <= --min-text-tokens <= --max-text-tokens")
+    settings = settings_from_args(args)
     check_report_destination(args.json)
     start_torch(args)
     from ..experiments.bench import bench, workload
     from ..experiments.phase_clock import PHASES
     from ..models.loading import load_model
 
-    texts = workload(load_model(settings).tokenizer, args.texts, args.min_tokens, args.max_tokens)
+    texts = workload(load_model(settings).tokenizer, args.text_count, args.min_text_tokens, args.max_text_tokens)
     out = human_output(args.json)
     from ..rollouts.bench import rollouts_methods
 

@@ -7,6 +7,7 @@ import argparse
 from .exit_codes import parsed_and_guarded
 from .options import OneLineParser, add_remedy_option, command_parser, given_options
 from .report_command import ReportKind, add_repro_options, report_command
+from .shared_options import add_shared
 
 DESCRIPTION = (
     "Compare each text's logits run alone and inside a padded batch. "
@@ -16,18 +17,13 @@ DESCRIPTION = (
 
 def check_parser(prog: str) -> OneLineParser:
     parser = command_parser(prog, DESCRIPTION)
-    parser.add_argument("--json", metavar="PATH", help="write the full report to PATH ('-' for stdout)")
+    add_shared(parser, "--json")
     add_remedy_option(parser)
     add_repro_options(parser)
     parser.add_argument(
         "--from", dest="from_pack", metavar="DIR", help="run a repro pack again here and compare its logits bitwise"
     )
-    parser.add_argument(
-        "--ops",
-        action="store_true",
-        help="name the first aten op that makes each divergent text's runs part, inside its first divergent "
-        "module (implies --modules)",
-    )
+    add_shared(parser, "--ops")
     parser.add_argument(
         "--explain",
         choices=("kernels",),

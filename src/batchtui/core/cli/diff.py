@@ -9,6 +9,7 @@ from ..terminal.plain import format_columns, format_float
 from ..visible import literal
 from .exit_codes import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OK, error_line, parsed_and_guarded
 from .options import OneLineParser, check_report_destination, human_output
+from .shared_options import add_shared
 
 DESCRIPTION = (
     "Compare two JSON reports or repro packs (--repro) of the same texts and model: environment differences, "
@@ -22,7 +23,7 @@ def run_diff(argv: list[str], prog: str = "batchtui diff") -> int:
     parser = OneLineParser(prog=prog, description=DESCRIPTION)
     parser.add_argument("a", metavar="A", help="a report (.json) or a repro pack folder")
     parser.add_argument("b", metavar="B", help="another, of the same texts and model")
-    parser.add_argument("--json", metavar="PATH", help="write the differences to PATH ('-' for stdout)")
+    add_shared(parser, "--json")
     return parsed_and_guarded(parser, argv, _diff)
 
 

@@ -11,7 +11,6 @@ from ..endpoint.client import DEFAULT_MAX_IN_FLIGHT, DEFAULT_TIMEOUT_S
 from ..endpoint.result import DEFAULT_LADDER
 from ..endpoint.transport import DEFAULT_MAX_ANSWER_MB
 from ..errors import InputError
-from ..numbers.generation import DEFAULT_MAX_NEW_TOKENS
 from ..settings import DTYPES, Settings
 from ..visible import literal
 from .exit_codes import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OK, error_line, parsed_and_guarded
@@ -22,13 +21,11 @@ from .options import (
     add_threads_option,
     check_report_destination,
     human_output,
-    int_at_least,
-    int_within,
-    levels_argument,
-    number_within,
     start_torch,
     texts_from_args,
 )
+from .shared_options import add_shared
+from .validators import int_at_least, int_within, levels_argument, number_within
 
 DESCRIPTION = (
     "Greedy-complete each text on an OpenAI-compatible server (vLLM, SGLang, llama.cpp, TGI, transformers serve) "
@@ -45,11 +42,9 @@ def endpoint_parser(prog: str) -> OneLineParser:
     parser = OneLineParser(prog=prog, description=DESCRIPTION)
     parser.add_argument("texts", nargs="*", metavar="TEXT", help="texts to complete (default: a built-in set)")
     parser.add_argument("--texts-file", metavar="FILE", help="read texts from FILE, one per line")
-    parser.add_argument("--url", required=True, help="the server's address, e.g. http://127.0.0.1:8000/v1")
+    add_shared(parser, "--url", url={"required": True})
     parser.add_argument("--model", help="the served model's name (default: the only one the server lists)")
-    parser.add_argument(
-        "--max-new-tokens", type=int_at_least(1), default=DEFAULT_MAX_NEW_TOKENS, metavar="N", help="greedy tokens"
-    )
+    add_shared(parser, "--max-new-tokens")
     parser.add_argument(
         "--concurrency",
         type=levels_argument,
@@ -58,7 +53,7 @@ def endpoint_parser(prog: str) -> OneLineParser:
         f"{','.join(map(str, DEFAULT_LADDER))}); with --save-rollouts one level: the requests in flight while sampling "
         "(default 1)",
     )
-    parser.add_argument("--rounds", type=int_at_least(1), default=3, metavar="R", help="rounds under load")
+    add_shared(parser, "--rounds", rounds={"default": 3})
     parser.add_argument(
         "--max-in-flight",
         type=int_at_least(1),
@@ -69,9 +64,7 @@ def endpoint_parser(prog: str) -> OneLineParser:
     parser.add_argument(
         "--top-logprobs", type=int_at_least(0), default=5, metavar="K", help="logprobs asked per step (0: none)"
     )
-    parser.add_argument(
-        "--api-key-env", metavar="NAME", help="the environment variable holding the API key (never printed)"
-    )
+    add_shared(parser, "--api-key-env")
     parser.add_argument(
         "--timeout",
         type=float,
@@ -93,11 +86,9 @@ def endpoint_parser(prog: str) -> OneLineParser:
         "its logprobs against the served ones, and RL's importance ratio",
     )
     parser.add_argument("--local-dtype", default="auto", choices=DTYPES, help="the local model's dtype")
-    parser.add_argument(
-        "--invariant", action="store_true", help="run the local model in the batch-invariant mode (with --local)"
-    )
+    add_shared(parser, "--invariant")  # (the local model: with --local)
     add_threads_option(parser)
-    parser.add_argument("--json", metavar="PATH", help="write the full report to PATH ('-' for stdout)")
+    add_shared(parser, "--json")
     sampling = parser.add_argument_group(
         "sampling rollouts", "with --save-rollouts, the server samples rollouts for `batchtui rollouts` instead"
     )
@@ -107,13 +98,20 @@ def endpoint_parser(prog: str) -> OneLineParser:
         help="sample each prompt (TEXT, or --texts-file: one a line, or .jsonl with prompt or prompt_ids a line) and "
         "write the rollouts (prompt and completion ids, the server's logprobs and top-1) to a new file",
     )
-    sampling.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
-    sampling.add_argument("--top-p", type=float, default=1.0, metavar="P", help="nucleus sampling: 0 < P <= 1 (1: off)")
-    sampling.add_argument("--top-k", type=int, default=0, metavar="K", help="sample among the K likeliest (0: off)")
+    add_shared(sampling, "--temperature", temperature={"default": 1.0})
+    sampling.add_argument(
+        "--sample-top-p", type=float, default=1.0, metavar="P", help="nucleus sampling: 0 < P <= 1 (1: off)"
+    )
+    sampling.add_argument(
+        "--sample-top-k", type=int, default=0, metavar="K", help="sample among the K likeliest (0: off)"
+    )
     sampling.add_argument("--seed", type=int, default=0, help="sample k of prompt i is sampled with seed + i*N + k")
     sampling.add_argument(
-        "--samples-per-prompt", type=int_within(1, MAX_SAMPLES_PER_PROMPT), default=1, metavar="N",
-        help=f"rollouts sampled per prompt (at most {MAX_SAMPLES_PER_PROMPT})"
+        "--samples-per-prompt",
+        type=int_within(1, MAX_SAMPLES_PER_PROMPT),
+        default=1,
+        metavar="N",
+        help=f"rollouts sampled per prompt (at most {MAX_SAMPLES_PER_PROMPT})",
     )
     return parser
 
@@ -187,10 +185,10 @@ def _save_rollouts(args: argparse.Namespace) -> int:
 
     if not (math.isfinite(args.temperature) and args.temperature >= 0):
         raise InputError(f"--temperature must be a number at least 0, not {args.temperature:g}")
-    if not (math.isfinite(args.top_p) and 0 < args.top_p <= 1):
-        raise InputError(f"--top-p must be above 0 and at most 1, not {args.top_p:g}")
-    if not 0 <= args.top_k <= 1_000_000:
-        raise InputError(f"--top-k must be 0 (off) or a count of tokens, not {args.top_k}")
+    if not (math.isfinite(args.sample_top_p) and 0 < args.sample_top_p <= 1):
+        raise InputError(f"--sample-top-p must be above 0 and at most 1, not {args.sample_top_p:g}")
+    if not 0 <= args.sample_top_k <= 1_000_000:
+        raise InputError(f"--sample-top-k must be 0 (off) or a count of tokens, not {args.sample_top_k}")
     levels = list(args.concurrency or [1])
     if len(levels) != 1:
         raise InputError("--save-rollouts samples at one level of requests in flight: --concurrency N")
@@ -220,7 +218,7 @@ def _save_rollouts(args: argparse.Namespace) -> int:
         with bar:
             count = save_rollouts(
                 endpoint, prompts, args.save_rollouts, args.max_new_tokens,
-                Sampling(args.temperature, args.top_p, args.top_k), args.seed,
+                Sampling(args.temperature, args.sample_top_p, args.sample_top_k), args.seed,
                 args.samples_per_prompt, lambda done: bar.progress(done, None), levels[0],
             )  # fmt: skip
     finally:

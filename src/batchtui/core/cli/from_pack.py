@@ -10,7 +10,8 @@ from ..reports.report import number
 from ..terminal.plain import format_columns, format_float
 from ..visible import literal
 from .exit_codes import EXIT_DIVERGED, EXIT_OK
-from .options import check_report_destination, human_output, number_within, start_torch
+from .options import check_report_destination, human_output, start_torch
+from .validators import number_within
 
 
 def _match_words(match) -> str:

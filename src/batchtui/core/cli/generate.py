@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 
 from ..errors import InputError
-from ..numbers.generation import DEFAULT_MAX_NEW_TOKENS
 from ..run.trl_call import check_trl
 from .exit_codes import parsed_and_guarded
 from .options import add_remedy_option, add_trainer_option, command_parser
 from .report_command import ReportKind, add_repro_options, report_command
+from .shared_options import add_shared
 
 DESCRIPTION = (
     "Greedy-decode each text alone and inside its left-padded batch with transformers' generate "
@@ -19,16 +19,15 @@ DESCRIPTION = (
 
 
 def add_generation_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--max-new-tokens",
-        type=int,
-        default=DEFAULT_MAX_NEW_TOKENS,
-        metavar="N",
-        help=f"greedy tokens generated per text, both runs (default: {DEFAULT_MAX_NEW_TOKENS})",
-    )
+    """What `generate` and `sweep --generate` share: how much and from what each text is generated."""
+    add_shared(parser, "--max-new-tokens")
     parser.add_argument(
         "--from-embeds", action="store_true", help="generate from inputs_embeds (the original report's path)"
     )
+
+
+def _add_comparisons(parser: argparse.ArgumentParser) -> None:
+    """What `generate` also sets each continuation against."""
     parser.add_argument(
         "--vs-prefill",
         action="store_true",
@@ -40,19 +39,15 @@ def add_generation_options(parser: argparse.ArgumentParser) -> None:
         help="also score each batched continuation as a trainer does (one training-mode forward of prompt + "
         "completion, autograd on) against the logprobs the batched decode gave its tokens: RL's importance ratio",
     )
-    parser.add_argument(
-        "--ops",
-        action="store_true",
-        help="with --vs-trainer: where a text's logprobs part, also name the first aten op inside the first "
-        "parting module whose inputs are the same in the sampler and the trainer and whose output is not",
-    )
+    add_shared(parser, "--ops")
 
 
 def run_generate(argv: list[str], prog: str = "batchtui generate") -> int:
     parser = command_parser(prog, DESCRIPTION)
     add_generation_options(parser)
+    _add_comparisons(parser)
     add_trainer_option(parser)
-    parser.add_argument("--json", metavar="PATH", help="write the full report to PATH ('-' for stdout)")
+    add_shared(parser, "--json")
     add_remedy_option(parser)
     add_repro_options(parser)
     return parsed_and_guarded(parser, argv, lambda args: _generate(args, [*prog.split(), *argv]))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import math
 import sys
 import time
 from dataclasses import fields
@@ -13,21 +12,17 @@ from typing import Any, TextIO
 from ..compat.argparse import HelpWithDefaults, actions, option_strings
 from ..errors import InputError
 from ..experiments.remedies import REMEDIES
-from ..experiments.sweep import parse_batch_sizes, parse_counts, parse_names
 from ..safe_files import check_writable_file, is_standard_output
 from ..settings import (
     DEFAULT_ATOL,
-    DEFAULT_MODEL,
     DEFAULT_RTOL,
-    DTYPES,
-    KERNEL_CLASSES,
-    PADDING_SIDES,
-    POSITION_MODES,
     Settings,
 )
 from ..texts import DEFAULT_TEXTS, NumberedTexts, read_texts_file, validate_texts
 from ..threads import THREADS_PER_CORE, most_threads
 from ..visible import literal
+from .shared_options import add_shared
+from .validators import int_within
 
 
 class _DefaultsShown(HelpWithDefaults):
@@ -136,30 +131,19 @@ def command_parser(prog: str, description: str) -> OneLineParser:
 def add_common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("texts", nargs="*", metavar="TEXT", help="texts to compare (default: a built-in set)")
     parser.add_argument("--texts-file", metavar="FILE", help="read texts from FILE, one per line")
-    parser.add_argument(
-        "--model", default=DEFAULT_MODEL, help=f"built-in name, local path or Hub id (default: {DEFAULT_MODEL})"
-    )
-    parser.add_argument("--dtype", default="auto", choices=DTYPES, help="default: the checkpoint's dtype")
-    parser.add_argument("--device", default="auto", help="cuda, cuda:1, mps, cpu... (default: auto)")
-    parser.add_argument(
-        "--device-map", metavar="MAP", help="'auto': shard the model across this host's GPUs (needs accelerate)"
-    )
-    parser.add_argument("--batch-size", type=int, default=8, metavar="N", help="texts per batched pass (default: 8)")
-    parser.add_argument("--padding-side", default="left", choices=PADDING_SIDES, help="side the padding goes")
-    parser.add_argument("--positions", default="mask", choices=POSITION_MODES, help="position ids (default: mask)")
-    parser.add_argument("--attn", metavar="IMPL", help="attn_implementation: sdpa, eager, flash_attention_2...")
+    add_shared(parser, "--model", "--dtype", "--device", "--device-map", "--batch-size", "--padding-side")
+    add_shared(parser, "--positions", "--attn")
     parser.add_argument(
         "--max-tokens", type=int, metavar="N", help="cut longer texts to N tokens, flagged (default: the context)"
     )
     parser.add_argument("--top-k", type=int, default=5, metavar="K", help="top tokens kept per position")
-    parser.add_argument("--atol", type=float, default=DEFAULT_ATOL, help=f"default: {DEFAULT_ATOL:g}")
-    parser.add_argument("--rtol", type=float, default=DEFAULT_RTOL, help=f"default: {DEFAULT_RTOL:g}")
+    add_shared(parser, "--atol", "--rtol")
     parser.add_argument(
         "--bitwise",
         action="store_true",
         help="judge bitwise: a text passes only where every logit is the same in both runs (--atol 0 --rtol 0)",
     )
-    parser.add_argument("--trust-remote-code", action="store_true", help="run the checkpoint's own Python code")
+    add_shared(parser, "--trust-remote-code")
     add_threads_option(parser)
     parser.add_argument(
         "--modules", action="store_true", help="localize per module: norms, attention, MLP, residual of each layer"
@@ -170,15 +154,7 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
         "--decompose", action="store_true", help="also run each padded row alone: batch-size vs padding effect"
     )
     parser.add_argument("--reference", action="store_true", help="also run each text alone in float64 on the CPU")
-    parser.add_argument(
-        "--invariant", action="store_true", help="run in the batch-invariant mode: batched logits equal single runs"
-    )
-    parser.add_argument(
-        "--invariant-classes",
-        metavar="CLASSES",
-        default="",
-        help=f"only these parts of the mode, comma-separated ({','.join(KERNEL_CLASSES)}); also --invariant=CLASSES",
-    )
+    add_shared(parser, "--invariant", "--invariant-classes")
 
 
 def add_trainer_option(parser: argparse.ArgumentParser) -> None:
@@ -220,45 +196,6 @@ def start_torch(args: argparse.Namespace, keep_freed: bool = True) -> None:
     use_threads(args.threads)
     if keep_freed:
         keep_freed_memory()
-
-
-def number_within(value: float, option: str, low: float, high: float, unit: str = "", low_too: bool = False) -> float:
-    """`value` where it is a finite number above `low` (or `low` itself, with `low_too`) and at most `high`; else
-    InputError naming `option` (an infinite timeout or a NaN limit would otherwise reach the code that uses it)."""
-    if not (math.isfinite(value) and (low <= value if low_too else low < value) and value <= high):
-        bound = "at least" if low_too else "above"
-        raise InputError(f"{option} must be a number {bound} {low:g} and at most {high:g}{unit}, not {value:g}")
-    return value
-
-
-def int_at_least(minimum: int):
-    """An argparse type: a whole number of at least `minimum`, in one message either way."""
-
-    def parsed(value: str) -> int:
-        try:
-            number = int(value)
-        except ValueError:
-            number = minimum - 1
-        if number < minimum:
-            raise argparse.ArgumentTypeError(f"must be a whole number of at least {minimum}, not {value!r}")
-        return number
-
-    return parsed
-
-
-def int_within(minimum: int, maximum: int, why: str = ""):
-    """An argparse type: a whole number from `minimum` to `maximum` (`why`: what the maximum is), in one message
-    either way."""
-    at_least = int_at_least(minimum)
-    bound = f"{maximum} ({why})" if why else str(maximum)
-
-    def parsed(value: str) -> int:
-        number = at_least(value)
-        if number > maximum:
-            raise argparse.ArgumentTypeError(f"must be at most {bound}, not {value!r}")
-        return number
-
-    return parsed
 
 
 def add_remedy_option(parser: argparse.ArgumentParser) -> None:
@@ -321,20 +258,3 @@ def check_report_destination(path: str | None) -> None:
     """Refuse a --json destination that could not be written, before the run rather than after it."""
     if path:
         check_writable_file(path, "cannot write the report to")
-
-
-def _as_argument(parse):
-    """A core parser as an argparse type: its InputError becomes argparse's own message."""
-
-    def parsed(value: str):
-        try:
-            return parse(value)
-        except InputError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    return parsed
-
-
-names_argument = _as_argument(parse_names)  # "a,b,c" -> ["a", "b", "c"]
-ints_argument = _as_argument(parse_batch_sizes)  # "1,2,4" -> [1, 2, 4]
-levels_argument = _as_argument(lambda value: parse_counts(value, "concurrency levels"))

@@ -6,29 +6,22 @@ import argparse
 from dataclasses import asdict
 
 from ..errors import InputError
-from ..settings import DEFAULT_ATOL, DEFAULT_RTOL, FLOAT_DTYPES, LOW_PRECISION_GRID, Settings
+from ..settings import FLOAT_DTYPES, LOW_PRECISION_GRID, Settings
 from ..terminal.plain import format_columns, format_float
 from .exit_codes import EXIT_OK, parsed_and_guarded
-from .options import (
-    OneLineParser,
-    ProgressLine,
-    check_report_destination,
-    human_output,
-    ints_argument,
-    names_argument,
-)
+from .options import OneLineParser, ProgressLine, check_report_destination, human_output
+from .shared_options import add_shared
+from .validators import ints_argument
 
 
 def run_probe(argv: list[str], prog: str = "batchtui probe") -> int:
     parser = OneLineParser(prog=prog, description="Row 0 of a batch vs the same row alone, through one Linear layer.")
     parser.add_argument("--sizes", type=ints_argument, default=[256, 512, 1024, 1536, 2048, 4096], help="layer widths")
-    parser.add_argument("--batch-sizes", type=ints_argument, default=[2, 4, 8, 16, 32, 64], help="rows in the batch")
-    parser.add_argument("--dtypes", type=names_argument, default=list(LOW_PRECISION_GRID), help="dtypes")
+    add_shared(parser, "--batch-sizes", "--dtypes", batch_sizes={"default": [2, 4, 8, 16, 32, 64]},
+               dtypes={"default": list(LOW_PRECISION_GRID)})  # fmt: skip
     parser.add_argument("--repeats", type=int, default=3, metavar="R", help="fresh seeded inputs per cell")
-    parser.add_argument("--device", default="auto", help="cuda, mps, cpu...")
-    parser.add_argument("--atol", type=float, default=DEFAULT_ATOL, help="allclose tolerance")
-    parser.add_argument("--rtol", type=float, default=DEFAULT_RTOL, help="allclose tolerance")
-    parser.add_argument("--json", metavar="PATH", help="write every cell to PATH ('-' for stdout)")
+    add_shared(parser, "--device", "--atol", "--rtol")
+    add_shared(parser, "--json")
     return parsed_and_guarded(parser, argv, _probe)
 
 

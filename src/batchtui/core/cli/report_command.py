@@ -10,14 +10,8 @@ from typing import Any, Generic, TypeVar
 
 from ..settings import Settings
 from .exit_codes import EXIT_DIVERGED, EXIT_OK
-from .options import (
-    check_report_destination,
-    human_output,
-    number_within,
-    settings_from_args,
-    start_torch,
-    texts_from_args,
-)
+from .options import check_report_destination, human_output, settings_from_args, start_torch, texts_from_args
+from .validators import number_within
 
 Result = TypeVar("Result")
 

@@ -6,7 +6,6 @@ import argparse
 import os
 import sys
 
-from ..settings import DTYPES, KERNEL_CLASSES
 from ..visible import literal
 from .exit_codes import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_OK, error_line, parsed_and_guarded
 from .options import (
@@ -16,9 +15,9 @@ from .options import (
     add_trainer_option,
     check_report_destination,
     human_output,
-    int_at_least,
     start_torch,
 )
+from .shared_options import add_shared
 
 DESCRIPTION = (
     "Score rollouts a sampler made (JSONL: prompt_ids, completion_ids and the sampler's logprobs, a line each) with "
@@ -36,33 +35,14 @@ def rollouts_parser(prog: str) -> OneLineParser:
 
     parser = OneLineParser(prog=prog, description=DESCRIPTION)
     parser.add_argument("file", metavar="FILE.jsonl", help="the rollouts, one JSON object a line")
-    parser.add_argument("--model", required=True, help="the trainer's model: built-in name, local path or Hub id")
-    parser.add_argument("--dtype", default="auto", choices=DTYPES, help="default: the checkpoint's dtype")
-    parser.add_argument("--device", default="auto", help="cuda, cpu... (under torchrun: each rank's own GPU)")
-    parser.add_argument("--trust-remote-code", action="store_true", help="run the checkpoint's own Python code")
-    parser.add_argument(
-        "--invariant", action="store_true", help="score in the batch-invariant mode: a sequence's logprobs do not "
-        "depend on its batch"
-    )  # fmt: skip
-    parser.add_argument(
-        "--invariant-classes", metavar="CLASSES", default="",
-        help=f"only these parts of the mode, comma-separated ({','.join(KERNEL_CLASSES)})",
-    )  # fmt: skip
-    parser.add_argument(
-        "--batch-tokens",
-        type=int_at_least(1),
-        default=DEFAULT_BATCH_TOKENS,
-        metavar="N",
-        help="padded tokens per forward at most (rows times the longest prompt plus the longest completion)",
-    )
+    add_shared(parser, "--model", model={"default": None, "required": True})
+    add_shared(parser, "--dtype", "--device", "--trust-remote-code", "--invariant", "--invariant-classes")
+    add_shared(parser, "--batch-tokens", batch_tokens={"default": DEFAULT_BATCH_TOKENS})
     parser.add_argument("--records", metavar="OUT.jsonl", help="write one line per sequence as it is scored")
     parser.add_argument("--resume", action="store_true", help="go on from --records: score only what it lacks")
     parser.add_argument("--skip-bad", action="store_true", help="skip faulty lines (counted in the report)")
-    parser.add_argument(
-        "--temperature", type=float, metavar="T",
-        help="score log_softmax(logits / T), as TRL and verl do (default: the lines' `temperature`, 1 where they "
-        "give none)",
-    )  # fmt: skip
+    said = "the lines' `temperature`, 1 where they give none"
+    add_shared(parser, "--temperature", temperature={"default_said": said})
     parser.add_argument(
         "--clip-eps", type=float, default=0.2, metavar="E",
         help="PPO's clip range the clip_fraction counts against: |ratio − 1| > E (default 0.2)",
@@ -91,7 +71,7 @@ def rollouts_parser(prog: str) -> OneLineParser:
         "one after another in rows, positions from 0 each, no padding: verl's and OpenRLHF's) (default: grpo)",
     )  # fmt: skip
     add_threads_option(parser)
-    parser.add_argument("--json", metavar="PATH", help="write the report to PATH ('-' for stdout)")
+    add_shared(parser, "--json")
     return parser
 
 

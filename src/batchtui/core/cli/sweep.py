@@ -16,12 +16,12 @@ from .options import (
     check_report_destination,
     command_parser,
     human_output,
-    ints_argument,
-    names_argument,
     settings_from_args,
     start_torch,
     texts_from_args,
 )
+from .shared_options import add_shared
+from .validators import names_argument
 
 DESCRIPTION = (
     "Run the comparison (or, with --generate, greedy generation) over a grid of settings. Exit 0 "
@@ -32,15 +32,13 @@ DESCRIPTION = (
 
 def run_sweep(argv: list[str], prog: str = "batchtui sweep") -> int:
     parser = command_parser(prog, DESCRIPTION)
-    parser.add_argument(
-        "--dtypes", type=names_argument, default=["bfloat16", "float32"], help="default: bfloat16,float32"
-    )
-    parser.add_argument("--batch-sizes", type=ints_argument, default=[1, 2, 4, 8], help="default: 1,2,4,8")
+    add_shared(parser, "--dtypes", "--batch-sizes", dtypes={"default": ["bfloat16", "float32"]},
+               batch_sizes={"default": [1, 2, 4, 8]})  # fmt: skip
     parser.add_argument(
         "--attns", type=names_argument, default=["default"], help="e.g. sdpa,eager (default: the model's)"
     )
     parser.add_argument("--padding-sides", type=names_argument, default=["left", "right"], help="default: left,right")
-    parser.add_argument("--json", metavar="PATH", help="write the result matrix to PATH ('-' for stdout)")
+    add_shared(parser, "--json")
     parser.add_argument(
         "--generate",
         action="store_true",
