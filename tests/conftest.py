@@ -90,7 +90,7 @@ def _launch_vllm(config) -> None:
     """In the run's first process only (not in xdist's workers): vLLM's minutes of setting up overlap the tests."""
     if hasattr(config, "workerinput") or not _runs_vllm_tests(config):
         return
-    from vllm_server import launch
+    from helpers.vllm_server import launch
 
     from batchtui.core.models.builtin import builtin_path
 
@@ -101,7 +101,7 @@ def _launch_vllm(config) -> None:
 def pytest_unconfigure(config):
     state = getattr(config, "_vllm_state", None)
     if state is not None:
-        from vllm_server import shut_down
+        from helpers.vllm_server import shut_down
 
         shut_down(Path(state))
 
@@ -128,8 +128,8 @@ def tiny_path():
 def checkpoints(tmp_path_factory, tiny_path, worker_id):
     """The tiny seeded checkpoint of every architecture of the matrix, by name: written once for the whole run,
     the parallel workers sharing their run's folder (the first to take the lock writes them)."""
-    from architectures import CHECKPOINTS, build
     from filelock import FileLock
+    from helpers.architectures import CHECKPOINTS, build
 
     # Each worker's base folder sits in the run's own; a run without workers has only its base folder.
     root = tmp_path_factory.getbasetemp() if worker_id == "master" else tmp_path_factory.getbasetemp().parent
@@ -146,7 +146,7 @@ def checkpoints(tmp_path_factory, tiny_path, worker_id):
 def broken(tmp_path, tiny_path):
     """Checkpoints a run must refuse, by the name a test gives them: an encoder, a tokenizer without pad or eos,
     a tokenizer with more tokens than the embedding has rows."""
-    from bad_models import embedding_shorter_than_tokenizer, not_a_causal_lm, tokenizer_without_pad_or_eos
+    from helpers.bad_models import embedding_shorter_than_tokenizer, not_a_causal_lm, tokenizer_without_pad_or_eos
 
     return {
         "not-causal": str(not_a_causal_lm(tmp_path / "bert")),

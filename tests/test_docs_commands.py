@@ -8,7 +8,7 @@ import shlex
 from pathlib import Path
 
 import pytest
-from paths import DOCS, REPOSITORY
+from helpers.paths import DOCS, REPOSITORY
 
 from batchtui.core.cli import COMMANDS, run_command
 from batchtui.tui.launcher import app_parser

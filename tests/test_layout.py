@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from paths import REPOSITORY, SOURCE
+from helpers.paths import REPOSITORY, SOURCE
 
 # A private name of torch, transformers, argparse or textual: a module path with a `_part`, or an attribute of
 # theirs that the engine reads.

@@ -12,7 +12,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from paths import REPOSITORY
+from helpers.paths import REPOSITORY
 
 ROOT = REPOSITORY
 # One worker builds the wheel once: two setuptools builds at once in the same tree collide in build/.

@@ -216,7 +216,7 @@ def test_cpu_out_of_memory_gets_the_same_advice_as_cuda(capsys):
 def test_check_into_a_closed_pipe_exits_quietly():
     """`batchtui check | head`: the reader is gone before the table comes; no traceback, no exit 3."""
     child = subprocess.Popen(
-        [sys.executable, "-m", "batchtui.core", "check", "--model", "tiny", "some text"],
+        [sys.executable, "-m", "batchtui.core", "check", "--model", "tiny", "--quiet", "some text"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )

@@ -7,7 +7,7 @@ import json
 import re
 
 import pytest
-from paths import REPOSITORY
+from helpers.paths import REPOSITORY
 
 from batchtui.core.cli import main
 
@@ -95,7 +95,7 @@ def test_every_key_of_a_rollouts_report_is_in_its_section(tmp_path):
 
 def test_every_key_of_an_endpoint_report_is_in_its_section(tmp_path):
     """A server in vLLM's shapes (logprobs, token ids, prompt logprobs), the local check on: every part filled."""
-    from servers import MODELS, http_json, raw_socket_server
+    from helpers.servers import MODELS, http_json, raw_socket_server
 
     top = '{" a":-1.0,"b":-2.0}'
     choice = (

@@ -5,10 +5,10 @@ import os
 import unicodedata
 
 import pytest
+from helpers.terminal import OUTPUT, pause, start_app, wait_exit, wait_for
+from helpers.tui_helpers import make_app, settle
 from hypothesis import given
 from hypothesis import strategies as st
-from terminal import OUTPUT, pause, start_app, wait_exit, wait_for
-from tui_helpers import make_app, settle
 
 from batchtui.core.cli.check import run_check
 from batchtui.core.visible import from_editable, literal, to_editable

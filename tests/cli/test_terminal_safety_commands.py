@@ -8,7 +8,7 @@ import shutil
 import unicodedata
 
 import pytest
-from servers import http_json, raw_socket_server
+from helpers.servers import http_json, raw_socket_server
 
 from batchtui.core.cli import main
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 import torch
-from servers import PROMPTS, stop, transformers_serve
+from helpers.servers import PROMPTS, stop, transformers_serve
 
 from batchtui.core.cli import main
 from batchtui.core.endpoint.checks import CACHE_UNKNOWN, NO_PREFILL
@@ -133,8 +133,8 @@ def test_a_wrong_model_name_is_one_line_naming_what_is_served(served, english, c
 
 
 async def test_the_app_with_url_shows_served_continuations_in_the_generation_view(served, tmp_path):
+    from helpers.tui_helpers import settle
     from textual.widgets import DataTable
-    from tui_helpers import settle
 
     from batchtui.core.settings import Settings
     from batchtui.tui.app import BatchtuiApp

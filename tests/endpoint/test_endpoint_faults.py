@@ -7,15 +7,15 @@ from __future__ import annotations
 import json
 
 import pytest
-from commands import start
-from servers import COMPLETION, MODELS, http_json, raw_socket_server
+from helpers.commands import start
+from helpers.servers import COMPLETION, MODELS, http_json, raw_socket_server
 
 from batchtui.core.cli import main
 from batchtui.core.endpoint.client import EndpointError, base_url
 
 
 def test_nothing_listening_is_one_line_and_exit_2(capsys):
-    from servers import free_port
+    from helpers.servers import free_port
 
     assert main(["endpoint", "--url", f"http://127.0.0.1:{free_port()}/v1", "a"]) == 2
     err = capsys.readouterr().err

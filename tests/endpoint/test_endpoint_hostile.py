@@ -8,7 +8,7 @@ import time
 import zlib
 
 import pytest
-from servers import COMPLETION, MODELS, http_json, raw_socket_server, scripted_server
+from helpers.servers import COMPLETION, MODELS, http_json, raw_socket_server, scripted_server
 
 from batchtui.core.cli import main
 

@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from servers import MODELS, http_json, scripted_server
+from helpers.servers import MODELS, http_json, scripted_server
 
 from batchtui.core.cli import main
 

@@ -9,7 +9,7 @@ import threading
 import time
 
 import pytest
-from servers import MODELS, http_json, scripted_server
+from helpers.servers import MODELS, http_json, scripted_server
 
 from batchtui.core.cli import main
 from batchtui.core.endpoint.server_batch import gauges

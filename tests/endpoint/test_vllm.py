@@ -7,9 +7,9 @@ import json
 import urllib.request
 
 import pytest
-from rollout_files import records_in
-from servers import PROMPTS
-from vllm_server import wait_for_vllm
+from helpers.rollout_files import records_in
+from helpers.servers import PROMPTS
+from helpers.vllm_server import wait_for_vllm
 
 from batchtui.core.cli import main
 
@@ -140,7 +140,7 @@ def test_a_local_model_with_another_tokenizer_is_refused_in_one_line(vllm, capsy
 
 
 async def test_the_app_on_a_real_vllm_charts_the_ladder_and_says_each_text_s_checks(vllm, tmp_path):
-    from tui_helpers import settle
+    from helpers.tui_helpers import settle
 
     from batchtui.core.settings import Settings
     from batchtui.tui.app import BatchtuiApp
@@ -170,7 +170,7 @@ def test_rollouts_sampled_from_vllm_and_scored_here_give_the_definitions_numbers
     trainer does; the saved ids and logprobs are the server's own answer to this test's request with the same seed,
     the trainer's logprobs this test's own forward's, and every metric recomputed here from the two."""
     import torch
-    from rollout_files import METRICS, metrics_by_definition, own_logprobs
+    from helpers.rollout_files import METRICS, metrics_by_definition, own_logprobs
     from transformers import AutoModelForCausalLM
 
     from batchtui.core.models.builtin import builtin_path

@@ -12,6 +12,7 @@ import torch
 
 from batchtui.core import Settings, compare
 from batchtui.core.cli import main
+from batchtui.core.cli import progress as progress_lines
 from batchtui.core.experiments.kernel_classes import attribute_kernels, with_classes
 from batchtui.core.settings import KERNEL_CLASSES
 
@@ -54,7 +55,8 @@ def test_attribution_names_the_attention_class_for_a_leak_through_padded_keys(le
         assert by_name[name].max_abs_diff_alone > 1e-3
 
 
-def test_explain_kernels_on_the_command_line_and_the_minimal_set_applied(tmp_path, capsys):
+def test_explain_kernels_on_the_command_line_and_the_minimal_set_applied(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(progress_lines, "DELAY_S", 0.0)  # a log's lines from the first pass, however quick the run
     report = tmp_path / "kernels.json"
     command = ["check", "--model", "tiny", "--dtype", "float32", *TEXTS, "--explain", "kernels", "--json", str(report)]
     code = main(command)

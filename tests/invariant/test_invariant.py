@@ -9,8 +9,8 @@ import inspect
 import pytest
 import torch
 import transformers
-from architectures import CHECKPOINTS, load_checkpoint
-from paths import DOCS
+from helpers.architectures import CHECKPOINTS, load_checkpoint
+from helpers.paths import DOCS
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from batchtui.core import NotInvariant, batch_invariant
@@ -256,8 +256,8 @@ def test_attention_a_model_calls_itself_is_caught(outside_the_matrix, name):
 async def test_the_app_keeps_the_mode_on_while_exploring():
     """`i` (or the settings checkbox) turns the mode on: the same texts rerun, and the heatmap and the status
     line show what it leaves (nothing, here)."""
+    from helpers.tui_helpers import make_app, settle
     from textual.widgets import Checkbox
-    from tui_helpers import make_app, settle
 
     from batchtui.tui.widgets.status_line import StatusLine
 
@@ -315,7 +315,7 @@ def test_generate_remedy_invariant_and_the_invariant_flag(tmp_path):
     remedies = json.loads(out.read_text())["remedies"]
     assert [r["remedy"] for r in remedies] == ["none", "invariant"]
     assert remedies[1]["summary"] == {
-        "texts": 4, "differ": 0, "near_ties": 0, "max_abs_diff": 0.0, "trainer_vs_sampler": None
+        "texts": 4, "differ": 0, "near_ties": 0, "max_abs_diff": 0.0, "trainer_vs_sampler": None, "trl_parts": None
     }  # fmt: skip
     assert remedies[1]["bitwise_equal"] == 4
     assert run_generate([*TEXTS[:4], *args, "--invariant"]) == 0
@@ -335,8 +335,8 @@ def test_a_model_out_of_reach_is_not_applied_and_says_why(outside_the_matrix, tm
 
 
 async def test_the_remedies_screen_measures_the_mode():
+    from helpers.tui_helpers import make_app, measured_remedy, settle
     from textual.widgets import DataTable
-    from tui_helpers import make_app, measured_remedy, settle
 
     app = make_app(dtype="float32", positions="mask")
     async with app.run_test(size=(120, 40)) as pilot:

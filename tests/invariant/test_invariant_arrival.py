@@ -14,7 +14,7 @@ import random
 import pytest
 import torch
 import transformers
-from architectures import CHECKPOINTS, load_checkpoint
+from helpers.architectures import CHECKPOINTS, load_checkpoint
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 from batchtui.core import batch_invariant

@@ -7,9 +7,9 @@ to."""
 
 import pytest
 import torch
+from helpers.threads import torch_threads
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from threads import torch_threads
 from torch.nn.functional import scaled_dot_product_attention as sdpa
 
 from batchtui.core.invariant.compiled_kernels import SWITCH, compiled_attention

@@ -5,8 +5,8 @@ import contextlib
 
 import pytest
 import torch
-from architectures import ARCHITECTURES, ATTENTION, batched_runs_one_ulp_apart, build_encoder
-from oracle import seed_compare
+from helpers.architectures import ARCHITECTURES, ATTENTION, batched_runs_one_ulp_apart, build_encoder
+from helpers.oracle import seed_compare
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from batchtui.core import Settings, compare
@@ -177,7 +177,7 @@ def test_batch_size_one_is_bitwise_equal(name, checkpoints):
 
 
 async def test_app_detail_says_expert_routing_changed_here(checkpoints):
-    from tui_helpers import make_app, settle
+    from helpers.tui_helpers import make_app, settle
 
     texts = ["a", "The quick brown fox jumps over the lazy dog again", "hello world", "xyz abc def ghi"]
     app = make_app(texts=texts, model=str(checkpoints["mixtral-near-tie"]), positions="mask")
@@ -232,7 +232,7 @@ def test_a_module_output_edited_in_place_afterwards_is_recorded_as_it_was(checkp
 def test_a_checkpoint_missing_weights_is_refused_in_one_line(tmp_path, tiny_path, capsys):
     """BART's encoder-decoder weights load into BartForCausalLM with its embeddings and head initialised at
     random (other logits on every load): refused, exit 2, naming them, without transformers' load report."""
-    from architectures import build_seq2seq
+    from helpers.architectures import build_seq2seq
 
     from batchtui.core.cli.check import run_check
 

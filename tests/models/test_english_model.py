@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from paths import REPOSITORY, TEST_DATA
+from helpers.paths import REPOSITORY, TEST_DATA
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import batchtui.core

@@ -86,7 +86,7 @@ def test_with_the_hub_unreachable_a_cached_hub_id_loads_at_once_and_one_not_cach
     import shutil
     import sys
 
-    from servers import raw_socket_server
+    from helpers.servers import raw_socket_server
 
     repo = tmp_path / "huggingface" / "hub" / "models--someone--tiny"
     shutil.copytree(builtin_path("tiny"), repo / "snapshots" / ("0" * 40))

@@ -6,8 +6,8 @@ import stat
 from pathlib import Path
 
 import pytest
-from commands import start
-from tui_helpers import make_app, settle
+from helpers.commands import start
+from helpers.tui_helpers import make_app, settle
 
 from batchtui.core.cli.check import run_check
 from batchtui.core.reports import session as session_file
@@ -177,7 +177,7 @@ async def test_unwritable_state_dir_gives_one_notice_and_the_app_works_on(tmp_pa
 def _check_command(*args):
     import sys
 
-    return [sys.executable, "-m", "batchtui.core", "check", "--model", "tiny", "a", "bc", *args]
+    return [sys.executable, "-m", "batchtui.core", "check", "--model", "tiny", "--quiet", "a", "bc", *args]
 
 
 @pytest.mark.slow

@@ -219,8 +219,8 @@ def test_diff_of_other_texts_or_another_model_exits_2(tmp_path, capsys, tiny_pat
 
 
 async def test_the_app_writes_a_pack_from_ctrl_s_and_shows_the_fingerprint_on_i(tmp_path):
+    from helpers.tui_helpers import make_app, settle, wait_for
     from textual.widgets import Input
-    from tui_helpers import make_app, settle, wait_for
 
     from batchtui.core.reports.environment import environment
     from batchtui.tui.widgets.status_line import StatusLine

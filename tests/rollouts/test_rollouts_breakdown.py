@@ -5,7 +5,7 @@ their tokens (recomputed here from the records); a faulty field is one line nami
 import json
 
 import pytest
-from rollout_files import metrics_by_definition, records_in, sampled_rollouts, write_jsonl
+from helpers.rollout_files import metrics_by_definition, records_in, sampled_rollouts, write_jsonl
 
 from batchtui.core.cli import main
 

@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from rollout_files import METRICS, metrics_by_definition, records_in, sampled_rollouts, write_jsonl
+from helpers.rollout_files import METRICS, metrics_by_definition, records_in, sampled_rollouts, write_jsonl
 from transformers import AutoModelForCausalLM
 
 from batchtui.core.cli import main

@@ -4,7 +4,7 @@ any work (no records file made); with --skip-bad the faulty lines are skipped an
 import json
 
 import pytest
-from rollout_files import records_in
+from helpers.rollout_files import records_in
 
 from batchtui.core.cli import main
 

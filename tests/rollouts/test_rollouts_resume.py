@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-from rollout_files import records_in, sampled_rollouts, write_jsonl
+from helpers.rollout_files import records_in, sampled_rollouts, write_jsonl
 
 from batchtui.core.cli import main
 from batchtui.core.cli.exit_codes import EXIT_INTERRUPTED

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from rollout_files import sampled_rollouts, write_jsonl
+from helpers.rollout_files import sampled_rollouts, write_jsonl
 
 from batchtui.core.cli import main
 from batchtui.core.errors import InputError

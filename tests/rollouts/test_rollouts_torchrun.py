@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from rollout_files import records_in, sampled_rollouts, write_jsonl
+from helpers.rollout_files import records_in, sampled_rollouts, write_jsonl
 
 pytestmark = pytest.mark.cpu_kernels  # run again with the AVX2 kernels (.ci/run)
 

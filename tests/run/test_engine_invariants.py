@@ -5,7 +5,7 @@ import re
 import pytest
 import torch
 from conftest import MIXED_TEXTS
-from oracle import seed_compare
+from helpers.oracle import seed_compare
 from transformers import AutoTokenizer
 
 from batchtui.core import Cancelled, InputError, Settings, compare

@@ -6,7 +6,7 @@ from decimal import Decimal
 import pytest
 import torch
 from conftest import MIXED_TEXTS
-from oracle import seed_compare
+from helpers.oracle import seed_compare
 
 from batchtui.core import Settings, compare
 

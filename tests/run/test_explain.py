@@ -101,7 +101,7 @@ def test_float64_reference():
 
 
 def test_max_abs_diff_in_ulps(tiny_path):
-    from oracle import seed_compare
+    from helpers.oracle import seed_compare
 
     settings = Settings(model="tiny", dtype="bfloat16", positions="arange", batch_size=len(MIXED_TEXTS))
     result = compare(MIXED_TEXTS, settings)

@@ -10,8 +10,8 @@ import warnings
 
 import pytest
 import torch
-from architectures import ARCHITECTURES, ATTENTION
-from height_kernels import height_dependent_addmm
+from helpers.architectures import ARCHITECTURES, ATTENTION
+from helpers.height_kernels import height_dependent_addmm
 
 from batchtui.core import Settings, compare
 from batchtui.core.cli import main
@@ -98,7 +98,7 @@ def test_on_every_architecture_the_op_named_lies_in_the_first_divergent_module(c
 
 
 async def test_the_app_s_detail_says_where_the_text_first_parts_in_the_module_view():
-    from tui_helpers import make_app, settle
+    from helpers.tui_helpers import make_app, settle
 
     app = make_app(texts=TEXTS, dtype="float64", positions="mask", modules=True)
     with height_dependent_addmm():

@@ -9,8 +9,8 @@ import math
 
 import pytest
 import torch
+from helpers.tui_helpers import batch_variant
 from transformers import AutoModelForCausalLM, AutoTokenizer
-from tui_helpers import batch_variant
 
 from batchtui.core import Settings
 from batchtui.core.cli.generate import run_generate
@@ -170,7 +170,7 @@ def test_cli_exit_codes_table_and_json(tiny_path, tmp_path, capsys):
     assert {"single", "batched", "split_step", "near_tie", "steps"} <= set(first)
     assert first["split_step"] is None and first["single"] == first["batched"]
     assert run_generate(["--model", str(tiny_path), "--max-new-tokens", "0", "a"]) == 2
-    assert "max new tokens" in capsys.readouterr().err
+    assert "--max-new-tokens: must be a whole number of at least 1" in capsys.readouterr().err
 
 
 def test_cli_says_a_split_and_exits_1(tiny_path, tmp_path, capsys):

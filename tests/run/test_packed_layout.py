@@ -9,8 +9,8 @@ import json
 
 import pytest
 import torch
-from architectures import build
-from rollout_files import records_in, sampled_rollouts, write_jsonl
+from helpers.architectures import build
+from helpers.rollout_files import records_in, sampled_rollouts, write_jsonl
 from transformers import AutoModelForCausalLM
 
 from batchtui.core.cli import main

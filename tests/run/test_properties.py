@@ -53,7 +53,7 @@ def test_duplicate_texts_in_one_batch_match_the_models_own_rows(tiny_path, repea
     give, not a given; what the engine reports must match the model either way.)
     """
     import torch
-    from oracle import seed_compare
+    from helpers.oracle import seed_compare
 
     batch = [repeated, *others, repeated]
     result = compare(batch, run.with_changes(batch_size=len(batch), positions="mask"))

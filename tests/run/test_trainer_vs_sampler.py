@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from height_kernels import height_dependent_addmm
+from helpers.height_kernels import height_dependent_addmm
 
 from batchtui.core.cli import main
 from batchtui.core.models.loading import load_model

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 import torch
-from rollout_files import records_in, sampled_rollouts, write_jsonl
+from helpers.rollout_files import records_in, sampled_rollouts, write_jsonl
 from transformers import AutoModelForCausalLM
 
 from batchtui.core.cli import main

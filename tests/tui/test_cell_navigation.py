@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from factories import make_comparison, make_text
+from helpers.factories import make_comparison, make_text
 
 from batchtui.tui.views.heatmap_cells import divergent_cells
 from batchtui.tui.views.navigation import (

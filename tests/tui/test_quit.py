@@ -5,7 +5,7 @@ import os
 import signal
 
 import pytest
-from terminal import pause, start_app, wait_exit, wait_for
+from helpers.terminal import pause, start_app, wait_exit, wait_for
 
 # The app, with a forward pass that never ends (it leaves a marker file when it starts): whatever holds
 # the exit for a pass would hold it forever.

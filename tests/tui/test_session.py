@@ -5,9 +5,9 @@ import os
 import signal
 
 import pytest
-from terminal import pause, start_app, wait_exit, wait_for
-from tui_helpers import settle
-from tui_helpers import wait_for as wait_in_app
+from helpers.terminal import pause, start_app, wait_exit, wait_for
+from helpers.tui_helpers import settle
+from helpers.tui_helpers import wait_for as wait_in_app
 
 from batchtui.core.reports import session as session_file
 from batchtui.core.settings import Settings
@@ -165,7 +165,7 @@ def test_remote_code_runs_only_for_a_model_named_on_the_command_line(tmp_path, t
 
 
 async def test_switching_model_in_the_app_never_carries_the_trust_over(tmp_path, tiny_path):
-    from tui_helpers import make_app
+    from helpers.tui_helpers import make_app
 
     app = make_app(model="tiny", trust_remote_code=True)
     async with app.run_test(size=(120, 40)) as pilot:

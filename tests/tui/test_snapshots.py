@@ -9,7 +9,7 @@ the status line is pinned, being the one thing that varies.
 from pathlib import Path
 
 import pytest
-from tui_helpers import batch_variant, make_app, settle
+from helpers.tui_helpers import batch_variant, make_app, settle
 
 from batchtui.core import DEFAULT_TEXTS, Settings
 

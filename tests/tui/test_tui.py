@@ -4,9 +4,9 @@ help, the command palette."""
 import json
 import time
 
+from helpers.tui_helpers import MIXED, detail_title, make_app, settle, wait_for
 from textual.command import CommandList, CommandPalette
 from textual.widgets import Input
-from tui_helpers import MIXED, detail_title, make_app, settle, wait_for
 
 from batchtui.tui.app import EDIT_DEBOUNCE_S
 from batchtui.tui.engine_calls import post_result

@@ -1,7 +1,7 @@
 """The app's explain-and-remedy parts: module view, decomposition, remedies and sweep screens."""
 
+from helpers.tui_helpers import MIXED, make_app, measured_remedy, settle, wait_for
 from textual.widgets import Checkbox, DataTable
-from tui_helpers import MIXED, make_app, measured_remedy, settle, wait_for
 
 from batchtui.tui.screens.remedies_screen import RemediesScreen
 from batchtui.tui.screens.sweep_screen import SWEEP_BATCH_SIZES, SWEEP_DTYPES, SweepScreen

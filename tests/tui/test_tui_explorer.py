@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
+from helpers.tui_helpers import MIXED, make_app, settle, wait_for
 from textual.widgets import DataTable, Input
 from textual_plotext import PlotextPlot
-from tui_helpers import MIXED, make_app, settle, wait_for
 
 from batchtui.core.visible import shown_token
 from batchtui.tui.screens.prompt_screen import PromptScreen

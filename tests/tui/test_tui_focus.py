@@ -3,7 +3,7 @@ the panes (not every field), and the navigation keys move the selection from eve
 
 from __future__ import annotations
 
-from tui_helpers import make_app, settle, wait_for
+from helpers.tui_helpers import make_app, settle, wait_for
 
 from batchtui.tui.widgets.detail import DetailPane
 from batchtui.tui.widgets.heatmap import Heatmap

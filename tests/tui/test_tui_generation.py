@@ -3,8 +3,8 @@ per-step curve and the split's top-k; re-run after each comparison, stale runs n
 
 from __future__ import annotations
 
+from helpers.tui_helpers import batch_variant, make_app, settle, wait_for
 from textual.widgets import DataTable
-from tui_helpers import batch_variant, make_app, settle, wait_for
 
 from batchtui.core import Settings
 from batchtui.core.visible import literal

@@ -5,8 +5,8 @@ import json
 
 import pytest
 import torch
+from helpers.tui_helpers import make_app, settle, wait_for
 from textual import events
-from tui_helpers import make_app, settle, wait_for
 
 from batchtui.core import Settings
 from batchtui.core.models.loading import load_model

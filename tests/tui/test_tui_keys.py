@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from paths import REPOSITORY
-from tui_helpers import make_app, settle, wait_for
+from helpers.paths import REPOSITORY
+from helpers.tui_helpers import make_app, settle, wait_for
 
 from batchtui.tui.screens.help_screen import HelpScreen
 from batchtui.tui.screens.prompt_screen import PromptScreen

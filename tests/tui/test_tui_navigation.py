@@ -1,7 +1,7 @@
 """Moving over the results in the app (the explorer screen's keys, the heatmap and the summary): positions, texts,
 divergences, flips, sorting, and what the status line says on the way."""
 
-from tui_helpers import detail_title, make_app, settle, wait_for
+from helpers.tui_helpers import detail_title, make_app, settle, wait_for
 
 from batchtui.core.terminal.plain import decimals_to_tell_apart
 from batchtui.tui.views.heatmap_cells import divergent_cells

@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from rollout_files import sampled_rollouts, write_jsonl
+from helpers.rollout_files import sampled_rollouts, write_jsonl
+from helpers.tui_helpers import wait_for
 from textual.widgets import DataTable, Static
 from textual_plotext import PlotextPlot
-from tui_helpers import wait_for
 
 from batchtui.core import Settings
 from batchtui.core.cli import main

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from tui_helpers import make_app, settle, wait_for
+from helpers.tui_helpers import make_app, settle, wait_for
 
 from batchtui.tui.widgets.heatmap import Heatmap
 from batchtui.tui.widgets.layers import LayersPane

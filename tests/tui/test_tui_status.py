@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tui_helpers import make_app, settle
+from helpers.tui_helpers import make_app, settle
 
 from batchtui.tui.screens.help_screen import HelpScreen
 from batchtui.tui.views.status import MORE
@@ -42,7 +42,7 @@ async def test_the_status_names_the_dtype_of_the_run_going_on_and_auto_as_what_i
 
 
 async def test_a_run_waiting_for_the_previous_one_says_so_and_runs_once_its_turn_comes():
-    from tui_helpers import wait_for
+    from helpers.tui_helpers import wait_for
 
     from batchtui.core.one_run import one_run_at_a_time
 
@@ -62,7 +62,7 @@ async def test_a_run_waiting_for_the_previous_one_says_so_and_runs_once_its_turn
 async def test_the_mode_s_first_measuring_is_said_in_the_status_line_as_it_goes(monkeypatch, tmp_path):
     """No kept measurements: turning the mode on measures its kernels in the first passes, and the status line says
     what it measures and how many are done (never a bare pass count that looks like a hang)."""
-    from tui_helpers import wait_for
+    from helpers.tui_helpers import wait_for
 
     from batchtui.core.invariant import linear, measured_store, mode, rows
     from batchtui.core.invariant.compiled_kernels import SWITCH

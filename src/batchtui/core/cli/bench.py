@@ -9,13 +9,13 @@ from ..terminal.plain import format_columns
 from .exit_codes import EXIT_OK, EXIT_TARGET_MISSED, parsed_and_guarded
 from .options import (
     OneLineParser,
-    ProgressLine,
     add_threads_option,
     check_report_destination,
     human_output,
     settings_from_args,
     start_torch,
 )
+from .progress import Progress
 from .shared_options import add_shared
 
 MATMUL_PATHS_SAID = (
@@ -70,7 +70,7 @@ def run_bench(argv: list[str], prog: str = "batchtui bench") -> int:
     parser.add_argument("--max-text-tokens", type=int, default=128, metavar="N", help="the workload's longest text")
     add_shared(parser, "--batch-size", "--rounds", "--max-new-tokens", "--trust-remote-code", rounds={"default": 5})
     add_threads_option(parser)
-    add_shared(parser, "--json")
+    add_shared(parser, "--json", "--quiet")
     return parsed_and_guarded(parser, argv, _bench)
 
 
@@ -92,7 +92,7 @@ def _bench(args: argparse.Namespace) -> int:
         texts,
         settings,
         args.rounds,
-        progress=ProgressLine(),
+        progress=Progress(args.quiet),
         new_tokens=args.max_new_tokens,
         more=rollouts_methods,
     )

@@ -17,7 +17,7 @@ DESCRIPTION = (
 
 def check_parser(prog: str) -> OneLineParser:
     parser = command_parser(prog, DESCRIPTION)
-    add_shared(parser, "--json")
+    add_shared(parser, "--json", "--quiet")
     add_remedy_option(parser)
     add_repro_options(parser)
     parser.add_argument(
@@ -50,10 +50,10 @@ def _check(args: argparse.Namespace, command_line: list[str], parser: OneLinePar
     args.command_line = command_line
     args.modules = args.modules or args.ops
 
-    def run(texts, settings, lines, sink):
+    def run(texts, settings, lines, sink, progress):
         from ..run.engine import compare
 
-        result = compare(texts, settings, lines=lines, logits_sink=sink)
+        result = compare(texts, settings, progress=progress, lines=lines, logits_sink=sink)
         if args.ops:
             from ..run.first_op import with_first_ops
 

@@ -16,14 +16,13 @@ from ..visible import literal
 from .exit_codes import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OK, error_line, parsed_and_guarded
 from .options import (
     OneLineParser,
-    ProgressLine,
-    TqdmBar,
     add_threads_option,
     check_report_destination,
     human_output,
     start_torch,
     texts_from_args,
 )
+from .progress import Progress
 from .shared_options import add_shared
 from .validators import int_at_least, int_within, levels_argument, number_within
 
@@ -88,7 +87,7 @@ def endpoint_parser(prog: str) -> OneLineParser:
     parser.add_argument("--local-dtype", default="auto", choices=DTYPES, help="the local model's dtype")
     add_shared(parser, "--invariant")  # (the local model: with --local)
     add_threads_option(parser)
-    add_shared(parser, "--json")
+    add_shared(parser, "--json", "--quiet")
     sampling = parser.add_argument_group(
         "sampling rollouts", "with --save-rollouts, the server samples rollouts for `batchtui rollouts` instead"
     )
@@ -148,7 +147,7 @@ def _endpoint(args: argparse.Namespace) -> int:
     )  # (its connection pool as large as the ladder's top)
     try:
         model = endpoint.resolve_model()
-        bar = ProgressLine()
+        bar = Progress(args.quiet)
         result = measure_endpoint(
             endpoint,
             numbered.texts,
@@ -212,14 +211,14 @@ def _save_rollouts(args: argparse.Namespace) -> int:
     if os.path.lexists(args.save_rollouts):
         raise InputError(f"{args.save_rollouts} exists: rollouts are written to a new file")
     endpoint = Endpoint(args.url, args.model, args.api_key_env, args.timeout, args.max_answer_mb, args.max_in_flight)
-    bar = TqdmBar(quiet=False, unit="rollout")
+    bar = Progress(args.quiet, unit="rollout", leave=True)
     try:
         model = endpoint.resolve_model()
         with bar:
             count = save_rollouts(
                 endpoint, prompts, args.save_rollouts, args.max_new_tokens,
                 Sampling(args.temperature, args.sample_top_p, args.sample_top_k), args.seed,
-                args.samples_per_prompt, lambda done: bar.progress(done, None), levels[0],
+                args.samples_per_prompt, lambda done: bar(done, None), levels[0],
             )  # fmt: skip
     finally:
         endpoint.close()

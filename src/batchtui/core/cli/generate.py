@@ -47,7 +47,7 @@ def run_generate(argv: list[str], prog: str = "batchtui generate") -> int:
     add_generation_options(parser)
     _add_comparisons(parser)
     add_trainer_option(parser)
-    add_shared(parser, "--json")
+    add_shared(parser, "--json", "--quiet")
     add_remedy_option(parser)
     add_repro_options(parser)
     return parsed_and_guarded(parser, argv, lambda args: _generate(args, [*prog.split(), *argv]))
@@ -62,11 +62,11 @@ def _generate(args: argparse.Namespace, command_line: list[str]) -> int:
             raise InputError("--trainer says how the trainer calls the model: it needs --vs-trainer")
         check_trl()
 
-    def run(texts, settings, lines, sink):
+    def run(texts, settings, lines, sink, progress):
         from ..run.generation import generate_and_compare
 
         return generate_and_compare(
-            texts, settings, args.max_new_tokens, args.from_embeds, lines=lines, logits_sink=sink,
+            texts, settings, args.max_new_tokens, args.from_embeds, progress=progress, lines=lines, logits_sink=sink,
             vs_prefill=args.vs_prefill, vs_trainer=args.vs_trainer, ops=args.ops, trainer=args.trainer,
         )  # fmt: skip
 

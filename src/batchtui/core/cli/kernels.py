@@ -8,13 +8,13 @@ import argparse
 from ..terminal.plain import format_columns
 from .exit_codes import EXIT_DIVERGED, EXIT_OK
 from .options import (
-    ProgressLine,
     check_report_destination,
     human_output,
     settings_from_args,
     start_torch,
     texts_from_args,
 )
+from .progress import Progress
 
 
 def explain_kernels(args: argparse.Namespace) -> int:
@@ -33,7 +33,7 @@ def explain_kernels(args: argparse.Namespace) -> int:
     from ..reports.report import run_environment, write_json
     from ..run.engine import compare
 
-    bar = ProgressLine()
+    bar = Progress(args.quiet)
     runs, planned = [0], [planned_runs()]
 
     def compare_fn(texts, run_settings):

@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 import copy
 import sys
-import time
 from dataclasses import fields
-from typing import Any, TextIO
+from typing import TextIO
 
 from ..compat.argparse import HelpWithDefaults, actions, option_strings
 from ..errors import InputError
@@ -35,69 +34,6 @@ class _DefaultsShown(HelpWithDefaults):
             return text
         default = ",".join(map(str, action.default)) if isinstance(action.default, list) else action.default
         return f"{text} (default: {default})" if text else f"default: {default}"
-
-
-class ProgressLine:
-    """Progress on stderr: on a terminal tqdm's bar (`TqdmBar`: done/total, what ran last, the time so far and left,
-    fitted to the terminal's width); in a log file about ten plain lines."""
-
-    def __init__(self) -> None:
-        self._started = time.monotonic()
-        self._bar = TqdmBar(quiet=False, unit="it", leave=False)
-
-    def __call__(self, done: int, total: int, label: str) -> None:
-        if self._bar.shown:
-            self._bar.progress(done, total, label)
-            if done >= total:
-                self._bar.close()
-            return
-        if done == total or done % max(1, total // 10) == 0:
-            width = 24
-            filled = width * done // max(total, 1)
-            elapsed = time.monotonic() - self._started
-            timing = f"{elapsed:.0f} s" + (
-                f", about {elapsed / done * (total - done):.0f} s left" if 0 < done < total else ""
-            )
-            print(f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {label} · {timing}", file=sys.stderr)
-
-
-class TqdmBar:
-    """tqdm's bar on stderr while a long command works: off when stderr is not a terminal or with `quiet`.
-    `progress(done, total, label)`: a total of None counts without an end; a new total, or a count that goes back,
-    starts a bar of its own."""
-
-    def __init__(self, quiet: bool, unit: str, leave: bool = True) -> None:
-        self.shown = not quiet and sys.stderr.isatty()
-        self.unit = unit
-        self.leave = leave
-        self.bar: Any = None  # a tqdm bar, once shown
-        self.total: int | None = 0
-
-    def progress(self, done: int, total: int | None, label: str | None = None) -> None:
-        self.total = total
-        if not self.shown:
-            return
-        if self.bar is None or self.bar.total != total or done < self.bar.n:
-            from tqdm import tqdm
-
-            self.close()
-            self.bar = tqdm(
-                total=total, initial=done, unit=self.unit, file=sys.stderr, dynamic_ncols=True, leave=self.leave
-            )
-        if label is not None:
-            self.bar.set_description_str(label, refresh=False)
-        self.bar.update(done - self.bar.n)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
-
-    def __enter__(self) -> TqdmBar:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 class OneLineParser(argparse.ArgumentParser):

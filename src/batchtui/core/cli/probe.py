@@ -9,7 +9,8 @@ from ..errors import InputError
 from ..settings import FLOAT_DTYPES, LOW_PRECISION_GRID, Settings
 from ..terminal.plain import format_columns, format_float
 from .exit_codes import EXIT_OK, parsed_and_guarded
-from .options import OneLineParser, ProgressLine, check_report_destination, human_output
+from .options import OneLineParser, check_report_destination, human_output
+from .progress import Progress
 from .shared_options import add_shared
 from .validators import ints_argument
 
@@ -21,7 +22,7 @@ def run_probe(argv: list[str], prog: str = "batchtui probe") -> int:
                dtypes={"default": list(LOW_PRECISION_GRID)})  # fmt: skip
     parser.add_argument("--repeats", type=int, default=3, metavar="R", help="fresh seeded inputs per cell")
     add_shared(parser, "--device", "--atol", "--rtol")
-    add_shared(parser, "--json")
+    add_shared(parser, "--json", "--quiet")
     return parsed_and_guarded(parser, argv, _probe)
 
 
@@ -37,7 +38,7 @@ def _probe(args: argparse.Namespace) -> int:
     from ..models.loading import resolve_device
 
     device = resolve_device(args.device)
-    bar = ProgressLine()
+    bar = Progress(args.quiet)
     cells = probe(
         args.sizes,
         args.batch_sizes,

@@ -11,6 +11,7 @@ from typing import Any, Generic, TypeVar
 from ..settings import Settings
 from .exit_codes import EXIT_DIVERGED, EXIT_OK
 from .options import check_report_destination, human_output, settings_from_args, start_torch, texts_from_args
+from .progress import Progress
 from .validators import number_within
 
 Result = TypeVar("Result")
@@ -28,7 +29,8 @@ class ReportKind(Generic[Result]):
 
 
 def report_command(args: argparse.Namespace, run: Callable, kind: Callable[[], ReportKind[Any]]) -> int:
-    """`run(texts, settings, lines, sink)` on the arguments' texts and settings (with `--remedy`, once per remedy),
+    """`run(texts, settings, lines, sink, progress)` on the arguments' texts and settings (with `--remedy`, once per
+    remedy, each with its progress in passes),
     then the table, notes, verdict and report, and with `--repro DIR` the pack (the baseline's logits, handed to
     its run's `sink`). Torch and the engine load only once the arguments are known good."""
     settings = settings_from_args(args)
@@ -45,7 +47,8 @@ def report_command(args: argparse.Namespace, run: Callable, kind: Callable[[], R
     sinks = [kept]  # the first run is the baseline: its logits go to the pack
 
     def one_run(texts, run_settings):
-        return run(texts, run_settings, numbered.lines, sinks.pop() if sinks else None)
+        with Progress(args.quiet, unit="pass") as bar:
+            return run(texts, run_settings, numbered.lines, sinks.pop() if sinks else None, bar)
 
     result, outcomes = measured(numbered.texts, settings, args.remedy, one_run)
     out = human_output(args.json)

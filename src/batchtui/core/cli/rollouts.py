@@ -10,13 +10,13 @@ from ..visible import literal
 from .exit_codes import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_OK, error_line, parsed_and_guarded
 from .options import (
     OneLineParser,
-    TqdmBar,
     add_threads_option,
     add_trainer_option,
     check_report_destination,
     human_output,
     start_torch,
 )
+from .progress import Progress
 from .shared_options import add_shared
 
 DESCRIPTION = (
@@ -59,7 +59,7 @@ def rollouts_parser(prog: str) -> OneLineParser:
         "--max-kl", type=float, metavar="X",
         help="a gate for CI: exit 1 when the kl is above X, 0 when not (however small the mismatch left)",
     )  # fmt: skip
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_shared(parser, "--quiet")
     parser.add_argument(
         "--dist-timeout", type=float, default=DEFAULT_DIST_TIMEOUT_S, metavar="S",
         help="under torchrun: seconds the ranks wait for each other, to meet and at each round, before ending",
@@ -105,10 +105,10 @@ def _rollouts(args: argparse.Namespace) -> int:
         args.file, settings, args.batch_tokens, args.records, args.resume, args.skip_bad, args.dist_timeout,
         args.temperature, correction, args.max_kl, args.trainer, args.layout,
     ).checked()  # fmt: skip
-    bar = TqdmBar(args.quiet, unit="seq")
+    bar = Progress(args.quiet, unit="seq", leave=True)
     try:
         with bar:
-            summary = score_rollouts(job, bar.progress)
+            summary = score_rollouts(job, bar)
     except KeyboardInterrupt:
         print(f"batchtui: interrupted; {_kept(args.records, bar.total)}", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -4,7 +4,7 @@ command's --help and fails where one name carries two meanings or two names carr
 
 from __future__ import annotations
 
-import argparse
+from typing import Any
 
 from ..numbers.generation import DEFAULT_MAX_NEW_TOKENS
 from ..settings import DEFAULT_ATOL, DEFAULT_MODEL, DEFAULT_RTOL, DTYPES, KERNEL_CLASSES, PADDING_SIDES, POSITION_MODES
@@ -49,6 +49,7 @@ SHARED: dict[str, dict] = {
         "help": "the rollouts' sampling temperature (scored as log_softmax(logits / T), as TRL and verl do)",
     },
     "--json": {"metavar": "PATH", "help": "write the report to PATH ('-' for stdout)"},
+    "--quiet": {"action": "store_true", "help": "no progress on stderr (a bar on a terminal, a few lines in a log)"},
     "--url": {"help": "an OpenAI-compatible server's address (vLLM, SGLang, transformers serve...), e.g. "
               "http://127.0.0.1:8000/v1; --model names the served model"},  # fmt: skip
     "--api-key-env": {"metavar": "NAME", "help": "the environment variable holding the server's API key (never "
@@ -64,7 +65,7 @@ SHARED: dict[str, dict] = {
 }
 
 
-def add_shared(parser: argparse.ArgumentParser | argparse._ArgumentGroup, *names: str, **settings) -> None:
+def add_shared(parser: Any, *names: str, **settings) -> None:  # (a parser, or a group of its options)
     """The shared options `names` on `parser`; `settings`: what a command sets otherwise, by option name without its
     dashes (`default`, `required`; `default_said`: a default said in words, where it is not a value): never the
     meaning."""

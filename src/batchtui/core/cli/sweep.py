@@ -12,7 +12,6 @@ from ..terminal.plain import GENERATE_SWEEP_HEADER, SWEEP_HEADER, format_columns
 from .exit_codes import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OK, parsed_and_guarded
 from .generate import add_generation_options
 from .options import (
-    ProgressLine,
     check_report_destination,
     command_parser,
     human_output,
@@ -20,6 +19,7 @@ from .options import (
     start_torch,
     texts_from_args,
 )
+from .progress import Progress
 from .shared_options import add_shared
 from .validators import names_argument
 
@@ -38,7 +38,7 @@ def run_sweep(argv: list[str], prog: str = "batchtui sweep") -> int:
         "--attns", type=names_argument, default=["default"], help="e.g. sdpa,eager (default: the model's)"
     )
     parser.add_argument("--padding-sides", type=names_argument, default=["left", "right"], help="default: left,right")
-    add_shared(parser, "--json")
+    add_shared(parser, "--json", "--quiet")
     parser.add_argument(
         "--generate",
         action="store_true",
@@ -69,7 +69,7 @@ def _sweep(args: argparse.Namespace) -> int:
 
         run_one = compare
 
-    bar = ProgressLine()
+    bar = Progress(args.quiet)
     cells = sweep(texts, grid, run_one, progress=lambda done, total, cell: bar(done, total, describe_cell(cell)))
     out = human_output(args.json)
     rows = [sweep_row(c) for c in cells]

@@ -53,15 +53,18 @@ def ordered_attention(
     sees no key gets zeros."""
     tensors = (query, key, value) + ((bias,) if bias is not None else ()) + ((sinks,) if sinks is not None else ())
 
-    def given(after: tuple) -> tuple:  # (bias, sinks) among the tensors after query, key and value
+    def given(after: tuple) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """(bias, sinks) among the tensors after query, key and value."""
         rest = list(after)
         return (rest.pop(0) if bias is not None else None), (rest.pop(0) if sinks is not None else None)
 
     def run(query, key, value, *rest):
-        return _ordered(query, key, value, attend, scale, *given(rest), softcap, windowed)
+        added, sunk = given(rest)
+        return _ordered(query, key, value, attend, scale, added, sunk, softcap, windowed)
 
     def plain(query, key, value, *rest):
-        return _plain(query, key, value, attend, scale, *given(rest), softcap)
+        added, sunk = given(rest)
+        return _plain(query, key, value, attend, scale, added, sunk, softcap)
 
     return plain_backward(run, plain, *tensors)
 

@@ -26,9 +26,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-from servers import free_port
+from helpers.servers import free_port
 
-REPOSITORY = Path(__file__).resolve().parent.parent
+REPOSITORY = Path(__file__).resolve().parents[2]
 VLLM_VERSION = "0.32.0"
 TORCH_VERSION = "2.13.0"
 INSTALL_S = 2400  # the venv's packages from the index, once (a busy 2-core box took more than 1,150 s)
