@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))  # the checkout's `batchtui.core`, installed or not
 
-from batchtui.core.experiments.bench import floor_passes, workload  # noqa: E402
+from batchtui.core.bench.methods import floor_passes, workload  # noqa: E402
 from batchtui.core.models.loading import load_model  # noqa: E402
 from batchtui.core.numbers.cpu_memory import keep_freed_memory  # noqa: E402
 from batchtui.core.run import engine  # noqa: E402

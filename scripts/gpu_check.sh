@@ -37,7 +37,7 @@ wants() { [[ " $SECTIONS " == *" $1 "* ]]; }
 
 python - "$OUT" "$MODEL" <<'PY'
 import sys
-from batchtui.core.experiments.bench import workload
+from batchtui.core.bench.methods import workload
 from batchtui.core.models.loading import load_model
 from batchtui.core.settings import Settings
 tokenizer = load_model(Settings(model=sys.argv[2], device="cpu")).tokenizer

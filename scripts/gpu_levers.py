@@ -35,7 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))  # the c
 
 from profile_compare import best_of, recorded_passes  # noqa: E402  (this script's folder comes first on the path)
 
-from batchtui.core.experiments.bench import LARGE_VOCABULARY, floor_passes, peak_memory, workload  # noqa: E402
+from batchtui.core.bench.clock import peak_memory  # noqa: E402
+from batchtui.core.bench.methods import floor_passes, workload  # noqa: E402
+from batchtui.core.bench.targets import LARGE_VOCABULARY  # noqa: E402
 from batchtui.core.invariant import rows as invariant_rows  # noqa: E402
 from batchtui.core.models.loading import load_model  # noqa: E402
 from batchtui.core.numbers import metrics  # noqa: E402

@@ -31,7 +31,7 @@ def main() -> None:
     source = args.root / "src"
     sys.path.insert(0, str(source if source.is_dir() else args.root))
     package = "batchtui.core" if source.is_dir() else "core"
-    workload = importlib.import_module(f"{package}.experiments.bench").workload
+    workload = importlib.import_module(f"{package}.bench.methods").workload
     load_model = importlib.import_module(f"{package}.models.loading").load_model
     keep_freed_memory = importlib.import_module(f"{package}.numbers.cpu_memory").keep_freed_memory
     compare = importlib.import_module(f"{package}.run.engine").compare

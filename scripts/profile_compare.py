@@ -28,7 +28,8 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))  # the checkout's `batchtui.core`
 
-from batchtui.core.experiments.bench import floor_passes, peak_memory, workload  # noqa: E402
+from batchtui.core.bench.clock import peak_memory  # noqa: E402
+from batchtui.core.bench.methods import floor_passes, workload  # noqa: E402
 from batchtui.core.models.loading import load_model  # noqa: E402
 from batchtui.core.numbers.cpu_memory import keep_freed_memory  # noqa: E402
 from batchtui.core.run import assemble, engine  # noqa: E402

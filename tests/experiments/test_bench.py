@@ -5,8 +5,8 @@ import re
 
 import pytest
 
+from batchtui.core.bench.methods import workload
 from batchtui.core.cli.bench import run_bench
-from batchtui.core.experiments.bench import workload
 from batchtui.core.models.loading import load_model
 from batchtui.core.settings import Settings
 
@@ -85,7 +85,7 @@ def test_bench_json_has_ratios_and_targets(tmp_path, capsys):
 
 
 def test_each_round_times_every_method_once_each_ratio_s_two_side_by_side_and_rotates():
-    from batchtui.core.experiments.bench import round_order
+    from batchtui.core.bench.rounds import round_order
 
     names = ["floor", "seed", "compare", "compare_modules", "generate_floor", "generate"]
     names += ["compare_invariant", "generate_invariant", "trainer", "trainer_invariant", "train_step"]
@@ -118,7 +118,7 @@ def test_the_phase_clock_splits_a_generation_into_one_prefill_and_its_decoding_s
     prompt is the prefill, each later one (one new position per row, over the cache) a decoding step."""
     import torch
 
-    from batchtui.core.experiments.phase_clock import phase_clock
+    from batchtui.core.bench.phase_clock import phase_clock
 
     loaded = load_model(Settings(model="tiny", dtype="float32"))
     model, tokenizer = loaded.model, loaded.tokenizer

@@ -80,13 +80,14 @@ def _bench(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     check_report_destination(args.json)
     start_torch(args)
-    from ..experiments.bench import bench, workload
-    from ..experiments.phase_clock import PHASES
+    from ..bench.methods import workload
+    from ..bench.phase_clock import PHASES
+    from ..bench.rounds import bench
     from ..models.loading import load_model
 
     texts = workload(load_model(settings).tokenizer, args.text_count, args.min_text_tokens, args.max_text_tokens)
     out = human_output(args.json)
-    from ..rollouts.bench import rollouts_methods
+    from ..bench.rollouts_methods import rollouts_methods
 
     result = bench(
         texts,

@@ -10,15 +10,15 @@ import tempfile
 
 import torch
 
-from ..experiments.bench import MoreMethods
 from ..models.loading import LoadedModel
+from ..rollouts.job import RolloutsJob
+from ..rollouts.plan import DEFAULT_BATCH_TOKENS, batches
+from ..rollouts.rollouts_file import RolloutFaults, read_rollouts
+from ..rollouts.scoring import score_rollouts, vocabulary_of
 from ..run.runner import position_ids
 from ..run.trainer_forward import grpo_layout, training_without_dropout
 from ..settings import Settings
-from .job import RolloutsJob
-from .plan import DEFAULT_BATCH_TOKENS, batches
-from .rollouts_file import RolloutFaults, read_rollouts
-from .scoring import score_rollouts, vocabulary_of
+from .result import MoreMethods
 
 ROLLOUTS_LIMIT = 1.2  # the scoring's time over the bare forwards'
 
