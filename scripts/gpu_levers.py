@@ -44,7 +44,7 @@ from batchtui.core.numbers import metrics  # noqa: E402
 from batchtui.core.numbers.cpu_memory import keep_freed_memory  # noqa: E402
 from batchtui.core.reports.report import to_json_dict  # noqa: E402
 from batchtui.core.run import engine  # noqa: E402
-from batchtui.core.run.generation import generate_and_compare  # noqa: E402
+from batchtui.core.run.generation_run import generate_and_compare  # noqa: E402
 from batchtui.core.run.runner import Runner, module_output  # noqa: E402
 from batchtui.core.settings import Settings  # noqa: E402
 

@@ -4,7 +4,7 @@ dynamic, static or sliding cache transformers picks), prefilled in chunks of any
 reused from a cache, or scored in a trainer's padded batch of prompt + completion (prompts left-padded and
 completions right-padded, or all right-padded) in training mode with autograd on and with gradient checkpointing, or
 packed one after another in one row with positions from 0 each (verl's and OpenRLHF's layout; every architecture
-whose masks tell packed sequences apart, OPT's refused).
+whose masks tell packed sequences apart; one the layout refuses is shown to attend across them).
 On the built-ins and every architecture of the matrix, in bfloat16 and float32; the same without the mode differs
 (`test_without_the_mode_decode_and_prefill_differ`)."""
 
@@ -42,7 +42,6 @@ HELD_OUT = {
     ),
 }  # fmt: skip
 MODELS = (*CHECKPOINTS, *BUILT_INS, *HELD_OUT)
-UNPACKABLE = {"opt"}  # masks that do not read the position ids: the packed layout refuses them
 DTYPES = (torch.bfloat16, torch.float32)
 
 
@@ -145,13 +144,17 @@ def _trainer_logits(model, ids, mask, checkpointing: bool) -> torch.Tensor:
 
 def _packed_logits(model, name: str, sequences, prompt_lengths) -> list[torch.Tensor]:
     """Each sequence's completion logits with every sequence packed in one row (training mode, autograd on); none
-    where the model cannot tell them apart, which must be an architecture known for it."""
+    where the layout refuses the model, which must then attend across them (which architectures do depends on the
+    transformers release: its masks read the positions or not)."""
     try:
         check_packs(model, name)
     except InputError:
-        assert name in UNPACKABLE, f"{name}: the packed layout refused"
+        with torch.no_grad():
+            row = torch.cat([sequences[0], sequences[1]])[None]
+            places = torch.cat([torch.arange(len(sequences[0])), torch.arange(len(sequences[1]))])[None]
+            packed = model(input_ids=row, position_ids=places, use_cache=False).logits[0, len(sequences[0]) :]
+        assert _differs(packed.float(), _whole(model, sequences[1])), f"{name}: refused, yet it packs"
         return []
-    assert name not in UNPACKABLE
     prompts = [s[:p].tolist() for s, p in zip(sequences, prompt_lengths)]
     completions = [s[p:].tolist() for s, p in zip(sequences, prompt_lengths)]
     model.train()

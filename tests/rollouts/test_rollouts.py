@@ -138,7 +138,7 @@ def test_the_plan_holds_every_rollout_once_within_the_batch_tokens_the_same_ever
 def test_a_histogram_s_middle_tick_is_its_centre_value_and_a_token_s_space_is_shown():
     """δ's middle tick at 0 and the ratio's at 1 wherever the range holds them (placed by bin), not the range's
     midpoint; a token's leading space shown as `␣` in the token table, as in the explorer."""
-    from batchtui.core.numbers.rollouts import Histogram, ScoredToken
+    from batchtui.core.numbers.rollouts_summary import Histogram, ScoredToken
     from batchtui.core.terminal.rollouts_text import histogram_ticks, token_row
 
     delta = Histogram((-0.3, -0.1, 0.1, 0.3, 0.5), (1, 2, 3, 4))  # midpoint 0.1; 0 halfway into the second bin

@@ -11,7 +11,7 @@ from helpers.rollout_files import sampled_rollouts, write_jsonl
 
 from batchtui.core.cli import main
 from batchtui.core.errors import InputError
-from batchtui.core.reports.rollouts import rollouts_json
+from batchtui.core.reports.rollouts_json import rollouts_json
 from batchtui.core.rollouts.saved import saved_rollouts
 
 

@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from batchtui.core import Settings
 from batchtui.core.cli.generate import run_generate
 from batchtui.core.errors import InputError
-from batchtui.core.run.generation import generate_and_compare
+from batchtui.core.run.generation_run import generate_and_compare
 
 TEXTS = ["a", "The quick brown fox jumps over the lazy dog.", "Hello, world! How are you?", "xyz"]
 NEW = 12
@@ -266,7 +266,7 @@ def test_decode_vs_prefill_matches_generate_and_a_prefill_here(tiny_path, invari
 def test_a_generation_s_checks_are_named_in_its_progress_never_a_bare_measuring():
     """The app's status line during a generation with both checks: the passes, then the checks by name and step,
     counted to the run's own total (a minute of "measuring" on a large model said nothing)."""
-    from batchtui.core.run.generation import generate_and_compare
+    from batchtui.core.run.generation_run import generate_and_compare
     from batchtui.core.run.skeleton import generation_stage
 
     checks = ("decode vs prefill", "trainer vs sampler")

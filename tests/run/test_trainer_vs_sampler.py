@@ -12,7 +12,7 @@ from helpers.height_kernels import height_dependent_addmm
 from batchtui.core.cli import main
 from batchtui.core.models.loading import load_model
 from batchtui.core.numbers.importance import SequenceLogprobs, importance_metrics
-from batchtui.core.run.generation import generate_and_compare
+from batchtui.core.run.generation_run import generate_and_compare
 from batchtui.core.settings import Settings
 
 pytestmark = pytest.mark.cpu_kernels  # run again with the AVX2 kernels (.ci/run)
@@ -177,7 +177,7 @@ def test_the_verdicts_name_the_earliest_step_any_text_parts_at():
     """Not the first text's: here text 1 parts from step 1 in both checks, text 3 from step 0."""
     import dataclasses
 
-    from batchtui.core.numbers.generation import DecodeVsPrefill
+    from batchtui.core.numbers.generation_result import DecodeVsPrefill
     from batchtui.core.terminal.generation_text import generation_verdict
 
     found = generate_and_compare(TEXTS, Settings(model="tiny", dtype="float32"), 3, vs_prefill=True, vs_trainer=True)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from ..core.endpoint.result import EndpointComparison
 from ..core.numbers.comparison import Comparison
-from ..core.numbers.generation import GenerationComparison
+from ..core.numbers.generation_result import GenerationComparison
 from ..core.settings import Settings
 from ..core.texts import NumberedTexts
 from .views.status import RunStatus

@@ -11,7 +11,7 @@ from textual.message import Message
 
 from ..core.endpoint.result import EndpointComparison
 from ..core.numbers.comparison import Comparison
-from ..core.numbers.generation import GenerationComparison
+from ..core.numbers.generation_result import GenerationComparison
 from ..core.settings import Settings
 
 

@@ -20,7 +20,7 @@ from textual.worker import get_current_worker
 
 from ..core.endpoint.result import EndpointComparison
 from ..core.numbers.comparison import Comparison
-from ..core.numbers.generation import GenerationComparison
+from ..core.numbers.generation_result import GenerationComparison
 from ..core.one_run import one_run_at_a_time
 from ..core.settings import Settings
 from ..core.texts import NumberedTexts
@@ -134,7 +134,7 @@ class RunController:
         stale = self._stale_check(run_number)
 
         def run() -> GenerationComparison:
-            from ..core.run.generation import generate_and_compare
+            from ..core.run.generation_run import generate_and_compare
             from ..core.run.skeleton import generation_stage
 
             checks = ("decode vs prefill", "trainer vs sampler")

@@ -1,6 +1,6 @@
 """`batchtui bench`: what a comparison costs next to the forward passes it compares (a package above every part
 it times: `methods` what is timed, `rounds` the rounds and ratios, `clock` the timing and memory, `targets` the
-limits, `result` what comes out, `phase_clock` a generation's passes by phase, `rollouts_methods` the rollouts rows).
+limits, `figures` what comes out, `phase_clock` a generation's passes by phase, `rollouts_methods` the rollouts rows).
 
 Twelve methods on the same model and texts, interleaved over rounds, each timed by its best round (other load on
 the machine only ever slows a round: the least disturbed one is the closest to what the method costs, as timeit

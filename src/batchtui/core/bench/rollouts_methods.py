@@ -18,7 +18,7 @@ from ..rollouts.scoring import score_rollouts, vocabulary_of
 from ..run.runner import position_ids
 from ..run.trainer_forward import grpo_layout, training_without_dropout
 from ..settings import Settings
-from .result import MoreMethods
+from .figures import MoreMethods
 
 ROLLOUTS_LIMIT = 1.2  # the scoring's time over the bare forwards'
 

@@ -9,14 +9,14 @@ from collections.abc import Callable
 from ..invariant.mode import library_kernels_on_cpu
 from ..invariant.rows import chosen_paths
 from ..models.loading import LoadedModel, load_model
-from ..numbers.generation import DEFAULT_MAX_NEW_TOKENS
+from ..numbers.generation_result import DEFAULT_MAX_NEW_TOKENS
 from ..run.engine import compare
-from ..run.generation import generate_and_compare
+from ..run.generation_run import generate_and_compare
 from ..settings import Settings
 from .clock import peak_memory, synchronize, timed
+from .figures import BenchResult, MoreMethods
 from .methods import floor_passes, generate_floor, sampled_completions, seed_script, trainer_passes, training_steps
 from .phase_clock import PHASES, phase_clock
-from .result import BenchResult, MoreMethods
 from .targets import MATMULS, path_row, target, targets_of, weights_dtype
 
 _SHORT_TRIES = 3

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from ..models.loading import LoadedModel
-from .result import BenchResult
+from .figures import BenchResult
 
 # Built-in models small enough that per-call overheads, not the passes, dominate their timings.
 SMALL_BUILTINS = ("tiny", "qwen2-english-4m")

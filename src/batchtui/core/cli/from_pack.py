@@ -50,7 +50,7 @@ def check_from_pack(args: argparse.Namespace, given: set[str]) -> int:
     config = pack.report.get("config", {})
     result: RunResult
     if pack.is_generation:
-        from ..run.generation import generate_and_compare
+        from ..run.generation_run import generate_and_compare
 
         result = generate_and_compare(
             pack.texts, chosen.settings, config.get("max_new_tokens", 32), bool(config.get("from_embeds")),

@@ -63,7 +63,7 @@ def _generate(args: argparse.Namespace, command_line: list[str]) -> int:
         check_trl()
 
     def run(texts, settings, lines, sink, progress):
-        from ..run.generation import generate_and_compare
+        from ..run.generation_run import generate_and_compare
 
         return generate_and_compare(
             texts, settings, args.max_new_tokens, args.from_embeds, progress=progress, lines=lines, logits_sink=sink,
@@ -74,7 +74,7 @@ def _generate(args: argparse.Namespace, command_line: list[str]) -> int:
 
 
 def _generation_report() -> ReportKind:
-    from ..reports.generation import generation_json, generation_summary_json
+    from ..reports.generation_json import generation_json, generation_summary_json
     from ..terminal.generation_text import format_generation_table, generation_verdict
 
     return ReportKind(

@@ -94,7 +94,7 @@ def _rollouts(args: argparse.Namespace) -> int:
     start_torch(args, keep_freed=False)  # (memory flat in the number of batches)
     from ..numbers.importance import Correction
     from ..reports.report import write_json
-    from ..reports.rollouts import rollouts_json
+    from ..reports.rollouts_json import rollouts_json
     from ..rollouts.job import RolloutsJob
     from ..rollouts.ranks import RanksLost
     from ..rollouts.scoring import score_rollouts

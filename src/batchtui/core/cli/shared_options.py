@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..numbers.generation import DEFAULT_MAX_NEW_TOKENS
+from ..numbers.generation_result import DEFAULT_MAX_NEW_TOKENS
 from ..settings import DEFAULT_ATOL, DEFAULT_MODEL, DEFAULT_RTOL, DTYPES, KERNEL_CLASSES, PADDING_SIDES, POSITION_MODES
 from .validators import int_at_least, ints_argument, names_argument
 

@@ -61,7 +61,7 @@ def _sweep(args: argparse.Namespace) -> int:
     start_torch(args)
     run_one: Callable[..., RunResult]  # one cell's run
     if args.generate:
-        from ..run.generation import generate_and_compare
+        from ..run.generation_run import generate_and_compare
 
         run_one = partial(generate_and_compare, max_new_tokens=args.max_new_tokens, from_embeds=args.from_embeds)
     else:

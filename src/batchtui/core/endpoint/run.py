@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 
 from ..errors import InputError, ModelLoadError, ResourceError
-from ..numbers.generation import DEFAULT_MAX_NEW_TOKENS
+from ..numbers.generation_result import DEFAULT_MAX_NEW_TOKENS
 from ..run.backend import Completer, ServedContinuation
 from ..run.skeleton import CancelledFn, PassSteps, ProgressFn
 from ..settings import Settings

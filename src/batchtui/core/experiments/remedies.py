@@ -21,7 +21,7 @@ from ..settings import KERNEL_CLASSES, Settings
 from ..terminal.plain import invariant_verdict
 
 if TYPE_CHECKING:
-    from ..numbers.generation import GenerationComparison
+    from ..numbers.generation_result import GenerationComparison
 
 BATCH_INVARIANT_HINT = (
     "pip install git+https://github.com/thinking-machines-lab/batch_invariant_ops (CUDA only); "

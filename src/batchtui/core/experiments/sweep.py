@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import BatchtuiError, Cancelled, InputError
-from ..numbers.generation import GenerationSummary
+from ..numbers.generation_result import GenerationSummary
 from ..settings import Settings
 from ..visible import literal
 

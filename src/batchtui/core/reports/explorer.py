@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from ..numbers.comparison import Comparison
-from ..numbers.generation import GenerationComparison
-from .generation import generation_json
+from ..numbers.generation_result import GenerationComparison
+from .generation_json import generation_json
 from .report import remedies_json, summary_json, to_json_dict
 
 

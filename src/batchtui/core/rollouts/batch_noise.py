@@ -3,13 +3,13 @@
 Without the mode a sequence's trainer logprobs depend on the batch it is scored in (the GEMMs' blocking, the padding);
 the mode removes that, not the sampler's kernels (a server's). So that a newcomer reads what the mode did, a run with
 `--invariant` scores the plan's first batch again, without the mode and with it, in its batch and each sequence
-alone, and says how many tokens moved between the two batchings each way (`numbers.rollouts.BatchNoise`).
+alone, and says how many tokens moved between the two batchings each way (`numbers.rollouts_summary.BatchNoise`).
 """
 
 from __future__ import annotations
 
 from ..invariant.mode import invariant_if
-from ..numbers.rollouts import BatchNoise
+from ..numbers.rollouts_summary import BatchNoise
 from ..run.trainer_forward import DEFAULT, TrainerCall, scored_in_training, trainer_modes
 from .plan import Batch
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from ..errors import InputError
 from ..models.token_text import token_label
 from ..numbers.importance import DEFAULTS
-from ..numbers.rollouts import RolloutsSummary
+from ..numbers.rollouts_summary import RolloutsSummary
 from .records import read_records, written_run
 from .saved_report import is_report, report_summary
 from .tally import RolloutsTally

@@ -10,7 +10,7 @@ from dataclasses import fields
 
 from ..errors import InputError
 from ..numbers.importance import ImportanceMetrics
-from ..numbers.rollouts import (
+from ..numbers.rollouts_summary import (
     BatchNoise,
     DeltaBand,
     Histogram,

@@ -25,7 +25,7 @@ from ..invariant.mode import invariant_if
 from ..models.loading import LoadedModel, load_model
 from ..numbers.cpu_memory import FlatHeap
 from ..numbers.importance import SequenceLogprobs
-from ..numbers.rollouts import RolloutsSummary
+from ..numbers.rollouts_summary import RolloutsSummary
 from ..run.packed_layout import check_packs
 from ..run.skeleton import resolved_config, run_guarded
 from ..run.trainer_forward import TrainerCall, scored_in_training, trainer_call, trainer_modes, trl_parts_of

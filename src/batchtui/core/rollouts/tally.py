@@ -11,7 +11,7 @@ from collections.abc import Callable
 import torch
 
 from ..numbers.importance import DEFAULTS, Correction, ImportanceTally
-from ..numbers.rollouts import DeltaBand, Histogram, RolloutsSummary, ScoredToken, WorstSequence, WorstToken
+from ..numbers.rollouts_summary import DeltaBand, Histogram, RolloutsSummary, ScoredToken, WorstSequence, WorstToken
 from .deltas import DeltaSpill
 from .records import Record
 

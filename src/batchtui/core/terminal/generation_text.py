@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..numbers.generation import GenerationComparison, TextGeneration
+from ..numbers.generation_result import GenerationComparison, TextGeneration
 from ..numbers.importance import SequenceLogprobs
 from ..visible import literal
 from .plain import format_columns, format_float, format_precise

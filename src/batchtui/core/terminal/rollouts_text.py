@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from ..numbers.rollouts import Histogram, RolloutsSummary, ScoredToken, WorstSequence
+from ..numbers.rollouts_summary import Histogram, RolloutsSummary, ScoredToken, WorstSequence
 from ..visible import literal, shown_token
 from .plain import format_columns, format_float, format_precise
 from .trl_parts_text import trl_parts_words

@@ -17,7 +17,7 @@ from textual.widgets import DataTable, ProgressBar, Static, TabbedContent, TabPa
 from textual.worker import get_current_worker
 from textual_plotext import PlotextPlot
 
-from ...core.numbers.rollouts import RolloutsSummary, WorstSequence
+from ...core.numbers.rollouts_summary import RolloutsSummary, WorstSequence
 from ...core.rollouts.saved import SavedRollouts
 from ...core.terminal.rollouts_text import (
     SEQUENCE_HEADER,

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 
 from ...core.numbers.comparison import TopToken
-from ...core.numbers.generation import GenerationComparison, TextGeneration
+from ...core.numbers.generation_result import GenerationComparison, TextGeneration
 from ...core.terminal.plain import format_float, format_precise
 
 

@@ -12,7 +12,7 @@ from textual.widgets import DataTable, Static
 from textual_plotext import PlotextPlot
 
 from ...core.endpoint.result import EndpointComparison
-from ...core.numbers.generation import GenerationComparison
+from ...core.numbers.generation_result import GenerationComparison
 from ...core.visible import literal
 from .. import chart_colors
 from ..views.generation_screen import GenerationScreen, RunText, TextRow

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..numbers.generation import Continuation, GenerationComparison, TextGeneration
+from ..numbers.generation_result import Continuation, GenerationComparison, TextGeneration
 from ..numbers.importance import ImportanceMetrics, SequenceLogprobs
 from ..numbers.trl_parts import TrlParts
 from .report import first_op_json, number, position_json, run_json

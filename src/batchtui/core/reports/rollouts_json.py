@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..numbers.rollouts import BatchNoise, DeltaBand, Histogram, RolloutsSummary, ScoredToken
-from .generation import importance_json, trl_parts_json
+from ..numbers.rollouts_summary import BatchNoise, DeltaBand, Histogram, RolloutsSummary, ScoredToken
+from .generation_json import importance_json, trl_parts_json
 from .report import number
 
 

@@ -20,7 +20,7 @@ from ..errors import InputError
 from ..invariant.mode import invariant_if, outside_the_mode
 from ..models.loading import LoadedModel
 from ..numbers.comparison import PositionColumns
-from ..numbers.generation import (
+from ..numbers.generation_result import (
     DEFAULT_MAX_NEW_TOKENS,
     Continuation,
     DecodeVsPrefill,
