@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import argparse
 
-from ..numbers.comparison import RunResult
 from ..reports.report import number
 from ..terminal.plain import format_columns, format_float
 from ..visible import literal
 from .exit_codes import EXIT_DIVERGED, EXIT_OK
 from .options import check_report_destination, human_output, start_torch
+from .progress import Progress
 from .validators import number_within
 
 
@@ -36,32 +36,18 @@ def _match_json(match) -> dict | None:
 def check_from_pack(args: argparse.Namespace, given: set[str]) -> int:
     """`given`: the options named on the command line; only `--model` (and with it `--trust-remote-code`)
     changes what the pack runs."""
-    from ..reports.environment import differences
     from ..reports.pack_reader import choose_model, read_pack
-    from ..reports.pack_writer import KeptLogits, match_logits
-    from ..reports.report import run_environment, write_json
+    from ..reports.report import write_json
+    from ..run.repro_pack import replay_pack
 
     number_within(args.repro_max_mb, "--repro-max-mb", 0, 1_000_000)  # (the largest logits file read)
     pack = read_pack(args.from_pack, args.repro_max_mb)
     chosen = choose_model(pack, args.model if "model" in given else None, args.trust_remote_code)
     check_report_destination(args.json)
     start_torch(args)
-    kept = KeptLogits(cap_bytes=2**62)
-    config = pack.report.get("config", {})
-    result: RunResult
-    if pack.is_generation:
-        from ..run.generation_run import generate_and_compare
-
-        result = generate_and_compare(
-            pack.texts, chosen.settings, config.get("max_new_tokens", 32), bool(config.get("from_embeds")),
-            lines=pack.lines, logits_sink=kept,
-        )  # fmt: skip
-    else:
-        from ..run.engine import compare
-
-        result = compare(pack.texts, chosen.settings, lines=pack.lines, logits_sink=kept)
-    here = run_environment(result.config, pack.texts)
-    changed = differences(pack.report.get("environment", {}), here, ignore=("fingerprint", "identity.folder"))
+    with Progress(args.quiet, unit="pass") as bar:
+        replay = replay_pack(pack, chosen, bar)
+    here, changed = replay.environment, replay.changed
     out = human_output(args.json)
     print(literal(chosen.line), file=out)
     if changed:
@@ -70,17 +56,9 @@ def check_from_pack(args: argparse.Namespace, given: set[str]) -> int:
             print(f"  {literal(str(name), 80)}: {literal(str(theirs), 60)} → {literal(str(ours), 60)}", file=out)
     else:
         print(f"environment: the same as the pack's (fingerprint {here['fingerprint']})", file=out)
-    rows, entries, same, compared = [], [], 0, 0
-    for index, (line, text) in enumerate(zip(pack.lines, pack.texts)):
-        single = match_logits(kept.single.get(index), pack.single.get(index))
-        batched = match_logits(kept.batched.get(index), pack.batched.get(index))
-        if single is not None and batched is not None:
-            compared += 1
-            same += single.bitwise_equal and batched.bitwise_equal
-        rows.append((str(line), literal(text, 32), _match_words(single), _match_words(batched)))
-        entries.append({"index": index, "line": line, "text": text, "single": _match_json(single),
-                        "batched": _match_json(batched)})  # fmt: skip
+    rows = [(str(t.line), literal(t.text, 32), _match_words(t.single), _match_words(t.batched)) for t in replay.texts]
     print(format_columns(("#", "text", "alone", "batched"), rows, left={1, 2, 3}), file=out)
+    same, compared = replay.reproduced, replay.compared
     print(f"{same} of {compared} texts reproduce the pack's logits bitwise, alone and batched", file=out)
     if args.json:
         write_json(
@@ -89,7 +67,16 @@ def check_from_pack(args: argparse.Namespace, given: set[str]) -> int:
                 "model": chosen.settings.model,
                 "model_is_the_packs": chosen.settings.model == pack.settings.model,
                 "environment_differences": [{"field": f, "pack": a, "here": b} for f, a, b in changed],
-                "texts": entries,
+                "texts": [
+                    {
+                        "index": t.index,
+                        "line": t.line,
+                        "text": t.text,
+                        "single": _match_json(t.single),
+                        "batched": _match_json(t.batched),
+                    }
+                    for t in replay.texts
+                ],  # fmt: skip
                 "reproduced": same,
                 "compared": compared,
                 "environment": here,

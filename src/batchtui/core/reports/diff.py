@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..numbers.logits_match import LogitsMatch, match_logits
 from .environment import differences
 from .pack_reader import Pack, read_pack
-from .pack_writer import LogitsMatch, match_logits
 from .reading import read_report
 
 # Settings every report resolves that say nothing about the numbers.

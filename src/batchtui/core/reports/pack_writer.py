@@ -9,9 +9,7 @@ cap are left out and listed in `command.json`).
 from __future__ import annotations
 
 import json
-import math
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -67,31 +65,6 @@ def write_pack(path: Path, report: dict, texts: list[str], lines: list[int], com
     about = {"command": command, "settings": settings.as_dict(), "logits_left_out": kept.left_out}
     write_text(path / COMMAND, json.dumps(about, indent=1) + "\n")
     write_text(path / REPORT, json.dumps(report, indent=1, allow_nan=False) + "\n")
-
-
-@dataclass(frozen=True)
-class LogitsMatch:
-    """One run's logits here against the pack's: bitwise, or how far apart."""
-
-    bitwise_equal: bool
-    max_abs_diff: float
-    flips: int  # positions whose top-1 token differs
-    first_position: int | None  # the first position whose logits differ
-
-
-def match_logits(ours: torch.Tensor | None, theirs: torch.Tensor | None) -> LogitsMatch | None:
-    """None when either side has no logits; a shape mismatch is every position differing."""
-    if ours is None or theirs is None:
-        return None
-    if ours.shape != theirs.shape:
-        return LogitsMatch(False, math.inf, max(len(ours), len(theirs)), 0)
-    equal_rows = (ours == theirs).all(dim=-1)  # NaN rows compare unequal, as they should
-    if bool(equal_rows.all()):
-        return LogitsMatch(True, 0.0, 0, None)
-    delta = (ours.double() - theirs.double()).abs().amax().item()
-    flips = int((ours.argmax(dim=-1) != theirs.argmax(dim=-1)).sum())
-    first = int((~equal_rows).nonzero()[0, 0])
-    return LogitsMatch(False, delta, flips, first)
 
 
 def check_command(settings: Settings) -> list[str]:

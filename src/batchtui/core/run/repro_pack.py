@@ -1,12 +1,16 @@
-"""A repro pack made from a run: compare the texts keeping both runs' logits, then write the pack
-(`reports.pack_writer`)."""
+"""A repro pack's two journeys: made from a run (the texts compared keeping both runs' logits, then written:
+`reports.pack_writer`), and replayed on this machine (`check --from`: the pack's command run again, each text's
+logits alone and batched set against the pack's, the environments' differences); the command only prints."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
+from ..numbers.comparison import RunResult
+from ..numbers.logits_match import LogitsMatch, match_logits
 from ..one_run import one_run_at_a_time
-from ..reports.pack_reader import DEFAULT_LOGITS_MB
+from ..reports.pack_reader import DEFAULT_LOGITS_MB, ChosenModel, Pack
 from ..reports.pack_writer import KeptLogits, check_command, write_pack
 from ..settings import Settings
 
@@ -21,3 +25,78 @@ def make_pack(path: Path, texts: list[str], lines: list[int], settings: Settings
     result = compare(texts, settings, progress, cancelled, lines, logits_sink=kept)
     write_pack(path, to_json_dict(result), texts, lines, check_command(settings), settings, kept)
     return result
+
+
+@dataclass(frozen=True)
+class TextReplayed:
+    index: int
+    line: int
+    text: str
+    single: LogitsMatch | None  # its logits alone here against the pack's (None: the pack kept none)
+    batched: LogitsMatch | None
+
+    @property
+    def compared(self) -> bool:
+        return self.single is not None and self.batched is not None
+
+    @property
+    def reproduced(self) -> bool:
+        """Both its logits the pack's, bit for bit."""
+        return (
+            self.single is not None
+            and self.batched is not None
+            and self.single.bitwise_equal
+            and (self.batched.bitwise_equal)
+        )
+
+
+@dataclass(frozen=True)
+class PackReplay:
+    """What running a pack again here found."""
+
+    result: RunResult  # the run here
+    environment: dict  # here's
+    changed: list[tuple]  # (field, the pack's, here's) of every difference
+    texts: list[TextReplayed]
+
+    @property
+    def compared(self) -> int:
+        return sum(t.compared for t in self.texts)
+
+    @property
+    def reproduced(self) -> int:
+        return sum(t.reproduced for t in self.texts)
+
+
+def replay_pack(pack: Pack, chosen: ChosenModel, progress=None) -> PackReplay:
+    """Run `pack`'s command again here on the chosen model, keeping the logits, and set them against the pack's."""
+    from ..reports.environment import differences
+    from ..reports.report import run_environment
+
+    kept = KeptLogits(cap_bytes=2**62)
+    config = pack.report.get("config", {})
+    result: RunResult
+    if pack.is_generation:
+        from .generation_run import generate_and_compare
+
+        result = generate_and_compare(
+            pack.texts, chosen.settings, config.get("max_new_tokens", 32), bool(config.get("from_embeds")),
+            progress=progress, lines=pack.lines, logits_sink=kept,
+        )  # fmt: skip
+    else:
+        from .engine import compare
+
+        result = compare(pack.texts, chosen.settings, progress=progress, lines=pack.lines, logits_sink=kept)
+    here = run_environment(result.config, pack.texts)
+    changed = differences(pack.report.get("environment", {}), here, ignore=("fingerprint", "identity.folder"))
+    texts = [
+        TextReplayed(
+            index,
+            line,
+            text,
+            match_logits(kept.single.get(index), pack.single.get(index)),
+            match_logits(kept.batched.get(index), pack.batched.get(index)),
+        )  # fmt: skip
+        for index, (line, text) in enumerate(zip(pack.lines, pack.texts))
+    ]
+    return PackReplay(result, here, changed, texts)
