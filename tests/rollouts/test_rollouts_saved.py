@@ -41,7 +41,10 @@ def test_a_report_reads_back_to_the_summary_it_was_written_from(scored):
 
 
 def test_a_records_file_gives_the_scoring_run_s_summary(scored):
-    _, report, records = scored
+    path, report, records = scored
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    kept = [json.loads(line) for line in records.read_text().splitlines()[1:]]
+    assert [r["top1_ids"] for r in kept] == [lines[r["line"] - 1]["top1_ids"] for r in kept]  # the sampler's top-1s
     saved = saved_rollouts(str(records))
     assert saved is not None and saved.kind == "records" and saved.run["model"] == "tiny"
     summary = rollouts_json(saved.summary())["rollouts"]

@@ -18,6 +18,7 @@ from batchtui.core.cli import main
 from batchtui.core.rollouts.job import RolloutsJob
 from batchtui.core.rollouts.saved import SavedRollouts
 from batchtui.core.terminal.rollouts_text import metric_rows, rollouts_verdict
+from batchtui.core.visible import shown_token
 from batchtui.tui.launcher import build_app
 from batchtui.tui.rollouts_app import RolloutsApp
 from batchtui.tui.screens.rollouts_screen import RolloutsScreen, RolloutTokensScreen
@@ -92,7 +93,9 @@ async def test_at_80x24_the_verdict_is_whole_every_metric_reachable_and_a_worst_
         kept = [s.line for s in summary.worst_sequences]
         row = next(i for i, w in enumerate(summary.worst_tokens) if w.line in kept)
         worst = summary.worst_tokens[row]
-        assert str(tokens.get_row_at(row)[-1]) == ("differs" if worst.token.top1_disagree else "same")  # top1_ids given
+        said = str(tokens.get_row_at(row)[-1])  # the lines give top1_ids: the sampler's top-1, and the trainer's word
+        assert worst.token.sampler_top1 is not None and said.startswith(shown_token(worst.token.sampler_top1, 12))
+        assert said.endswith("(not the trainer's)" if worst.token.top1_disagree else "(the trainer's too)")
         await pilot.press(*["down"] * row, "enter")
         opened = app.screen
         assert isinstance(opened, RolloutTokensScreen)

@@ -30,6 +30,7 @@ class ScoredToken:
     trainer: float  # lt
     sampler: float  # lr
     top1_disagree: bool | None = None  # the trainer's top-1 is not the sampler's (None: the line gives no top-1)
+    sampler_top1: str | None = None  # the sampler's top-1 as the views show a token (None: the line gives none)
 
     @property
     def delta(self) -> float:

@@ -58,6 +58,7 @@ def _token(t: ScoredToken) -> dict:
         "delta": number(t.delta),
         "ratio": number(t.ratio),
         "top1_disagree": t.top1_disagree,
+        "sampler_top1": t.sampler_top1,
     }
 
 

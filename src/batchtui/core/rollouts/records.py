@@ -44,6 +44,7 @@ class Record:
     mask: tuple[bool, ...] | None = None  # the line's: which tokens count (None: all)
     step: int | None = None  # the line's
     group: str | None = None
+    top1_ids: tuple[int, ...] | None = None  # the line's: the sampler's top-1 at each step (None: it gives none)
 
     @property
     def counted(self) -> SequenceLogprobs:
@@ -70,6 +71,7 @@ class Record:
                 "step": self.step,
                 "group": self.group,
                 "top1_disagree": None if seq.top1_disagree is None else list(seq.top1_disagree),
+                "top1_ids": None if self.top1_ids is None else list(self.top1_ids),
                 "log_ratio": seq.log_ratio,
                 "max_abs_diff": max(map(abs, seq.deltas)),
             },
@@ -207,6 +209,7 @@ def _record(raw: bytes, where: str) -> Record:
             None if entry["mask"] is None else tuple(bool(v) for v in _bits(entry["mask"])),
             None if entry["step"] is None else _whole(entry["step"]),
             None if entry["group"] is None else _text(entry["group"]),
+            None if entry.get("top1_ids") is None else tuple(_ids(entry["top1_ids"])),
         )
     except (UnicodeDecodeError, ValueError, RecursionError, KeyError, TypeError):
         raise InputError(f"{where}: not a record of `batchtui rollouts`") from None
@@ -214,6 +217,7 @@ def _record(raw: bytes, where: str) -> Record:
         len(record.completion_ids) != len(seq.trainer)
         or len(record.entropy) != len(seq.trainer)
         or (record.mask is not None and len(record.mask) != len(seq.trainer))
+        or (record.top1_ids is not None and len(record.top1_ids) != len(seq.trainer))
         or any(value < 0 for value in record.entropy)
         or not isinstance(entry["digest"], str)
     ):

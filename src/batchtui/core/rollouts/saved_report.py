@@ -116,12 +116,14 @@ def _sequence(s: dict) -> WorstSequence:
 
 
 def _token(t: dict) -> ScoredToken:
-    top1 = t.get("top1_disagree")  # (absent from the reports before it)
+    top1, sampler_top1 = t.get("top1_disagree"), t.get("sampler_top1")  # (absent from the reports before them)
     if top1 is not None and not isinstance(top1, bool):
         raise _NotAReport("top1_disagree")
+    if sampler_top1 is not None:
+        sampler_top1 = _text(sampler_top1, "sampler_top1")
     return ScoredToken(_int(t.get("step"), "step"), _int(t.get("token_id"), "token_id"), _text(t.get("token"), "token"),
                        _float(t.get("trainer_logprob"), "trainer_logprob"),
-                       _float(t.get("sampler_logprob"), "sampler_logprob"), top1)  # fmt: skip
+                       _float(t.get("sampler_logprob"), "sampler_logprob"), top1, sampler_top1)  # fmt: skip
 
 
 def _band(b: dict, name: str) -> DeltaBand:

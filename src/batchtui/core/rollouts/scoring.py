@@ -289,8 +289,10 @@ def _check_record(record: Record, planned: tuple[Rollout, int] | None, number: i
         raise InputError(f"{where}: line {rollout.line} of {job.path} changed since the record was written")
     if record.completion_ids != rollout.completion_ids or record.logprobs.sampler != rollout.logprobs:
         raise InputError(f"{where}: its completion or sampler logprobs are not line {rollout.line}'s: edited")
-    if (record.mask, record.step, record.group) != (rollout.mask, rollout.step, rollout.group):
-        raise InputError(f"{where}: its mask, step or group is not line {rollout.line}'s: edited")
+    if (record.mask, record.step, record.group) != (rollout.mask, rollout.step, rollout.group) or (
+        record.top1_ids is not None and record.top1_ids != rollout.top1_ids
+    ):
+        raise InputError(f"{where}: its mask, step, group or top-1 ids are not line {rollout.line}'s: edited")
     if any(value > 0 for value in record.logprobs.trainer):
         raise InputError(f"{where}: a trainer logprob above 0: not a logprob, edited")
 
@@ -314,4 +316,4 @@ def _record(batch: Batch, rollout: Rollout, score) -> Record:
     logprobs = SequenceLogprobs(trainer, rollout.logprobs, disagree)
     entropy = tuple(score.entropy.clamp(min=0).tolist())  # (rounding can leave a certain token's a hair below 0)
     return Record(rollout.line, rollout.digest, batch.index, rollout.completion_ids, logprobs, entropy, rollout.mask,
-                  rollout.step, rollout.group)  # fmt: skip
+                  rollout.step, rollout.group, rollout.top1_ids)  # fmt: skip

@@ -99,7 +99,9 @@ class RolloutsTally:
         def token(record: Record, step: int) -> ScoredToken:
             seq, token_id = record.logprobs, record.completion_ids[step]
             top1 = None if seq.top1_disagree is None else seq.top1_disagree[step]
-            return ScoredToken(step, token_id, label(token_id), seq.trainer[step], seq.sampler[step], top1)
+            sampler_top1 = None if record.top1_ids is None else label(record.top1_ids[step])
+            return ScoredToken(step, token_id, label(token_id), seq.trainer[step], seq.sampler[step], top1,
+                               sampler_top1)  # fmt: skip
 
         def scored(record: Record) -> tuple[ScoredToken, ...]:
             return tuple(token(record, step) for step in range(len(record.completion_ids)))

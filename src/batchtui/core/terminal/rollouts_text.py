@@ -156,8 +156,11 @@ def token_row(token: ScoredToken) -> tuple[str, ...]:
 
 
 def _top1(token: ScoredToken) -> str:
-    """The two top-1s: the same, another, or unknown (the line gives no top-1, or TRL's head gave none)."""
-    return "" if token.top1_disagree is None else ("differs" if token.top1_disagree else "same")
+    """The sampler's top-1 where the line gives it, and whether the trainer's is the same (empty where unknown)."""
+    said = "" if token.sampler_top1 is None else shown_token(token.sampler_top1, 12)
+    if token.top1_disagree is None:
+        return said
+    return f"{said} (not the trainer's)" if token.top1_disagree else f"{said} (the trainer's too)"
 
 
 def token_words(sequence: WorstSequence, step: int) -> str:
@@ -166,7 +169,7 @@ def token_words(sequence: WorstSequence, step: int) -> str:
     return (
         f"line {sequence.line}, step {t.step} of {len(sequence.tokens)}: {shown_token(t.token, 24)} · trainer "
         f"{format_precise(t.trainer)} · sampler {format_precise(t.sampler)} · δ {format_float(t.delta)} · ratio "
-        f"{format_precise(t.ratio)}" + ("" if t.top1_disagree is None else f" · top-1 {_top1(t)}")
+        f"{format_precise(t.ratio)}" + ("" if t.sampler_top1 is None else f" · sampler's top-1 {_top1(t)}")
     )
 
 
