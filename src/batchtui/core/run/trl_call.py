@@ -11,6 +11,7 @@ taken off after, so the logprobs are TRL's to the bit (in the batch-invariant mo
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 from importlib import metadata
 from typing import TYPE_CHECKING
@@ -39,9 +40,10 @@ def check_trl() -> None:
         )
 
 
+@functools.cache  # (once a process: every scored batch adds TRL's head again)
 def trl_utils():
-    """TRL's `trl.trainer.utils`, imported. Imported before the batch-invariant mode is entered, so that the mode
-    finds TRL's fused head there and computes it the sampler's way (`invariant.fused_heads`)."""
+    """TRL's `trl.trainer.utils`, imported and its version checked. Imported before the batch-invariant mode is
+    entered, so that the mode finds TRL's fused head there and computes it the sampler's way (`fused_heads`)."""
     check_trl()
     from trl.trainer import utils
 
