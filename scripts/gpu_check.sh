@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The GPU check, for a lent GPU box with torch and transformers but no textual and no network:
-#   scripts/gpu_check.sh [invariant] [repeat] [numbers] [bench] [endpoint] [profile] [levers]   (none named: all)
+#   scripts/gpu_check.sh [triton] [invariant] [repeat] [numbers] [bench] [endpoint] [profile] [levers]   (none: all)
 #   scripts/gpu_check.sh quick   (about 7 minutes: fits one call of a 15-minute lease with its start)
 # Runs from the repository root and writes its JSON under $OUT (default ./gpu-check), on
 # tiny-qwen2.5-1.5b-shape in bf16 with 32 texts of 128 tokens (`texts-32x128.txt`) and 32 of 16..128 tokens,
 # padded in a batch (`texts-32x16-128.txt`). Minutes as measured on one H200 (each command loads the model):
+# - triton (about a minute, not yet run on a GPU): `scripts/triton_check.py` in bf16 and fp32: the mode's Triton
+#   kernels against cuBLAS's F.linear and SDPA on the 1.5B shape's layers (milliseconds, ratios, errors against
+#   float64) and whether a row and a decoding step keep their bits;
 # - invariant (~5): the batch-invariant mode's bitwise result step by step in `generate` (fixed-length and
 #   padded texts: 1.8 to 2.7 minutes each, the model's load included) and with right and left padding in `check`
 #   (`--remedy invariant`, ~0.4 each);
@@ -22,7 +25,7 @@
 #   with a metrics block 2x and 4x the current one and groups of 2 and 4 blocks (the reports must stay the same),
 #   what the hooks' copies cost, and the invariant mode's compare and generate with tiles of 64 (now), 256 and 1024
 #   rows (every text must stay bitwise);
-# - quick (about 7 minutes): repeat, profile out of the mode, levers, and one `bench` with sdpa at --rounds 2
+# - quick (about 7 minutes): triton, repeat, profile out of the mode, levers, and one `bench` with sdpa at --rounds 2
 #   --max-new-tokens 8 (165 s on an H200), its JSON as bench-quick.json.
 set -uo pipefail
 OUT="${OUT:-gpu-check}"
@@ -30,8 +33,8 @@ mkdir -p "$OUT"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"  # the checkout's batchtui.core, not installed
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 XDG_CACHE_HOME="${XDG_CACHE_HOME:-/tmp/batchtui-cache}"
 MODEL="${MODEL:-tiny-qwen2.5-1.5b-shape}"  # another built-in model for a quick run on a CPU
-SECTIONS="${*:-invariant repeat numbers bench endpoint profile levers}"
-[[ " $SECTIONS " == *" quick "* ]] && SECTIONS="$SECTIONS repeat profile-compare levers bench-quick"
+SECTIONS="${*:-triton invariant repeat numbers bench endpoint profile levers}"
+[[ " $SECTIONS " == *" quick "* ]] && SECTIONS="$SECTIONS triton repeat profile-compare levers bench-quick"
 run() { echo "+ $*"; local start=$SECONDS; "$@"; echo "exit $? in $((SECONDS - start)) s"; }
 wants() { [[ " $SECTIONS " == *" $1 "* ]]; }
 
@@ -50,6 +53,11 @@ python -c "import torch, transformers; print('torch', torch.__version__, 'transf
 FIXED="$OUT/texts-32x128.txt"
 PADDED="$OUT/texts-32x16-128.txt"
 
+if wants triton; then
+  for dtype in bfloat16 float32; do
+    run python scripts/triton_check.py --dtype $dtype --out "$OUT/triton-$dtype.json"
+  done
+fi
 if wants invariant; then
   for texts in FIXED PADDED; do
     run python -m batchtui.core generate --texts-file "${!texts}" --model $MODEL --dtype bfloat16 --batch-size 8 \

@@ -40,6 +40,8 @@ def pytest_configure(config):
     from batchtui.core.invariant.compiled_kernels import compiled_linear
 
     compiled_linear(torch.zeros(1))
+    if not torch.cuda.is_available():  # the mode's Triton kernels in Triton's interpreter (read at triton's import)
+        os.environ.setdefault("TRITON_INTERPRET", "1")
     _launch_vllm(config)
     if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
         # Parallel workers share the cores: one kernel thread each (and in the commands they start), or torch's

@@ -3,7 +3,9 @@ sees, not on how many other queries share the call, nor on how many keys are hid
 the causal future, a static cache's empty slots; in a window, hidden keys anywhere), nor on the call's thread split;
 and it computes attention (close to SDPA's, with soft-capping, sinks, a bias and grouped heads as transformers'
 eager attention computes them). Every test runs on both ways: the compiled kernel and the Python path it falls back
-to."""
+to, and the Triton kernel CUDA takes, in Triton's interpreter (where triton is installed)."""
+
+import importlib.util
 
 import pytest
 import torch
@@ -13,18 +15,25 @@ from hypothesis import strategies as st
 from torch.nn.functional import scaled_dot_product_attention as sdpa
 
 from batchtui.core.invariant.compiled_kernels import SWITCH, compiled_attention
+from batchtui.core.invariant.gpu_kernels import triton_kernels
 from batchtui.core.invariant.ordered_attention import ordered_attention
 
 pytestmark = pytest.mark.cpu_kernels  # run again with the AVX2 kernels (.ci/run)
 
 
-@pytest.fixture(autouse=True, scope="module", params=["compiled", "python"])
+WAYS = ["compiled", "python"] + (["triton"] if importlib.util.find_spec("triton") else [])
+
+
+@pytest.fixture(autouse=True, scope="module", params=WAYS)
 def attention_way(request):
-    """The module's tests once through the compiled kernel, once through the Python path."""
+    """The module's tests once through the compiled kernel, once through the Python path, once through the Triton
+    kernel."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(SWITCH, "1" if request.param == "compiled" else "0")
+        patch.setenv(SWITCH, {"compiled": "1", "python": "0", "triton": "triton"}[request.param])
         way = compiled_attention(torch.zeros(1))
         assert (way is not None) == (request.param == "compiled"), "the compiled kernel did not build here"
+        if request.param == "triton":
+            assert triton_kernels(torch.zeros(1)) is not None, "Triton's interpreter did not run the kernels here"
         yield request.param
 
 

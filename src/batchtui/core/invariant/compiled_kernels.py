@@ -38,7 +38,8 @@ from .measuring import say
 
 _HOME = Path(__file__).parent / "compiled"
 SOURCES = (_HOME / "ordered_attention.cpp", _HOME / "fixed_order_linear.cpp")
-SWITCH = "BATCHTUI_COMPILED_KERNELS"  # "0": the Python paths
+SWITCH = "BATCHTUI_COMPILED_KERNELS"  # "0": the Python paths; "triton": the Triton kernels, interpreted (`gpu_kernels`)
+_NOT_BUILT = ("0", "triton")
 # -ffp-contract=off: no fused multiply-add in a vector body that its scalar tail would round otherwise;
 # -fno-trapping-math: the exponential's select vectorizes (no value changes, only floating-point flags)
 _CFLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-trapping-math", "-fopenmp")
@@ -62,7 +63,7 @@ def compiled_linear(t: torch.Tensor) -> Callable | None:
 
 
 def _usable(t: torch.Tensor) -> bool:
-    if t.device.type != "cpu" or os.environ.get(SWITCH) == "0":
+    if t.device.type != "cpu" or os.environ.get(SWITCH) in _NOT_BUILT:
         return False
     if not _built:
         _decide()
@@ -74,7 +75,7 @@ def build_beside_loading(settings: Settings) -> None:
     attention call waits for what is left). Not a daemon thread: a process that ends meanwhile waits for the build,
     whose lock file would otherwise be left behind for the next one."""
     wanted = settings.invariant and resolve_device(settings.device) == "cpu"
-    if wanted and not _built and os.environ.get(SWITCH) != "0":
+    if wanted and not _built and os.environ.get(SWITCH) not in _NOT_BUILT:
         threading.Thread(target=_decide, name="batchtui-kernel-build").start()
 
 

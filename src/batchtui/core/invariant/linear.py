@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from .compiled_kernels import compiled_linear
+from .gpu_kernels import triton_kernels
 from .gradients import linear_plain_backward
 from .matmul import RowInvariantMatmuls, onednn_linear, onednn_usable, small_operand
 from .measured_store import kernel_site
@@ -55,29 +56,35 @@ def _library(weight: torch.Tensor, bias: torch.Tensor | None):
     return product
 
 
-def _fixed_order(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> RowsFn | None:
-    """`rows` times the layer's weight through the compiled fixed-order kernel, where it takes them (float32 or
-    bfloat16 rows and parameters of one dtype, a weight whose rows are contiguous, the kernel built here); None
-    elsewhere. The weight is read as it is at every call (a weight changed in place, by an optimizer or through
-    `.data`, is read changed)."""
-    op = compiled_linear(rows)
+def _fixed_order(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> tuple[RowsFn, str] | None:
+    """(`rows` times the layer's weight through a fixed-order kernel, its name) where one takes them: the Triton
+    kernel where the mode takes it (`gpu_kernels`), else the compiled one (float32 or bfloat16 rows and parameters of
+    one dtype, a weight whose rows are contiguous, the kernel built here); None elsewhere. The weight is read as it is
+    at every call (a weight changed in place, by an optimizer or through `.data`, is read changed)."""
     takes = (
         weight.dtype == rows.dtype
         and weight.stride(-1) == 1
         and (bias is None or (bias.dtype == rows.dtype and bias.is_contiguous()))
     )
-    if op is None or not takes:
+    if not takes:
         return None
-    kernel: Callable = op
     # (views of the parameters' data: an in-place change shows in them; a new tensor makes the layer's path anew)
     weights, biases = weight.detach(), (_NO_BIAS if bias is None else bias.detach())
+    kernels = triton_kernels(rows)
+    if kernels is not None:
+        added = None if bias is None else biases
+        return (lambda rows: kernels.fixed_order_matmul(rows, weights.t(), added)), "triton"
+    op = compiled_linear(rows)
+    if op is None:
+        return None
+    kernel: Callable = op
 
     def product(rows: torch.Tensor) -> torch.Tensor:
         rows = rows if rows.stride(-1) == 1 else rows.contiguous()
         out = rows.new_empty((rows.shape[0], weights.shape[0]))
         return kernel(rows, weights, biases, torch.get_num_threads(), out)
 
-    return product
+    return product, "compiled"
 
 
 def _paths(
@@ -182,8 +189,8 @@ class _Forward:
             key = ("linear", self._weight.shape, self._bias is not None, site)
             fixed = _fixed_order(rows, self._weight, self._bias)
             if fixed is not None:  # any height, one call (`ceiling` None)
-                record_any_height(rows, 0, key, "compiled")
-                self._chosen[torch.get_num_threads(), op_replaced] = (fixed, 1, None, None)
+                record_any_height(rows, 0, key, fixed[1])
+                self._chosen[torch.get_num_threads(), op_replaced] = (fixed[0], 1, None, None)
                 return self(x)
             paths = _paths(rows, self._weight, self._bias, self._library)
             compute, floor, ceiling = choose(rows, 0, key, *paths, operand=self._weight.t())

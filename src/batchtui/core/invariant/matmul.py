@@ -4,8 +4,8 @@ A GEMM library blocks and threads a call by its shape: on CPU a call of a few ro
 one of hundreds, and on CUDA cuBLAS picks a kernel per shape. So a token's row of a linear layer can round
 differently inside a padded batch than alone. While `RowInvariantMatmuls` is entered, aten's mm, addmm, bmm,
 baddbmm and _grouped_mm (MoE experts) are re-registered so that every row meets one kernel and one reduction
-order whatever the call's height (`rows.by_rows`: through the library where it was measured to keep
-rows, else in fixed-height tiles).
+order whatever the call's height (on CUDA the Triton kernel, `triton_kernels`; elsewhere `rows.by_rows`: through the
+library where it was measured to keep rows, else in fixed-height tiles).
 
 A linear layer's product (rows times a weight stored as nn.Linear stores it, so that its transpose is the
 operand) has a second path on CPU: oneDNN's inner product on that weight as it is (no copy). Where the GEMM
@@ -26,6 +26,7 @@ from __future__ import annotations
 import torch
 
 from ..compat.torch import onednn_linear_pointwise
+from .gpu_kernels import triton_kernels
 from .rows import DEVICE_KEYS, Path, RowsFn, by_rows
 from .scopes import ScopedKernels
 
@@ -69,12 +70,23 @@ def _onednn(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) 
     return [("onednn", onednn_linear(weight, bias))]
 
 
+def _fixed_order(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor | None:
+    """`a @ b (+ bias)` through the Triton kernel where the mode takes it for them (CUDA: `gpu_kernels`): any height in
+    one call, nothing measured; None elsewhere."""
+    kernels = triton_kernels(a)
+    if kernels is None or b.dtype != a.dtype or (bias is not None and bias.dtype != a.dtype):
+        return None
+    return kernels.fixed_order_matmul(a, b, None if bias is None else bias.reshape(-1).contiguous())
+
+
 def _mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     def library(rows):
         return torch.mm(rows, b, out=rows.new_empty((rows.shape[0], b.shape[1])))
 
     if not RowInvariantMatmuls.active():  # another thread's call: the library's own
         return library(a)
+    if (fixed := _fixed_order(a, b)) is not None:
+        return fixed
     key = ("mm", b.shape, b.stride())
     return by_rows(a, 0, key, library, lambda: _onednn(a, b), library_first=small_operand(a, b), operand=b)
 
@@ -90,6 +102,9 @@ def _addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta=1, alph
 
     if not RowInvariantMatmuls.active():
         return library(a)
+    one_per_column = beta == 1 and alpha == 1 and bias.numel() == b.shape[1] and bias.shape[-1] == b.shape[1]
+    if one_per_column and (fixed := _fixed_order(a, b, bias)) is not None:
+        return fixed
 
     def others():
         return _onednn(a, b, bias.reshape(-1)) if beta == 1 and alpha == 1 else []
@@ -104,6 +119,8 @@ def _bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
     if not RowInvariantMatmuls.active():
         return library(a)
+    if (fixed := _fixed_order(a, b)) is not None:
+        return fixed
     return by_rows(a, 1, ("bmm", b.shape, b.stride()), library, operand=b)
 
 

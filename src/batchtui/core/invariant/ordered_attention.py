@@ -9,6 +9,8 @@ its own query and the keys and values it sees alone:
 - where each query sees a prefix of them (causal attention, a decoding step, attention both ways), the keys are
   taken in tiles of fixed size, each tile's scores and weighted values one GEMM of fixed shape with a query's rows
   computed as in a call of one height, the tiles added one after another (`attention_tiles`);
+- on CUDA, where each query sees a prefix of them, the same in one Triton kernel (`triton_kernels`: key blocks of
+  fixed size from the row's first real key, in order, with an online softmax);
 - elsewhere (a sliding window, whose cache drops its oldest keys, so that a key's place moves; a mask with holes)
   every sum is a scan in key order, which a key's place does not enter (`attention_scan`): the same layer takes the
   same way in every pass;
@@ -25,6 +27,7 @@ import torch
 from .attention_scan import scanned_attention
 from .attention_tiles import tiled_attention
 from .compiled_kernels import compiled_attention
+from .gpu_kernels import triton_kernels
 from .gradients import plain_backward
 from .kept_by_identity import KeptByIdentity
 
@@ -84,6 +87,10 @@ def _ordered(query, key, value, attend, scale, bias, sinks, softcap, windowed: b
     compiled = compiled_attention(query)
     if compiled is not None:
         return _compiled(compiled, query, key, value, seen, scale, full, sinks, softcap, work)
+    kernels = None if windowed else triton_kernels(query)
+    spans = None if kernels is None else _spans(attend, (b, h, q, kv), kernels)
+    if kernels is not None and spans is not None:
+        return kernels.ordered_attention_gpu(query, key, value, *spans, scale, full, softcap, sinks)
     placed = None if windowed else _placement(attend, seen)
     if placed is None:
         out = scanned_attention(query, key, value, seen, scale, full, softcap, sinks, work)
@@ -145,6 +152,29 @@ def _placed(seen: torch.Tensor) -> tuple | None:
     if not torch.equal(moved, places < counts[..., None]):  # each query: its first `count` keys, none after
         return None
     return (start if bool(start.any()) else None), counts
+
+
+# The Triton kernel's query tiles and how many keys each query sees, found once for a pass's mask.
+_kept_spans = KeptByIdentity()
+
+
+def _spans(attend: torch.Tensor, shape: tuple, kernels) -> tuple | None:
+    """(the Triton kernel's query tiles, `query_tiles`; how many keys each query sees, [b, h, q]) where every query
+    sees one span of keys, starting at one key in every head; None where one does not (a mask with holes)."""
+    return _kept_spans.get(attend, shape, lambda: _spanned(attend, shape, kernels))
+
+
+def _spanned(attend: torch.Tensor, shape: tuple, kernels) -> tuple | None:
+    b, h, q, kv = shape
+    attend = attend[(None,) * (4 - attend.dim())]
+    seen = attend.expand(attend.shape[0], attend.shape[1], q, kv)  # (a mask shared by the rows or heads: read once)
+    counts = seen.sum(-1)
+    first = seen.to(torch.uint8).argmax(-1)  # the first key a query sees (0 where it sees none)
+    places = torch.arange(kv, device=seen.device)
+    span = (places >= first[..., None]) & (places < (first + counts)[..., None])
+    if not torch.equal(span, seen) or not bool((first == first[:, :1]).all()):
+        return None
+    return kernels.query_tiles(first[:, 0].expand(b, q)), counts.expand(b, h, q)
 
 
 def _plain(query, key, value, attend, scale, bias, sinks, softcap) -> torch.Tensor:
