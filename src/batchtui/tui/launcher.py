@@ -11,7 +11,9 @@ from ..core.cache_folder import cache_notice
 from ..core.cli import COMMANDS, commands_epilog, run_command
 from ..core.cli.exit_codes import EXIT_BAD_INPUT, error_line
 from ..core.cli.file_roles import check_files_apart
-from ..core.cli.options import OneLineParser, add_common_options, given_options, settings_from_args, texts_from_args
+from ..core.cli.from_args import settings_from_args, texts_from_args
+from ..core.cli.options import add_common_options
+from ..core.cli.parser import OneLineParser, given_options
 from ..core.cli.shared_options import add_shared
 from ..core.errors import BatchtuiError
 from ..core.reports import session as session_file

@@ -7,16 +7,13 @@ import argparse
 from ..errors import InputError
 from ..terminal.plain import format_columns
 from .exit_codes import EXIT_OK, EXIT_TARGET_MISSED, parsed_and_guarded
-from .options import (
-    OneLineParser,
-    add_threads_option,
-    check_report_destination,
-    human_output,
-    settings_from_args,
-    start_torch,
-)
+from .from_args import settings_from_args
+from .options import add_threads_option
+from .output import check_report_destination, human_output
+from .parser import OneLineParser
 from .progress import Progress
 from .shared_options import add_shared
+from .torch_start import start_torch
 
 MATMUL_PATHS_SAID = (
     "per kind of call, the path taken, the rows a shorter call is padded to and a taller one cut at (each height up "

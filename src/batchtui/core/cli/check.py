@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from .exit_codes import parsed_and_guarded
-from .options import OneLineParser, add_remedy_option, command_parser, given_options
+from .options import add_remedy_option, command_parser
+from .parser import OneLineParser, given_options
 from .report_command import ReportKind, add_repro_options, report_command
 from .shared_options import add_shared
 

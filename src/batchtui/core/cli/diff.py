@@ -8,7 +8,8 @@ from ..errors import InputError
 from ..terminal.plain import format_columns, format_float
 from ..visible import literal
 from .exit_codes import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OK, error_line, parsed_and_guarded
-from .options import OneLineParser, check_report_destination, human_output
+from .output import check_report_destination, human_output
+from .parser import OneLineParser
 from .shared_options import add_shared
 
 DESCRIPTION = (

@@ -14,16 +14,13 @@ from ..errors import InputError
 from ..settings import DTYPES, Settings
 from ..visible import literal
 from .exit_codes import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OK, error_line, parsed_and_guarded
-from .options import (
-    OneLineParser,
-    add_threads_option,
-    check_report_destination,
-    human_output,
-    start_torch,
-    texts_from_args,
-)
+from .from_args import texts_from_args
+from .options import add_threads_option
+from .output import check_report_destination, human_output
+from .parser import OneLineParser
 from .progress import Progress
 from .shared_options import add_shared
+from .torch_start import start_torch
 from .validators import int_at_least, int_within, levels_argument, number_within
 
 DESCRIPTION = (

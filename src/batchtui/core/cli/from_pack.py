@@ -9,8 +9,9 @@ from ..reports.report import number
 from ..terminal.plain import format_columns, format_float
 from ..visible import literal
 from .exit_codes import EXIT_DIVERGED, EXIT_OK
-from .options import check_report_destination, human_output, start_torch
+from .output import check_report_destination, human_output
 from .progress import Progress
+from .torch_start import start_torch
 from .validators import number_within
 
 

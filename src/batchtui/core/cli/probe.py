@@ -9,7 +9,8 @@ from ..errors import InputError
 from ..settings import FLOAT_DTYPES, LOW_PRECISION_GRID, Settings
 from ..terminal.plain import format_columns, format_float
 from .exit_codes import EXIT_OK, parsed_and_guarded
-from .options import OneLineParser, check_report_destination, human_output
+from .output import check_report_destination, human_output
+from .parser import OneLineParser
 from .progress import Progress
 from .shared_options import add_shared
 from .validators import ints_argument

@@ -10,8 +10,10 @@ from typing import Any, Generic, TypeVar
 
 from ..settings import Settings
 from .exit_codes import EXIT_DIVERGED, EXIT_OK
-from .options import check_report_destination, human_output, settings_from_args, start_torch, texts_from_args
+from .from_args import settings_from_args, texts_from_args
+from .output import check_report_destination, human_output
 from .progress import Progress
+from .torch_start import start_torch
 from .validators import number_within
 
 Result = TypeVar("Result")

@@ -8,16 +8,12 @@ import sys
 
 from ..visible import literal
 from .exit_codes import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_OK, error_line, parsed_and_guarded
-from .options import (
-    OneLineParser,
-    add_threads_option,
-    add_trainer_option,
-    check_report_destination,
-    human_output,
-    start_torch,
-)
+from .options import add_threads_option, add_trainer_option
+from .output import check_report_destination, human_output
+from .parser import OneLineParser
 from .progress import Progress
 from .shared_options import add_shared
+from .torch_start import start_torch
 
 DESCRIPTION = (
     "Score rollouts a sampler made (JSONL: prompt_ids, completion_ids and the sampler's logprobs, a line each) with "

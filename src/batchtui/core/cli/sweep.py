@@ -10,17 +10,13 @@ from functools import partial
 from ..numbers.comparison import RunResult
 from ..terminal.plain import GENERATE_SWEEP_HEADER, SWEEP_HEADER, format_columns, sweep_row
 from .exit_codes import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OK, parsed_and_guarded
+from .from_args import settings_from_args, texts_from_args
 from .generate import add_generation_options
-from .options import (
-    check_report_destination,
-    command_parser,
-    human_output,
-    settings_from_args,
-    start_torch,
-    texts_from_args,
-)
+from .options import command_parser
+from .output import check_report_destination, human_output
 from .progress import Progress
 from .shared_options import add_shared
+from .torch_start import start_torch
 from .validators import names_argument
 
 DESCRIPTION = (
