@@ -101,8 +101,7 @@ class RunController:
             from ..core.errors import Cancelled
             from ..core.models.loading import load_model
             from ..core.numbers.cpu_memory import keep_freed_memory
-            from ..core.run.engine import compare  # torch loads here, off the UI thread
-            from ..core.run.first_op import with_first_ops
+            from ..core.run.comparison_job import ComparisonJob  # torch loads here, off the UI thread
             from ..core.run.skeleton import passes_per_text, running_stage
             from ..core.threads import use_threads
 
@@ -120,9 +119,8 @@ class RunController:
                 if stale():
                     raise Cancelled("a newer run started while the model loaded")
                 progress(0, 0)
-                result = compare(texts, settings, progress=progress, cancelled=stale, lines=numbered.lines)
                 # The module view: inside each divergent text's first module, its first op.
-                return with_first_ops(result, texts, settings) if settings.modules and not stale() else result
+                return ComparisonJob(numbered, settings, ops=settings.modules).run(progress, stale)
 
         post_outcome(self._app, run_number, run, ComparisonReady, RunFailed)
 
@@ -204,7 +202,7 @@ class RunController:
 
             post_result(
                 self._app,
-                lambda: make_pack(path, numbered.texts, numbered.lines, settings),
+                lambda: make_pack(path, numbered, settings),
                 lambda _: PackWritten(path),
                 partial(EngineFailed, title="pack not written"),
             )

@@ -49,17 +49,12 @@ def _check(args: argparse.Namespace, command_line: list[str], parser: OneLinePar
 
         return explain_kernels(args)
     args.command_line = command_line
-    args.modules = args.modules or args.ops
 
     def run(texts, settings, lines, sink, progress):
-        from ..run.engine import compare
+        from ..run.comparison_job import ComparisonJob
+        from ..texts import NumberedTexts
 
-        result = compare(texts, settings, progress=progress, lines=lines, logits_sink=sink)
-        if args.ops:
-            from ..run.first_op import with_first_ops
-
-            result = with_first_ops(result, texts, settings)
-        return result
+        return ComparisonJob(NumberedTexts(texts, lines), settings, ops=args.ops).run(progress, logits_sink=sink)
 
     return report_command(args, run, _check_report)
 

@@ -18,6 +18,8 @@ def settings_from_args(args: argparse.Namespace, ignored: tuple[str, ...] = ()) 
         if given.get("atol") not in (0, DEFAULT_ATOL) or given.get("rtol") not in (0, DEFAULT_RTOL):
             raise InputError("--bitwise is --atol 0 --rtol 0: give it or other tolerances, not both")
         given.update(atol=0.0, rtol=0.0)
+    if getattr(args, "ops", False):
+        given["modules"] = True  # a first op is looked for inside a text's first divergent module
     if given.get("invariant_classes"):
         given["invariant"] = True  # naming the mode's parts asks for the mode
     return Settings(**given).validated()

@@ -41,12 +41,12 @@ def report_command(args: argparse.Namespace, run: Callable, kind: Callable[[], R
     pack = _pack_destination(args)
     start_torch(args)
     shown = kind()
-    kept = None
+    making = None
     if pack is not None:
-        from ..reports.pack_writer import KeptLogits
+        from ..run.repro_pack import PackInTheMaking
 
-        kept = KeptLogits(int(args.repro_max_mb * 2**20))
-    sinks = [kept]  # the first run is the baseline: its logits go to the pack
+        making = PackInTheMaking(pack, args.repro_max_mb)
+    sinks = [None if making is None else making.sink]  # the first run is the baseline: its logits go to the pack
 
     def one_run(texts, run_settings):
         with Progress(args.quiet, unit="pass") as bar:
@@ -61,12 +61,10 @@ def report_command(args: argparse.Namespace, run: Callable, kind: Callable[[], R
     # Built once, for the --json file and the pack alike.
     report = full_report(result, outcomes, shown.to_json, shown.summary_json) if args.json or pack else None
     followed = finish_report(result, outcomes, settings, args.json, report)
-    if pack is not None:
-        from ..reports.pack_writer import write_pack
-
-        assert report is not None and kept is not None  # (both made for a pack, above)
-        write_pack(pack, report, numbered.texts, numbered.lines, args.command_line, settings, kept)
-        print(f"repro pack written to {pack}", file=out)
+    if making is not None:
+        assert report is not None  # (made for a pack, above)
+        making.write(report, numbered, args.command_line, settings)
+        print(f"repro pack written to {making.path}", file=out)
     return EXIT_DIVERGED if shown.diverged(followed) else EXIT_OK
 
 

@@ -7,23 +7,38 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..numbers.comparison import RunResult
+from ..numbers.comparison import Comparison, RunResult
 from ..numbers.logits_match import LogitsMatch, match_logits
 from ..one_run import one_run_at_a_time
 from ..reports.pack_reader import DEFAULT_LOGITS_MB, ChosenModel, Pack
 from ..reports.pack_writer import KeptLogits, check_command, write_pack
 from ..settings import Settings
+from ..texts import NumberedTexts
+
+
+class PackInTheMaking:
+    """A pack being made: the logits of the run it keeps (its `sink`, handed to that run: the baseline's, where a
+    command measures remedies too), at most `max_mb` of them, then the pack written (`write`) from that run's report.
+    `check --repro` and the app's pack both make theirs so."""
+
+    def __init__(self, path: Path, max_mb: float = DEFAULT_LOGITS_MB) -> None:
+        self.path = path
+        self.sink = KeptLogits(int(max_mb * 2**20))
+
+    def write(self, report: dict, numbered: NumberedTexts, command: list[str], settings: Settings) -> None:
+        write_pack(self.path, report, numbered.texts, numbered.lines, command, settings, self.sink)
 
 
 @one_run_at_a_time()  # the kept logits are written as tensors: still the run's
-def make_pack(path: Path, texts: list[str], lines: list[int], settings: Settings, progress=None, cancelled=None):
-    """Compare `texts` under `settings` keeping both runs' logits, and write the pack to `path` (checked new)."""
+def make_pack(path: Path, numbered: NumberedTexts, settings: Settings, progress=None, cancelled=None) -> Comparison:
+    """Compare the texts under `settings` (the job `check` runs) keeping both runs' logits, and write the pack to
+    `path` (checked new) with the `check` command that runs it again."""
     from ..reports.report import to_json_dict
-    from .engine import compare
+    from .comparison_job import ComparisonJob
 
-    kept = KeptLogits(DEFAULT_LOGITS_MB * 2**20)
-    result = compare(texts, settings, progress, cancelled, lines, logits_sink=kept)
-    write_pack(path, to_json_dict(result), texts, lines, check_command(settings), settings, kept)
+    pack = PackInTheMaking(path)
+    result = ComparisonJob(numbered, settings).run(progress, cancelled, logits_sink=pack.sink)
+    pack.write(to_json_dict(result), numbered, check_command(settings), settings)
     return result
 
 
