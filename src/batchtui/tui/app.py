@@ -23,7 +23,6 @@ from textual.widgets import DataTable, TextArea
 
 from ..core.endpoint.report import endpoint_verdict
 from ..core.errors import BatchtuiError
-from ..core.reports.pack_writer import check_pack_destination
 from ..core.settings import Settings
 from ..core.terminal.generation_text import generation_verdict
 from ..core.visible import literal_lines
@@ -43,7 +42,7 @@ from .messages import (
     RunFailed,
     RunProgress,
 )
-from .outputs import SessionSaver, offered_report_path, report_on_screen, write_report, write_screenshot
+from .outputs import AppOutputs, SessionSaver
 from .run_controller import EndpointTarget, RunController
 from .screens.explorer_screen import ExplorerScreen
 from .screens.help_screen import HelpScreen
@@ -89,6 +88,7 @@ class BatchtuiApp(App[None]):
         self.trusted_model = settings.model if settings.trust_remote_code else None
         self.session_path = session_path  # None: nothing is saved (tests, screenshots)
         self._session_saver = SessionSaver(self.notify)
+        self.outputs = AppOutputs(self)  # reports, repro packs, screenshots, the fingerprint
         self.startup_notice = startup_notice
         self.initial_texts = texts
         self.output_dir = output_dir or Path.cwd()
@@ -373,58 +373,22 @@ class BatchtuiApp(App[None]):
         self.push_screen(SweepScreen(list(key[0]), key[1], finished=self.state.sweep_for(key), on_finished=keep))
 
     def report_on_screen(self) -> dict | None:
-        return report_on_screen(self.state, self.on_screen_key(), served=self.endpoint is not None)
+        return self.outputs.report_on_screen()
 
     def action_save_report(self) -> None:
-        if self.report_on_screen() is None:
-            self.notify("no comparison to save yet", severity="warning")
-            return
-        hint = "a new .json file, or a new folder for a repro pack with the logits (nothing is ever overwritten) · "
-        prompt = PromptScreen("save the report to", str(offered_report_path(self.output_dir)), hint)
-        self.push_screen(prompt, self._save_report_to)
-
-    def _save_report_to(self, answer: str | None) -> None:
-        if not answer:
-            return
-        path = Path(answer).expanduser()
-        if path.suffix.lower() != ".json":
-            self._write_pack_to(path)
-            return
-        written, said = write_report(self.report_on_screen(), path, served=self.endpoint is not None)
-        if written:
-            self.notify(said, title="report saved", timeout=10)
-        else:
-            self.notify(said, title="report not written", severity="error", timeout=10)
-
-    def _write_pack_to(self, path: Path) -> None:
-        if self.endpoint is not None:
-            self.notify("a repro pack holds a local model's logits: over a server, ctrl+s writes a .json report",
-                        severity="warning")  # fmt: skip
-            return
-        try:
-            check_pack_destination(str(path))
-        except BatchtuiError as exc:
-            self.notify(str(exc), title="pack not written", severity="error", timeout=10)
-            return
-        self.notify(f"running the texts again to keep their logits for {path}…", title="repro pack")
-        self.runs.write_pack(path, self.state.texts, self.state.settings)
+        self.outputs.offer_report()
 
     def on_pack_written(self, message: PackWritten) -> None:
-        self.notify(f"repro pack written to {message.path.resolve()}", title="pack saved", timeout=10)
+        self.outputs.pack_written(message.path)
 
     def action_show_environment(self) -> None:
-        """The fingerprint of this machine, its numerics and the model (hashed once per file): whole in a
-        notification (it wraps at any width), and in the status line where it fits (F1 shows the line whole)."""
-        self.show_status(fingerprint="fingerprint: hashing the model's files…")
-        self.runs.fingerprint(self.state.texts.texts, self.state.settings)
+        self.outputs.fingerprint()
 
     def on_fingerprint_ready(self, message: FingerprintReady) -> None:
-        self.show_status(fingerprint=message.summary)
-        self.notify(message.summary, title="fingerprint", timeout=20)
+        self.outputs.fingerprint_ready(message.summary)
 
     def action_screenshot(self) -> None:
-        written, said = write_screenshot(self.output_dir, self.export_screenshot())
-        self.notify(said, title="saved") if written else self.notify(said, severity="error")
+        self.outputs.screenshot()
 
     def check_action(self, action: str, parameters) -> bool | None:
         return not (self.endpoint is not None and action in LOCAL_ONLY_ACTIONS)

@@ -20,6 +20,11 @@ class RunProgress(Message):
     run_number: int
     label: str
 
+    def can_replace(self, message: Message) -> bool:
+        """A run's progress waiting behind a newer word of the same run is never drawn: the newer one is (a fast
+        run posts many in a frame)."""
+        return isinstance(message, RunProgress) and message.run_number == self.run_number
+
 
 @dataclass
 class ComparisonReady(Message):

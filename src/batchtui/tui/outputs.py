@@ -1,16 +1,18 @@
-"""What the app writes: the session on every edit, reports (ctrl+s, to a path the user confirms) and
-screenshots (f8); none ever writes over another file."""
+"""What the app writes: the session on every edit, reports and repro packs (ctrl+s, to a path the user confirms),
+screenshots (f8), and the machine's fingerprint it shows; none ever writes over another file."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, Protocol
 
 from ..core.reports import session as session_file
 from ..core.safe_files import free_name, write_new
 from ..core.settings import Settings
 from .explorer_state import ExplorerState, RunKey
+from .run_controller import RunController
 
 
 class SessionSaver:
@@ -81,3 +83,91 @@ def write_screenshot(output_dir: Path, svg: str) -> tuple[bool, str]:
     except OSError as exc:
         return False, f"cannot save a screenshot in {output_dir}: {exc.strerror or exc}"
     return True, f"screenshot saved to {path}"
+
+
+class OutputsHost(Protocol):
+    """What `AppOutputs` reads of the app that owns it (the app is one: `BatchtuiApp`)."""
+
+    endpoint: Any
+    state: ExplorerState
+    runs: RunController
+    output_dir: Path
+
+    def notify(self, message: str, **kwargs: Any) -> None: ...
+    def push_screen(self, screen: Any, callback: Any = None) -> Any: ...
+    def show_status(self, **changes: Any) -> None: ...
+    def export_screenshot(self) -> str: ...
+    def on_screen_key(self) -> RunKey: ...
+
+
+class AppOutputs:
+    """The app's outputs, owned by the app as its `RunController` is: the report on screen saved (ctrl+s) as JSON or,
+    to a folder, as a repro pack run again for its logits; a screenshot (f8); the fingerprint (e). It reads what is
+    on screen from the app's state and says what it did in a notification."""
+
+    def __init__(self, app: OutputsHost) -> None:
+        self._app = app
+
+    @property
+    def _served(self) -> bool:
+        return self._app.endpoint is not None
+
+    def report_on_screen(self) -> dict | None:
+        return report_on_screen(self._app.state, self._app.on_screen_key(), served=self._served)
+
+    def offer_report(self) -> None:
+        """ctrl+s: a prompt for where the report (or a pack) goes, offering a fresh name in the output folder."""
+        from .screens.prompt_screen import PromptScreen
+
+        if self.report_on_screen() is None:
+            self._app.notify("no comparison to save yet", severity="warning")
+            return
+        hint = "a new .json file, or a new folder for a repro pack with the logits (nothing is ever overwritten) · "
+        prompt = PromptScreen("save the report to", str(offered_report_path(self._app.output_dir)), hint)
+        self._app.push_screen(prompt, self._save_report_to)
+
+    def _save_report_to(self, answer: str | None) -> None:
+        if not answer:
+            return
+        path = Path(answer).expanduser()
+        if path.suffix.lower() != ".json":
+            self._write_pack_to(path)
+            return
+        written, said = write_report(self.report_on_screen(), path, served=self._served)
+        if written:
+            self._app.notify(said, title="report saved", timeout=10)
+        else:
+            self._app.notify(said, title="report not written", severity="error", timeout=10)
+
+    def _write_pack_to(self, path: Path) -> None:
+        from ..core.errors import BatchtuiError
+        from ..core.reports.pack_writer import check_pack_destination
+
+        if self._served:
+            self._app.notify("a repro pack holds a local model's logits: over a server, ctrl+s writes a .json report",
+                             severity="warning")  # fmt: skip
+            return
+        try:
+            check_pack_destination(str(path))
+        except BatchtuiError as exc:
+            self._app.notify(str(exc), title="pack not written", severity="error", timeout=10)
+            return
+        self._app.notify(f"running the texts again to keep their logits for {path}…", title="repro pack")
+        self._app.runs.write_pack(path, self._app.state.texts, self._app.state.settings)
+
+    def pack_written(self, path: Path) -> None:
+        self._app.notify(f"repro pack written to {path.resolve()}", title="pack saved", timeout=10)
+
+    def fingerprint(self) -> None:
+        """The fingerprint of this machine, its numerics and the model (hashed once per file): whole in a
+        notification (it wraps at any width), and in the status line where it fits (F1 shows the line whole)."""
+        self._app.show_status(fingerprint="fingerprint: hashing the model's files…")
+        self._app.runs.fingerprint(self._app.state.texts.texts, self._app.state.settings)
+
+    def fingerprint_ready(self, summary: str) -> None:
+        self._app.show_status(fingerprint=summary)
+        self._app.notify(summary, title="fingerprint", timeout=20)
+
+    def screenshot(self) -> None:
+        written, said = write_screenshot(self._app.output_dir, self._app.export_screenshot())
+        self._app.notify(said, title="saved") if written else self._app.notify(said, severity="error")
