@@ -7,7 +7,8 @@ model's cost in the mode; the compiled kernel is one call, each query computed w
 model's linear layers in the GEMM libraries keep a row's bits only from a measured height and up to measured ones
 (float32's decoding step of 8 rows padded to 16, a prefill's rows padded up to a height checked, a tall call cut into
 calls that each read the whole weight again); the compiled one keeps them at any height, measured nothing.
-They are built for this CPU (`-march=native`), so their folder is named by everything that decides their code: the
+They are built for this CPU (`-march=native`; `BATCHTUI_KERNELS_MARCH=x86-64-v3` builds them as for an AVX2-only CPU),
+so their folder is named by everything that decides their code: the
 CPU model and flags, torch's version and build, the sources, the flags: `$XDG_CACHE_HOME/batchtui/compiled/<digest>/`
 (clear it with `rm -r ~/.cache/batchtui/compiled`). Where they cannot be built (no C++ compiler, no ninja) or
 `BATCHTUI_COMPILED_KERNELS=0` is set, the Python paths are taken, with one line saying why: the same promise, slower.
@@ -21,6 +22,7 @@ import hashlib
 import logging
 import os
 import platform
+import re
 import shutil
 import threading
 import time
@@ -42,7 +44,10 @@ SWITCH = "BATCHTUI_COMPILED_KERNELS"  # "0": the Python paths; "triton": the Tri
 _NOT_BUILT = ("0", "triton")
 # -ffp-contract=off: no fused multiply-add in a vector body that its scalar tail would round otherwise;
 # -fno-trapping-math: the exponential's select vectorizes (no value changes, only floating-point flags)
-_CFLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-trapping-math", "-fopenmp")
+_CFLAGS = ("-O3", "-ffp-contract=off", "-fno-trapping-math", "-fopenmp")
+# The instruction set they are built for: this CPU's, or another named (`x86-64-v3`: an AVX2-only CPU's, which the
+# CI builds to test the kernels' AVX2 code on any machine)
+MARCH = "BATCHTUI_KERNELS_MARCH"
 
 _NAME = "batchtui_kernels"
 _LINEAR_DTYPES = (torch.float32, torch.bfloat16)
@@ -87,10 +92,17 @@ def _decide() -> None:
 
 def _folder() -> Path:
     cpu, flags = cpu_identity()
-    parts = (cpu, flags, platform.machine(), torch.__version__, torch.__config__.show(), " ".join(_CFLAGS))
+    parts = (cpu, flags, platform.machine(), torch.__version__, torch.__config__.show(), " ".join(_cflags()))
     sources = b"".join(path.read_bytes() for path in SOURCES)
     digest = hashlib.sha256("\n".join(parts).encode() + sources).hexdigest()[:16]
     return cache_folder() / "compiled" / digest
+
+
+def _cflags() -> list[str]:
+    march = os.environ.get(MARCH) or "native"
+    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,40}", march):
+        raise RuntimeError(f"{MARCH}={march!r} is not an instruction set's name")
+    return [*_CFLAGS, f"-march={march}"]
 
 
 def _build() -> bool:
@@ -140,7 +152,7 @@ def _load(folder: Path) -> None:
         cpp_extension.load(
             name=_NAME,
             sources=[str(path) for path in SOURCES],
-            extra_cflags=list(_CFLAGS),
+            extra_cflags=_cflags(),
             extra_ldflags=["-fopenmp"],
             build_directory=str(folder),
             is_python_module=False,
