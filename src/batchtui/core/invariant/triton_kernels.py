@@ -34,7 +34,8 @@ _PRECISION = {torch.float32: "ieee", torch.bfloat16: "tf32", torch.float16: "tf3
 DTYPES = tuple(_PRECISION)
 
 
-@triton.jit
+# (the rows' count never specialized: a call of one row is the same compiled kernel as one of many)
+@triton.jit(do_not_specialize=["M"])
 def _fixed_order_mm(
     a, b, bias, out, M, N, K,
     a_batch, a_row, a_k, b_batch, b_k, b_col, o_batch, o_row, o_col,
@@ -61,7 +62,7 @@ def _fixed_order_mm(
     tl.store(o, acc.to(out.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["KV"])
 def _ordered_attention(
     q, k, v, tiles, counts, bias, sinks, out,
     GROUP, D, DV, KV,
