@@ -19,6 +19,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 from batchtui.core import batch_invariant
 from batchtui.core.errors import InputError
+from batchtui.core.invariant.compiled_kernels import SWITCH
 from batchtui.core.models.builtin import builtin_path
 from batchtui.core.run.packed_layout import check_packs, completion_logits
 
@@ -185,9 +186,16 @@ def threads(request):
     torch.set_num_threads(before)
 
 
+@pytest.fixture(params=["compiled", "python"])
+def kernels(request, monkeypatch):
+    """The mode's compiled kernels, and the Python paths taken where they cannot be built: each keeps the promise."""
+    monkeypatch.setenv(SWITCH, {"compiled": "1", "python": "0"}[request.param])
+    return request.param
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", MODELS)
-def test_a_text_s_logits_are_the_same_however_its_tokens_arrive(models, name, threads):
+def test_a_text_s_logits_are_the_same_however_its_tokens_arrive(models, name, threads, kernels):
     rng = random.Random(0)
     for dtype in DTYPES:
         model, tokenizer = load_checkpoint(models[name], name, dtype)
@@ -230,7 +238,7 @@ def test_a_text_s_logits_are_the_same_however_its_tokens_arrive(models, name, th
 
 @pytest.mark.slow
 @pytest.mark.parametrize("cache", ["static", "sampled"])
-def test_decoding_over_a_static_cache_or_sampled_matches_the_prefill(models, threads, cache):
+def test_decoding_over_a_static_cache_or_sampled_matches_the_prefill(models, threads, cache, kernels):
     """A static cache (its slots past the text empty, masked), and sampled decoding (the logits before the sampler's
     processing): each step's logits are the one forward's, at one thread and at two."""
     for name in ("qwen2-english-4m", "mistral-window", "gemma2"):

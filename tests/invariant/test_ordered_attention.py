@@ -88,6 +88,42 @@ def test_a_query_over_a_prefix_of_its_row_s_keys_gets_the_same_bits_among_others
 
 @settings(max_examples=40, deadline=None)
 @given(
+    length=st.integers(1, 70),
+    packed=st.integers(1, 40),
+    after=st.integers(0, 20),
+    grouped=st.booleans(),
+    dtype=st.sampled_from(DTYPES),
+    threads=st.sampled_from([1, 2]),
+    seed=st.integers(0, 1000),
+)
+def test_a_sequence_packed_between_others_in_one_row_gets_the_bits_it_gets_alone(
+    length, packed, after, grouped, dtype, threads, seed
+):
+    """A trainer's packed row (verl's and OpenRLHF's layout): a sequence of `length` tokens behind one of `packed`
+    and before one of `after`, each attending causally to its own tokens only, so its queries see a span of keys
+    that starts past the row's first key; in the batch's second row the same sequence after `after` padded places
+    (queries that see nothing) and before one of `packed`."""
+    heads, kv_heads, d = (4, 2, 24) if grouped else (3, 3, 16)
+    g = torch.Generator().manual_seed(seed)
+    total = packed + length + after
+    q = torch.randn(2, heads, total, d, generator=g).to(dtype)
+    k, v = (torch.randn(2, kv_heads, total, d, generator=g).to(dtype) for _ in range(2))
+    own, second = slice(packed, packed + length), slice(after, after + length)
+    for t in (q, k, v):
+        t[1, :, second] = t[0, :, own]
+    causal = torch.ones(length, length, dtype=torch.bool).tril()
+    alone = _run(threads, q[:1, :, own], k[:1, :, own], v[:1, :, own], causal, 0.3)
+    attend = torch.zeros(2, 1, total, total, dtype=torch.bool)
+    for row, sequences in enumerate([(0, packed, packed + length), (after, after + length)]):
+        for start, end in zip(sequences, sequences[1:] + (total,)):
+            attend[row, 0, start:end, start:end] = torch.ones(end - start, end - start, dtype=torch.bool).tril()
+    among = _run(threads, q, k, v, attend, 0.3)
+    assert torch.equal(among[:1, :, own], alone), "packed between others"
+    assert torch.equal(among[1:, :, second], alone), "after padding, packed before another"
+
+
+@settings(max_examples=40, deadline=None)
+@given(
     seen=st.integers(1, 70),
     before=st.integers(0, 40),
     holes=st.integers(0, 5),

@@ -4,13 +4,14 @@ A fused attention kernel blocks its work by the call's shape: how many queries (
 prompt in a prefill, prompt and completion in a trainer's forward) and how many keys (the cache's length, a
 padded batch's). The same query over the same keys then rounds otherwise in each. Here a query's output depends on
 its own query and the keys and values it sees alone:
-- each row's real keys are moved to start at place 0 (a left-padded row's too), so that a text's keys sit at the
-  same places in a batch, alone, in a cache and in a trainer's padded batch;
-- where each query sees a prefix of them (causal attention, a decoding step, attention both ways), the keys are
-  taken in tiles of fixed size, each tile's scores and weighted values one GEMM of fixed shape with a query's rows
-  computed as in a call of one height, the tiles added one after another (`attention_tiles`);
-- on CUDA, where each query sees a prefix of them, the same in one Triton kernel (`triton_kernels`: key blocks of
-  fixed size from the row's first real key, in order, with an online softmax);
+- where each query sees one span of keys (causal attention, a decoding step, attention both ways, left padding, a
+  row of packed sequences), the key its span starts at is moved to place 0, so that a text's keys sit at the same
+  places in a batch, alone, in a cache, in a trainer's padded batch and packed behind others (a row whose sequences
+  start at several keys takes a pass for each); the keys are taken in tiles of fixed size, each tile's scores and
+  weighted values one GEMM of fixed shape with a query's rows computed as in a call of one height, the tiles added
+  one after another (`attention_tiles`);
+- on CUDA the same spans in one Triton kernel (`triton_kernels`: key blocks of fixed size from the span's first key,
+  in order, with an online softmax);
 - elsewhere (a sliding window, whose cache drops its oldest keys, so that a key's place moves; a mask with holes)
   every sum is a scan in key order, which a key's place does not enter (`attention_scan`): the same layer takes the
   same way in every pass;
@@ -87,19 +88,16 @@ def _ordered(query, key, value, attend, scale, bias, sinks, softcap, windowed: b
     compiled = compiled_attention(query)
     if compiled is not None:
         return _compiled(compiled, query, key, value, seen, scale, full, sinks, softcap, work)
-    kernels = None if windowed else triton_kernels(query)
-    spans = None if kernels is None else _spans(attend, (b, h, q, kv), kernels)
+    spans = None if windowed else _spans(attend, (b, h, q, kv))
+    kernels = None if spans is None else triton_kernels(query)
     if kernels is not None and spans is not None:
-        return kernels.ordered_attention_gpu(query, key, value, *spans, scale, full, softcap, sinks)
-    placed = None if windowed else _placement(attend, seen)
-    if placed is None:
+        first, counts = spans
+        return kernels.ordered_attention_gpu(query, key, value, _kept_tiles(attend, first, kernels), counts, scale,
+                                             full, softcap, sinks)  # fmt: skip
+    if spans is None:
         out = scanned_attention(query, key, value, seen, scale, full, softcap, sinks, work)
     else:
-        start, counts = placed
-        if start is not None:  # each row's first real key to place 0 (a left-padded row's)
-            key, value = _from(start, key, 2), _from(start, value, 2)
-            full = None if full is None else _from(start, full, 3)
-        out = tiled_attention(query, key, value, counts, scale, full, softcap, sinks, work)
+        out = _tiled_passes(query, key, value, _tile_passes(attend, spans), scale, full, softcap, sinks, work)
     return out.to(query.dtype)
 
 
@@ -132,39 +130,21 @@ def _from(start: torch.Tensor, t: torch.Tensor, dim: int) -> torch.Tensor:
     return t.gather(dim, index.view(shape).expand(t.shape))
 
 
-# Where each row's keys start and how many each query sees, found once for a pass's mask.
-_placements = KeptByIdentity()
-
-
-def _placement(attend: torch.Tensor, seen: torch.Tensor) -> tuple | None:
-    """(each row's first real key, None where every row's is place 0; how many keys each query sees from there,
-    [b, h, q]), where every query sees a prefix of its row's real keys; None where one does not (a mask with holes)."""
-    return _placements.get(attend, tuple(seen.shape), lambda: _placed(seen))
-
-
-def _placed(seen: torch.Tensor) -> tuple | None:
-    kv = seen.shape[3]
-    real = seen.any(dim=2).any(dim=1)  # [b, kv]: the keys any query of the row sees
-    start = real.to(torch.uint8).argmax(1)  # a row's first real key (0 where it has none)
-    places = torch.arange(kv, device=seen.device)
-    moved = _from(start, seen, 3) & ((start[:, None] + places) < kv)[:, None, None, :]
-    counts = moved.sum(-1)
-    if not torch.equal(moved, places < counts[..., None]):  # each query: its first `count` keys, none after
-        return None
-    return (start if bool(start.any()) else None), counts
-
-
-# The Triton kernel's query tiles and how many keys each query sees, found once for a pass's mask.
+# What is read off a pass's mask, found once for it: the spans each query sees, the Triton kernel's query tiles, the
+# tiles' passes.
 _kept_spans = KeptByIdentity()
+_kept_query_tiles = KeptByIdentity()
+_kept_passes = KeptByIdentity()
 
 
-def _spans(attend: torch.Tensor, shape: tuple, kernels) -> tuple | None:
-    """(the Triton kernel's query tiles, `query_tiles`; how many keys each query sees, [b, h, q]) where every query
-    sees one span of keys, starting at one key in every head; None where one does not (a mask with holes)."""
-    return _kept_spans.get(attend, shape, lambda: _spanned(attend, shape, kernels))
+def _spans(attend: torch.Tensor, shape: tuple) -> tuple | None:
+    """(the key each query's span starts at, [b, q]; how many keys each query sees from there, [b, h, q]) where every
+    query sees one span of keys, starting at one key in every head; None where one does not (a mask with holes). A
+    query that sees no key is given its row's first span's start (it joins its neighbours' tiles)."""
+    return _kept_spans.get(attend, shape, lambda: _spanned(attend, shape))
 
 
-def _spanned(attend: torch.Tensor, shape: tuple, kernels) -> tuple | None:
+def _spanned(attend: torch.Tensor, shape: tuple) -> tuple | None:
     b, h, q, kv = shape
     attend = attend[(None,) * (4 - attend.dim())]
     seen = attend.expand(attend.shape[0], attend.shape[1], q, kv)  # (a mask shared by the rows or heads: read once)
@@ -172,9 +152,77 @@ def _spanned(attend: torch.Tensor, shape: tuple, kernels) -> tuple | None:
     first = seen.to(torch.uint8).argmax(-1)  # the first key a query sees (0 where it sees none)
     places = torch.arange(kv, device=seen.device)
     span = (places >= first[..., None]) & (places < (first + counts)[..., None])
-    if not torch.equal(span, seen) or not bool((first == first[:, :1]).all()):
+    if not torch.equal(span, seen):
         return None
-    return kernels.query_tiles(first[:, 0].expand(b, q)), counts.expand(b, h, q)
+    blind = counts == 0
+    first = first.masked_fill(blind, kv)
+    start = first.amin(1)  # [rows, q]: where the heads' spans start (kv where no head sees a key)
+    if not bool(((first == start[:, None]) | blind).all()):
+        return None
+    start = torch.where(start < kv, start, start.amin(-1, keepdim=True) % kv)  # a blind query: its row's first start
+    return start.expand(b, q), counts.expand(b, h, q)
+
+
+def _kept_tiles(attend: torch.Tensor, first: torch.Tensor, kernels) -> torch.Tensor:
+    """The Triton kernel's query tiles (`query_tiles`) for a pass's mask."""
+    return _kept_query_tiles.get(attend, tuple(first.shape), lambda: kernels.query_tiles(first))
+
+
+def _tile_passes(attend: torch.Tensor, spans: tuple) -> list[tuple]:
+    """The tiles' passes for a pass's mask (`_passes`)."""
+    first, counts = spans
+    return _kept_passes.get(attend, tuple(counts.shape), lambda: _passes(first, counts))
+
+
+def _passes(first: torch.Tensor, counts: torch.Tensor) -> list[tuple]:
+    """The tiles' way puts the key a query's span starts at on place 0, one such key a row per pass: a row whose
+    queries' spans start at several keys (a packed row's sequences) takes a pass for each, pass i every row's i-th
+    start; one pass where each row's spans start at one key. Each pass: (each row's start, [b]; the queries whose spans
+    start there, [b, q]; the first of them and past the last; how many keys each of those sees, [b, h, past - first],
+    0 for the others; the most any of them sees)."""
+    b, h, q = counts.shape
+    seeing = counts.amax(1) > 0  # [b, q]
+    beyond = int(first.amax()) + 1
+    ordered = first.masked_fill(~seeing, beyond).sort(-1).values
+    new = torch.ones_like(seeing)  # each row's distinct starts, in order
+    new[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
+    new &= ordered < beyond
+    rows, places = new.nonzero(as_tuple=True)
+    ranks = (new.cumsum(-1) - 1)[rows, places]
+    passes = []
+    for i in range(max(1, int(new.sum(-1).max()))):
+        taken = ranks == i
+        start = torch.zeros_like(first[:, 0])
+        start[rows[taken]] = ordered[rows[taken], places[taken]]
+        has = torch.zeros_like(seeing[:, 0])
+        has[rows[taken]] = True
+        # pass 0 also takes the queries that see nothing, and every query of a row where none sees a key
+        chosen = (first == start[:, None]) & (seeing | (i == 0)) & (has | (i == 0))[:, None]
+        columns = chosen.any(0).nonzero().flatten()
+        low, high = int(columns[0]), int(columns[-1]) + 1
+        seen = counts[:, :, low:high].masked_fill(~chosen[:, None, low:high], 0)
+        passes.append((start, chosen, low, high, seen, max(1, int(seen.amax()))))
+    return passes
+
+
+def _tiled_passes(query, key, value, passes, scale, bias, softcap, sinks, work) -> torch.Tensor:
+    """The tiles' attention (`attention_tiles`), one pass for each key the rows' spans start at (`_passes`)."""
+    b, h, q, _ = query.shape
+
+    def tiled(start, low, high, seen, keys) -> torch.Tensor:
+        moved = bool(start.any())
+        k, v = (_from(start, t, 2)[:, :, :keys] if moved else t[:, :, :keys] for t in (key, value))
+        added = None if bias is None else (_from(start, bias, 3) if moved else bias)[:, :, low:high, :keys]
+        return tiled_attention(query[:, :, low:high], k, v, seen, scale, added, softcap, sinks, work)
+
+    if len(passes) == 1 and passes[0][2:4] == (0, q):  # one pass over every query
+        start, _, low, high, seen, keys = passes[0]
+        return tiled(start, low, high, seen, keys)
+    out = query.new_zeros((b, h, q, value.shape[-1]), dtype=work)
+    for start, chosen, low, high, seen, keys in passes:
+        part = tiled(start, low, high, seen, keys)
+        out[:, :, low:high] = torch.where(chosen[:, None, low:high, None], part, out[:, :, low:high])
+    return out
 
 
 def _plain(query, key, value, attend, scale, bias, sinks, softcap) -> torch.Tensor:
