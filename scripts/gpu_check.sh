@@ -154,7 +154,7 @@ for path in sorted(glob.glob(f"{sys.argv[1]}/*.json")):
         if entry["remedy"] == "invariant":
             print(path, "invariant:", entry["applied"], entry.get("bitwise_equal"), "of", (entry["summary"] or {}).get("texts"), entry["note"])
     ratios = data.get("ratios", {})
-    if "invariant_vs_compare" in ratios:
-        print(path, "invariant_vs_compare", round(ratios["invariant_vs_compare"], 3),
-              "invariant_generate_vs_generate", round(ratios["invariant_generate_vs_generate"], 3))
+    mode = {name: round(value, 3) for name, value in ratios.items() if name.startswith("invariant_")}
+    if mode:  # the mode's forward, generation, trainer's forward and training step against the library's
+        print(path, " ".join(f"{name} {value}" for name, value in mode.items()))
 PY

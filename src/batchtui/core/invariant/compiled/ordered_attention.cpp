@@ -63,8 +63,15 @@ Strides4 strides_of(const Tensor& t) {
 // A thread takes kTile queries of one head together and the keys and values in blocks of kLanes: the tile's queries
 // are independent chains that the core runs side by side (each query's own sums stay in its own order, key after key
 // and dimension after dimension, whatever the other queries of the tile), and each block is loaded once for them all.
+// A block is one vector register (16 float32 lanes with AVX-512, 8 with AVX2), so that a tile's sums stay in the
+// registers (AVX2 has 16: a tile's 8 sums of two registers each spilled to memory at every step, 4.5x slower). Neither
+// changes a sum: a block's lanes are other keys' or other dimensions', and a block past the last key adds zeros.
 constexpr int64_t kTile = 8;
+#if defined(__AVX512F__)
 constexpr int64_t kLanes = 16;
+#else
+constexpr int64_t kLanes = 8;
+#endif
 
 // kLanes values side by side: the compiler's vector type, one element-wise IEEE operation per lane (whatever the
 // machine's vector width), kept in registers where a plain array would be stored at every step.
