@@ -1,8 +1,8 @@
 """Attention in tiles of keys: each tile's scores and weighted values one GEMM of fixed shape, the tiles added one
 after another. A key's place in its tile is part of how its terms are summed, so the keys must sit at the same
 places in every pass (`ordered_attention` puts the first key of a query's span at place 0, and takes this way only
-where each query sees one span of them); a query's rows are computed in calls of one fixed height (`rows.in_rows`), whatever
-number of queries the call has (one in a decoding step, hundreds in a prefill)."""
+where each query sees one span of them); a query's rows are computed in calls of one fixed height (`rows.in_rows`),
+whatever number of queries the call has (one in a decoding step, hundreds in a prefill)."""
 
 from __future__ import annotations
 
