@@ -89,15 +89,14 @@ def _ordered(query, key, value, attend, scale, bias, sinks, softcap, windowed: b
     if compiled is not None:
         return _compiled(compiled, query, key, value, seen, scale, full, sinks, softcap, work)
     spans = None if windowed else _spans(attend, (b, h, q, kv))
-    kernels = None if spans is None else triton_kernels(query)
-    if kernels is not None and spans is not None:
+    if spans is None:
+        return scanned_attention(query, key, value, seen, scale, full, softcap, sinks, work).to(query.dtype)
+    kernels = triton_kernels(query)
+    if kernels is not None:
         first, counts = spans
         return kernels.ordered_attention_gpu(query, key, value, _kept_tiles(attend, first, kernels), counts, scale,
                                              full, softcap, sinks)  # fmt: skip
-    if spans is None:
-        out = scanned_attention(query, key, value, seen, scale, full, softcap, sinks, work)
-    else:
-        out = _tiled_passes(query, key, value, _tile_passes(attend, spans), scale, full, softcap, sinks, work)
+    out = _tiled_passes(query, key, value, _tile_passes(attend, spans), scale, full, softcap, sinks, work)
     return out.to(query.dtype)
 
 
@@ -177,31 +176,29 @@ def _tile_passes(attend: torch.Tensor, spans: tuple) -> list[tuple]:
 def _passes(first: torch.Tensor, counts: torch.Tensor) -> list[tuple]:
     """The tiles' way puts the key a query's span starts at on place 0, one such key a row per pass: a row whose
     queries' spans start at several keys (a packed row's sequences) takes a pass for each, pass i every row's i-th
-    start; one pass where each row's spans start at one key. Each pass: (each row's start, [b]; the queries whose spans
-    start there, [b, q]; the first of them and past the last; how many keys each of those sees, [b, h, past - first],
-    0 for the others; the most any of them sees)."""
-    b, h, q = counts.shape
-    seeing = counts.amax(1) > 0  # [b, q]
-    beyond = int(first.amax()) + 1
-    ordered = first.masked_fill(~seeing, beyond).sort(-1).values
-    new = torch.ones_like(seeing)  # each row's distinct starts, in order
+    start; one pass where each row's spans start at one key (a query that sees nothing has its row's first start,
+    `_spans`). Each pass: (each row's start, [b], None where every row's is 0; the queries whose spans start there,
+    [b, q]; the first of them and past the last; how many keys each of those sees, [b, h, past - first], 0 for the
+    others; the most any of them sees)."""
+    b = counts.shape[0]
+    ordered = first.sort(-1).values
+    new = torch.ones_like(ordered, dtype=torch.bool)  # each row's distinct starts, in order
     new[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
-    new &= ordered < beyond
     rows, places = new.nonzero(as_tuple=True)
     ranks = (new.cumsum(-1) - 1)[rows, places]
     passes = []
-    for i in range(max(1, int(new.sum(-1).max()))):
+    for i in range(int(new.sum(-1).max())):
         taken = ranks == i
         start = torch.zeros_like(first[:, 0])
         start[rows[taken]] = ordered[rows[taken], places[taken]]
-        has = torch.zeros_like(seeing[:, 0])
+        has = torch.zeros(b, dtype=torch.bool, device=first.device)  # the rows with an i-th start
         has[rows[taken]] = True
-        # pass 0 also takes the queries that see nothing, and every query of a row where none sees a key
-        chosen = (first == start[:, None]) & (seeing | (i == 0)) & (has | (i == 0))[:, None]
+        chosen = (first == start[:, None]) & has[:, None]
         columns = chosen.any(0).nonzero().flatten()
         low, high = int(columns[0]), int(columns[-1]) + 1
         seen = counts[:, :, low:high].masked_fill(~chosen[:, None, low:high], 0)
-        passes.append((start, chosen, low, high, seen, max(1, int(seen.amax()))))
+        moved = start if bool(start.any()) else None
+        passes.append((moved, chosen, low, high, seen, max(1, int(seen.amax()))))
     return passes
 
 
@@ -210,12 +207,11 @@ def _tiled_passes(query, key, value, passes, scale, bias, softcap, sinks, work) 
     b, h, q, _ = query.shape
 
     def tiled(start, low, high, seen, keys) -> torch.Tensor:
-        moved = bool(start.any())
-        k, v = (_from(start, t, 2)[:, :, :keys] if moved else t[:, :, :keys] for t in (key, value))
-        added = None if bias is None else (_from(start, bias, 3) if moved else bias)[:, :, low:high, :keys]
+        k, v = (t[:, :, :keys] if start is None else _from(start, t, 2)[:, :, :keys] for t in (key, value))
+        added = None if bias is None else (bias if start is None else _from(start, bias, 3))[:, :, low:high, :keys]
         return tiled_attention(query[:, :, low:high], k, v, seen, scale, added, softcap, sinks, work)
 
-    if len(passes) == 1 and passes[0][2:4] == (0, q):  # one pass over every query
+    if len(passes) == 1:  # every query's span starts at its row's one start
         start, _, low, high, seen, keys = passes[0]
         return tiled(start, low, high, seen, keys)
     out = query.new_zeros((b, h, q, value.shape[-1]), dtype=work)
